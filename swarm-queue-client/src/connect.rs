@@ -1,0 +1,352 @@
+//! How both daemons connect to NATS: one connection per process, reconnect
+//! forever, retry the initial connect, and a counter that ticks on every
+//! (re)connect so tasks that must re-read state after an outage (the hive's
+//! `pull`) know when to.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_nats::{Client, ConnectOptions, ServerAddr};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::buckets::{Bucket, BucketSettings};
+
+/// TLS to the NATS server. Paths are read at connect time.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    /// Require TLS even when the server does not ask for it.
+    pub required: bool,
+    /// CA bundle to verify the server with.
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate and key, for mutual TLS (both or neither).
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+}
+
+/// Per-bucket creation settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BucketsConfig {
+    pub status: BucketSettings,
+    pub wanted: BucketSettings,
+    pub credentials: BucketSettings,
+}
+
+impl Default for BucketsConfig {
+    fn default() -> Self {
+        Self {
+            status: BucketSettings::default_for(Bucket::Status),
+            wanted: BucketSettings::default_for(Bucket::Wanted),
+            credentials: BucketSettings::default_for(Bucket::Credentials),
+        }
+    }
+}
+
+impl BucketsConfig {
+    pub fn get(&self, bucket: Bucket) -> &BucketSettings {
+        match bucket {
+            Bucket::Status => &self.status,
+            Bucket::Wanted => &self.wanted,
+            Bucket::Credentials => &self.credentials,
+        }
+    }
+}
+
+/// The `[nats]` table of both daemons' config files.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NatsConfig {
+    /// One server URL, or several separated by commas.
+    pub url: Option<String>,
+    /// More servers (a cluster); joined with `url`.
+    pub servers: Vec<String>,
+    /// A `.creds` file (JWT + nkey seed) or an nkey seed file.
+    pub credentials_file: Option<PathBuf>,
+    pub tls: TlsConfig,
+    /// Connection name shown by the server (`nats server report connections`).
+    pub name: Option<String>,
+    /// How buckets are created when missing (history, storage, replicas).
+    pub buckets: BucketsConfig,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("no NATS server configured")]
+    NotConfigured,
+    #[error("invalid NATS server URL {url:?}: {reason}")]
+    BadUrl { url: String, reason: String },
+    #[error("cannot read NATS credentials file {path}")]
+    Credentials {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("TLS: {0}")]
+    Tls(String),
+    #[error("cannot connect to NATS at {servers}")]
+    Connect {
+        servers: String,
+        #[source]
+        source: async_nats::ConnectError,
+    },
+}
+
+/// The client is not connected right now; a JetStream request would hang
+/// until its timeout instead of failing.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("not connected to NATS (connection state: {state})")]
+pub struct NotConnected {
+    pub state: String,
+}
+
+impl NatsConfig {
+    /// Every configured server URL, validated.
+    pub fn server_addrs(&self) -> Result<Vec<ServerAddr>, ConnectError> {
+        let mut urls: Vec<String> = Vec::new();
+        if let Some(url) = &self.url {
+            urls.extend(url.split(',').map(|s| s.trim().to_string()));
+        }
+        urls.extend(self.servers.iter().map(|s| s.trim().to_string()));
+        urls.retain(|u| !u.is_empty());
+        if urls.is_empty() {
+            return Err(ConnectError::NotConfigured);
+        }
+        urls.iter()
+            .map(|u| {
+                ServerAddr::from_str(u).map_err(|e| ConnectError::BadUrl {
+                    url: u.clone(),
+                    reason: e.to_string(),
+                })
+            })
+            .collect()
+    }
+
+    pub fn is_configured(&self) -> bool {
+        self.url.as_deref().is_some_and(|u| !u.trim().is_empty())
+            || self.servers.iter().any(|s| !s.trim().is_empty())
+    }
+
+    /// Check everything that can be checked without connecting.
+    pub fn check(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.is_configured() {
+            if let Err(e) = self.server_addrs() {
+                problems.push(format!("nats: {e}"));
+            }
+        }
+        if let Some(p) = &self.credentials_file {
+            if !p.is_file() {
+                problems.push(format!(
+                    "nats.credentials_file {} does not exist or is not a file",
+                    p.display()
+                ));
+            }
+        }
+        let tls = &self.tls;
+        if tls.cert_file.is_some() != tls.key_file.is_some() {
+            problems
+                .push("nats.tls: cert_file and key_file go together; give both or neither".into());
+        }
+        for (field, path) in [
+            ("ca_file", &tls.ca_file),
+            ("cert_file", &tls.cert_file),
+            ("key_file", &tls.key_file),
+        ] {
+            if let Some(p) = path {
+                if !p.is_file() {
+                    problems.push(format!("nats.tls.{field} {} does not exist", p.display()));
+                }
+            }
+        }
+        for bucket in [Bucket::Status, Bucket::Wanted, Bucket::Credentials] {
+            let s = self.buckets.get(bucket);
+            if !(1..=64).contains(&s.history) {
+                problems.push(format!(
+                    "nats.buckets.{}.history must be 1 to 64, not {}",
+                    bucket.name(),
+                    s.history
+                ));
+            }
+            if !(1..=5).contains(&s.replicas) {
+                problems.push(format!(
+                    "nats.buckets.{}.replicas must be 1 to 5, not {}",
+                    bucket.name(),
+                    s.replicas
+                ));
+            }
+        }
+        problems
+    }
+}
+
+/// One process's NATS connection, shared by all its tasks.
+#[derive(Clone, Debug)]
+pub struct Connection {
+    pub client: Client,
+    /// Counts successful (re)connects. Tasks that must re-read state after an
+    /// outage watch it and act on every change.
+    pub connects: watch::Receiver<u64>,
+    /// Where it connects to, for messages.
+    pub servers: String,
+}
+
+/// Connect with the hyperhive defaults: reconnect forever, retry the initial
+/// connect in the background (so a daemon starts while NATS is down), and
+/// count connects. `name` is the connection name shown by the server.
+pub async fn connect(config: &NatsConfig, name: &str) -> Result<Connection, ConnectError> {
+    let addrs = config.server_addrs()?;
+    let servers = addrs
+        .iter()
+        .map(|a| a.clone().into_inner().to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut opts = ConnectOptions::new();
+    if let Some(path) = &config.credentials_file {
+        opts = opts
+            .credentials_file(path)
+            .await
+            .map_err(|source| ConnectError::Credentials {
+                path: path.clone(),
+                source,
+            })?;
+    }
+    let tls = &config.tls;
+    if tls.required {
+        opts = opts.require_tls(true);
+    }
+    if let Some(ca) = &tls.ca_file {
+        opts = opts.add_root_certificates(ca.clone());
+    }
+    match (&tls.cert_file, &tls.key_file) {
+        (Some(cert), Some(key)) => {
+            opts = opts.add_client_certificate(cert.clone(), key.clone());
+        }
+        (None, None) => {}
+        _ => {
+            return Err(ConnectError::Tls(
+                "cert_file and key_file go together; give both or neither".into(),
+            ))
+        }
+    }
+    let (tx, rx) = watch::channel(0u64);
+    let conn_name = config.name.clone().unwrap_or_else(|| name.to_string());
+    let log_servers = servers.clone();
+    opts = opts
+        .name(conn_name)
+        .max_reconnects(None)
+        .retry_on_initial_connect()
+        .connection_timeout(Duration::from_secs(5))
+        .reconnect_delay_callback(|attempts| {
+            // 0, 100 ms, 200 ms … capped at 5 s: quick to come back after a
+            // server restart, gentle on a server that stays down.
+            Duration::from_millis((attempts as u64 * 100).min(5_000))
+        })
+        .event_callback(move |event| {
+            let tx = tx.clone();
+            let servers = log_servers.clone();
+            async move {
+                match event {
+                    async_nats::Event::Connected => {
+                        tracing::info!(%servers, "connected to NATS");
+                        tx.send_modify(|n| *n += 1);
+                    }
+                    async_nats::Event::Disconnected => {
+                        tracing::warn!(%servers, "disconnected from NATS; reconnecting")
+                    }
+                    other => tracing::info!(%servers, event = %other, "NATS connection event"),
+                }
+            }
+        });
+    let client = opts
+        .connect(addrs)
+        .await
+        .map_err(|source| ConnectError::Connect {
+            servers: servers.clone(),
+            source,
+        })?;
+    Ok(Connection {
+        client,
+        connects: rx,
+        servers,
+    })
+}
+
+/// Fail fast when the client is not connected, instead of letting a
+/// JetStream request wait for its timeout.
+pub fn ensure_connected(client: &Client) -> Result<(), NotConnected> {
+    match client.connection_state() {
+        async_nats::connection::State::Connected => Ok(()),
+        other => Err(NotConnected {
+            state: other.to_string(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_list_is_validated() {
+        let c = NatsConfig {
+            url: Some("nats://127.0.0.1:4222, nats://127.0.0.1:4223".into()),
+            servers: vec!["127.0.0.1:4224".into()],
+            ..Default::default()
+        };
+        assert_eq!(c.server_addrs().unwrap().len(), 3);
+        let bad = NatsConfig {
+            url: Some("http://[::1".into()),
+            ..Default::default()
+        };
+        let err = bad.server_addrs().unwrap_err().to_string();
+        assert!(err.contains("http://[::1"), "{err}");
+        assert!(matches!(
+            NatsConfig::default().server_addrs(),
+            Err(ConnectError::NotConfigured)
+        ));
+    }
+
+    #[test]
+    fn check_reports_every_problem() {
+        let c = NatsConfig {
+            url: Some("nats://127.0.0.1:4222".into()),
+            credentials_file: Some("/nonexistent/x.creds".into()),
+            tls: TlsConfig {
+                cert_file: Some("/nonexistent/cert.pem".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let problems = c.check();
+        assert!(
+            problems.iter().any(|p| p.contains("x.creds")),
+            "{problems:?}"
+        );
+        assert!(
+            problems.iter().any(|p| p.contains("go together")),
+            "{problems:?}"
+        );
+        assert!(
+            problems.iter().any(|p| p.contains("cert.pem")),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn toml_shape() {
+        let c: NatsConfig = toml_like(
+            r#"{"url":"nats://a:4222","buckets":{"wanted":{"history":5,"storage":"memory","replicas":3}}}"#,
+        );
+        assert_eq!(c.buckets.wanted.replicas, 3);
+        assert_eq!(c.buckets.status.history, 1);
+        let err = serde_json::from_str::<NatsConfig>(r#"{"urll":"x"}"#).unwrap_err();
+        assert!(err.to_string().contains("urll"), "{err}");
+    }
+
+    fn toml_like(json: &str) -> NatsConfig {
+        serde_json::from_str(json).unwrap()
+    }
+}

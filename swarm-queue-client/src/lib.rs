@@ -1,0 +1,35 @@
+//! # swarm-queue-client: the hyperhive wire contract
+//!
+//! Everything the hive and the controller say to each other is defined here,
+//! once, so the two sides cannot drift:
+//!
+//! - [`names`]: `HiveName`, `AgentName`, `AccountName`, validated DNS labels.
+//! - [`subjects`]: every core-NATS subject and KV key format.
+//! - [`buckets`]: the three KV buckets and `open_or_create`.
+//! - [`payload`]: `Declaration`, `Readiness`, `DeployRequest`,
+//!   `DeployReply`, `CredentialNotice`, their bounds and the one
+//!   encode/decode path.
+//! - [`credentials`]: sealing and opening secrets with NATS xkeys.
+//! - [`connect`]: connection options and `ensure_connected`.
+//! - [`limits`]: every bound, in one place.
+//!
+//! Invariants: no payload carries a timestamp (freshness is the KV entry's
+//! own time); a declaration's KV revision is its identity; decoders never
+//! panic on arbitrary bytes.
+
+pub mod buckets;
+pub mod connect;
+pub mod credentials;
+pub mod limits;
+pub mod names;
+pub mod payload;
+pub mod subjects;
+
+pub use buckets::{open_or_create, Bucket, BucketSettings, Storage};
+pub use connect::{connect, ensure_connected, Connection, NatsConfig, NotConnected};
+pub use names::{AccountName, AgentName, HiveName, NameError};
+pub use payload::{
+    decode, encode, encode_pretty, AgentSpec, AgentStatus, BuildSpec, CredentialNotice,
+    Declaration, DecodeError, Decoded, DeployReply, DeployRequest, EncodeError, HiveState,
+    JobSummary, Level, Observed, Payload, Power, Readiness, Warning,
+};

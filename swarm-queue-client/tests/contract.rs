@@ -1,0 +1,432 @@
+//! Unit tests of every payload rule and bound, the largest valid payloads,
+//! and decoders fed arbitrary bytes.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+use swarm_queue_client::limits::*;
+use swarm_queue_client::payload::sanitize_message;
+use swarm_queue_client::*;
+
+fn agent(n: &str) -> AgentName {
+    AgentName::new(n).unwrap()
+}
+
+fn spec(image: &str) -> AgentSpec {
+    AgentSpec {
+        image: Some(image.into()),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn design_example_declaration_decodes() {
+    let json = br#"{
+      "schema": 1,
+      "agents": {
+        "mail-bot": {
+          "image": "local/mail-bot:1.4",
+          "command": ["mail-bot", "--serve"],
+          "env": { "LOG": "info" },
+          "power": "up",
+          "memory_mb": 256,
+          "cpus": 0.5,
+          "credentials": ["smtp"]
+        }
+      }
+    }"#;
+    let d = decode::<Declaration>(json).unwrap();
+    assert!(d.warnings.is_empty());
+    let s = &d.value.agents[&agent("mail-bot")];
+    assert_eq!(s.memory_mb, Some(256));
+    assert_eq!(s.credentials[0].as_str(), "smtp");
+}
+
+#[test]
+fn design_example_readiness_decodes() {
+    let json = br#"{
+      "schema": 1, "hive": "alpha", "ready": true, "state": "ok",
+      "warnings": [{ "key": "swarm_status_publish", "level": "warn", "message": "..." }],
+      "converged_revision": 17,
+      "agents": { "mail-bot": { "wanted": "up", "observed": "running", "spec": "sha256:ab",
+                  "last_job": { "id": 42, "kind": "first_deploy", "state": "done" } } },
+      "xkey": "XABC", "version": "0.1.0"
+    }"#;
+    let r = decode::<Readiness>(json).unwrap().value;
+    assert_eq!(r.converged_revision, Some(17));
+    assert_eq!(r.state, HiveState::Ok);
+}
+
+#[test]
+fn unknown_fields_are_ignored() {
+    let d = decode::<DeployRequest>(br#"{"schema":1,"agent":"x","future":{"a":1}}"#).unwrap();
+    assert_eq!(d.value.agent.as_str(), "x");
+}
+
+#[test]
+fn missing_required_fields_are_errors() {
+    for (bytes, field) in [
+        (&br#"{"agent":"x"}"#[..], "schema"),
+        (br#"{"schema":1}"#, "agent"),
+    ] {
+        let e = decode::<DeployRequest>(bytes).unwrap_err().to_string();
+        assert!(e.contains(field), "{e}");
+        assert!(e.starts_with("deploy request"), "{e}");
+    }
+    // A declaration without `agents` is never "nothing is wanted".
+    let e = decode::<Declaration>(br#"{"schema":1}"#)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("agents"), "{e}");
+}
+
+#[test]
+fn explicit_empty_declaration_is_valid() {
+    let d = decode::<Declaration>(br#"{"schema":1,"agents":{}}"#).unwrap();
+    assert!(d.value.agents.is_empty());
+}
+
+#[test]
+fn newer_schema_warns_or_says_it_is_newer() {
+    let d = decode::<DeployRequest>(br#"{"schema":2,"agent":"x"}"#).unwrap();
+    assert_eq!(d.warnings.len(), 1);
+    assert!(d.warnings[0].contains("schema 2"), "{:?}", d.warnings);
+    let e = decode::<DeployRequest>(br#"{"schema":3,"target":"x"}"#).unwrap_err();
+    assert!(
+        matches!(e, DecodeError::NewerSchema { found: 3, .. }),
+        "{e}"
+    );
+    let e = decode::<DeployRequest>(br#"{"schema":0,"agent":"x"}"#).unwrap_err();
+    assert!(matches!(e, DecodeError::ZeroSchema { .. }), "{e}");
+}
+
+#[test]
+fn bad_names_in_payloads_are_refused_with_the_value() {
+    let e = decode::<DeployRequest>(br#"{"schema":1,"agent":"a.b"}"#)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("\"a.b\""), "{e}");
+    let e = decode::<Declaration>(br#"{"schema":1,"agents":{"Bad Name":{"image":"x"}}}"#)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("Bad Name"), "{e}");
+}
+
+#[test]
+fn agent_spec_rules() {
+    let a = agent("a");
+    let cases: Vec<(AgentSpec, &str)> = vec![
+        (AgentSpec::default(), "neither image nor build"),
+        (spec("has space"), "not an image reference"),
+        (
+            spec(&"i".repeat(MAX_IMAGE_LEN + 1)),
+            "agents.a.image is 256 bytes",
+        ),
+        (
+            AgentSpec {
+                command: Some(vec!["x".into(); MAX_COMMAND_ARGS + 1]),
+                ..spec("i")
+            },
+            "command has 33 entries",
+        ),
+        (
+            AgentSpec {
+                command: Some(vec!["a\u{0}b".into()]),
+                ..spec("i")
+            },
+            "control character",
+        ),
+        (
+            AgentSpec {
+                env: [("1BAD".to_string(), "v".to_string())].into(),
+                ..spec("i")
+            },
+            "not an environment variable name",
+        ),
+        (
+            AgentSpec {
+                env: [("K".to_string(), "v".repeat(MAX_ENV_VALUE_LEN + 1))].into(),
+                ..spec("i")
+            },
+            "agents.a.env.K is 513 bytes",
+        ),
+        (
+            AgentSpec {
+                env: (0..=MAX_ENV_VARS)
+                    .map(|i| (format!("K{i}"), "v".into()))
+                    .collect(),
+                ..spec("i")
+            },
+            "env has 33 entries",
+        ),
+        (
+            AgentSpec {
+                memory_mb: Some(1),
+                ..spec("i")
+            },
+            "memory_mb is 1",
+        ),
+        (
+            AgentSpec {
+                cpus: Some(f64::NAN),
+                ..spec("i")
+            },
+            "cpus is NaN",
+        ),
+        (
+            AgentSpec {
+                cpus: Some(0.0),
+                ..spec("i")
+            },
+            "cpus is 0",
+        ),
+        (
+            AgentSpec {
+                credentials: (0..=MAX_CREDENTIALS_PER_AGENT)
+                    .map(|i| AccountName::new(format!("c{i}")).unwrap())
+                    .collect(),
+                ..spec("i")
+            },
+            "credentials has 17 entries",
+        ),
+        (
+            AgentSpec {
+                image: None,
+                build: Some(BuildSpec {
+                    context: " ".into(),
+                    git_ref: None,
+                    dockerfile: None,
+                }),
+                ..Default::default()
+            },
+            "build.context is empty",
+        ),
+    ];
+    for (s, want) in cases {
+        let e = s.validate(&a).unwrap_err();
+        assert!(e.contains(want), "want {want:?} in {e:?}");
+    }
+    let build_only = AgentSpec {
+        image: None,
+        build: Some(BuildSpec {
+            context: "/srv/ctx".into(),
+            git_ref: Some("main".into()),
+            dockerfile: None,
+        }),
+        ..Default::default()
+    };
+    build_only.validate(&a).unwrap();
+}
+
+#[test]
+fn too_many_agents_is_refused() {
+    let agents: BTreeMap<_, _> = (0..=MAX_AGENTS_PER_HIVE)
+        .map(|i| (agent(&format!("a{i}")), spec("img")))
+        .collect();
+    let e = encode(&Declaration::new(agents)).unwrap_err().to_string();
+    assert!(e.contains("agents has 65 entries"), "{e}");
+}
+
+#[test]
+fn oversized_bytes_are_refused_before_parsing() {
+    let big = vec![b' '; MAX_VALUE_BYTES + 1];
+    let e = decode::<Declaration>(&big).unwrap_err();
+    assert!(matches!(e, DecodeError::TooLarge { .. }), "{e}");
+}
+
+#[test]
+fn spec_hash_ignores_power_and_tracks_everything_else() {
+    let base = AgentSpec {
+        env: [("A".to_string(), "1".to_string())].into(),
+        ..spec("img:1")
+    };
+    let h = base.spec_hash();
+    assert!(h.starts_with("sha256:") && h.len() == 71, "{h}");
+    let powered = AgentSpec {
+        power: Some(Power::Down),
+        ..base.clone()
+    };
+    assert_eq!(powered.spec_hash(), h);
+    let changed = AgentSpec {
+        image: Some("img:2".into()),
+        ..base.clone()
+    };
+    assert_ne!(changed.spec_hash(), h);
+    let env_changed = AgentSpec {
+        env: [("A".to_string(), "2".to_string())].into(),
+        ..base
+    };
+    assert_ne!(env_changed.spec_hash(), h);
+}
+
+/// The worst-case character for JSON size: `"` escapes to two bytes.
+fn worst(n: usize) -> String {
+    "\"".repeat(n)
+}
+
+/// Every field of a Readiness at its bound, with the worst escaping.
+fn largest_readiness() -> Readiness {
+    let agents = (0..MAX_AGENTS_PER_HIVE)
+        .map(|i| {
+            let name = format!("{i:0>63}");
+            (
+                agent(&name),
+                AgentStatus {
+                    wanted: Power::Down,
+                    observed: Observed::Missing,
+                    spec: Some(worst(MAX_SHORT_LEN)),
+                    declared_spec: Some(worst(MAX_SHORT_LEN)),
+                    last_job: Some(JobSummary {
+                        id: u64::MAX,
+                        kind: worst(MAX_SHORT_LEN),
+                        state: worst(MAX_SHORT_LEN),
+                        error: Some(worst(MAX_MESSAGE_LEN)),
+                    }),
+                },
+            )
+        })
+        .collect();
+    Readiness {
+        schema: SCHEMA_VERSION,
+        hive: HiveName::new("h".repeat(63)).unwrap(),
+        ready: false,
+        state: HiveState::Degraded,
+        warnings: (0..MAX_WARNINGS)
+            .map(|_| Warning {
+                key: worst(MAX_WARNING_KEY_LEN),
+                level: Level::Error,
+                message: worst(MAX_MESSAGE_LEN),
+            })
+            .collect(),
+        converged_revision: Some(u64::MAX),
+        seen_revision: Some(u64::MAX),
+        agents,
+        xkey: Some(worst(MAX_SHORT_LEN)),
+        version: worst(MAX_SHORT_LEN),
+    }
+}
+
+#[test]
+fn largest_valid_readiness_fits_server_payload() {
+    let r = largest_readiness();
+    let bytes = encode_pretty(&r).expect("the largest readiness is valid");
+    println!(
+        "largest valid readiness: {} bytes pretty, {} compact (limit {MAX_VALUE_BYTES}, server {SERVER_MAX_PAYLOAD})",
+        bytes.len(),
+        encode(&r).unwrap().len()
+    );
+    assert!(bytes.len() <= MAX_VALUE_BYTES);
+    assert!(bytes.len() < SERVER_MAX_PAYLOAD);
+    let back = decode::<Readiness>(&bytes).unwrap().value;
+    assert_eq!(back, r);
+}
+
+/// Every per-field bound at its maximum, worst escaping, for `n` agents.
+fn fat_spec() -> AgentSpec {
+    AgentSpec {
+        image: Some("i".repeat(MAX_IMAGE_LEN)),
+        build: Some(BuildSpec {
+            context: worst(MAX_BUILD_FIELD_LEN),
+            git_ref: Some(worst(MAX_BUILD_FIELD_LEN)),
+            dockerfile: Some(worst(MAX_BUILD_FIELD_LEN)),
+        }),
+        command: Some(vec![worst(MAX_ARG_LEN); MAX_COMMAND_ARGS]),
+        env: (0..MAX_ENV_VARS)
+            .map(|i| (format!("K{i:_>63}"), worst(MAX_ENV_VALUE_LEN)))
+            .collect(),
+        power: Some(Power::Down),
+        memory_mb: Some(MAX_MEMORY_MB),
+        cpus: Some(MAX_CPUS),
+        credentials: (0..MAX_CREDENTIALS_PER_AGENT)
+            .map(|i| AccountName::new(format!("{i:0>63}")).unwrap())
+            .collect(),
+    }
+}
+
+#[test]
+fn largest_valid_declaration_fits_server_payload() {
+    // With every field at its own bound, 64 agents would not fit: the
+    // value-bytes bound is what limits a declaration, and it is enforced.
+    let all: BTreeMap<_, _> = (0..MAX_AGENTS_PER_HIVE)
+        .map(|i| (agent(&format!("{i:0>63}")), fat_spec()))
+        .collect();
+    let e = encode(&Declaration::new(all)).unwrap_err().to_string();
+    assert!(e.contains("over the 524288-byte limit"), "{e}");
+
+    // The largest that passes: add maximal agents while encode accepts.
+    let mut agents = BTreeMap::new();
+    let mut last_ok = 0;
+    for i in 0..MAX_AGENTS_PER_HIVE {
+        agents.insert(agent(&format!("{i:0>63}")), fat_spec());
+        match encode(&Declaration::new(agents.clone())) {
+            Ok(bytes) => last_ok = bytes.len(),
+            Err(_) => break,
+        }
+    }
+    println!(
+        "largest valid declaration: {last_ok} bytes ({} maximal agents; limit {MAX_VALUE_BYTES}, server {SERVER_MAX_PAYLOAD})",
+        agents.len() - 1
+    );
+    assert!(last_ok > MAX_VALUE_BYTES / 2);
+    assert!(last_ok <= MAX_VALUE_BYTES);
+    assert!(last_ok < SERVER_MAX_PAYLOAD);
+
+    // And 64 small agents are fine.
+    let small: BTreeMap<_, _> = (0..MAX_AGENTS_PER_HIVE)
+        .map(|i| (agent(&format!("a{i}")), spec("registry.local/img:1")))
+        .collect();
+    encode(&Declaration::new(small)).unwrap();
+}
+
+#[test]
+fn sanitize_makes_any_error_text_carriable() {
+    let nasty = format!("line1\nline2\r\u{1b}[31m{}", "x".repeat(5000));
+    let s = sanitize_message(&nasty);
+    assert!(s.len() <= MAX_MESSAGE_LEN);
+    assert!(!s.chars().any(char::is_control));
+    Warning::new("k", Level::Warn, &nasty);
+}
+
+#[test]
+fn deploy_reply_shapes() {
+    assert_eq!(DeployReply::Queued { job: 42 }.encode(), br#"{"job":42}"#);
+    let r = DeployReply::decode(br#"{"error":"no such agent"}"#).unwrap();
+    assert_eq!(
+        r,
+        DeployReply::Refused {
+            error: "no such agent".into()
+        }
+    );
+    assert!(DeployReply::decode(b"{}").is_err());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn decoders_never_panic_on_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let _ = decode::<Declaration>(&bytes);
+        let _ = decode::<Readiness>(&bytes);
+        let _ = decode::<DeployRequest>(&bytes);
+        let _ = decode::<CredentialNotice>(&bytes);
+        let _ = decode::<swarm_queue_client::credentials::CredentialEnvelope>(&bytes);
+        let _ = DeployReply::decode(&bytes);
+    }
+
+    #[test]
+    fn decoders_never_panic_on_json_shaped_text(s in r#"\{("[a-z_]{1,8}":(-?[0-9]{1,20}|"[^"]{0,12}"|\[\]|\{\}|null|true|1e999),?){0,6}\}"#) {
+        let _ = decode::<Declaration>(s.as_bytes());
+        let _ = decode::<Readiness>(s.as_bytes());
+        let _ = decode::<DeployRequest>(s.as_bytes());
+    }
+
+    #[test]
+    fn names_accept_exactly_dns_labels(s in "[a-zA-Z0-9._*> -]{0,70}") {
+        let ok = HiveName::new(s.clone()).is_ok();
+        let b = s.as_bytes();
+        let expect = !s.is_empty() && s.len() <= 63
+            && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+            && b[0] != b'-' && b[b.len() - 1] != b'-';
+        prop_assert_eq!(ok, expect);
+    }
+}

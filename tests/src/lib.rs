@@ -1,1 +1,73 @@
+//! # The real-component test harness
+//!
+//! Every end-to-end test starts what it needs through this crate and gets it
+//! cleaned up on `Drop`, even when the test fails:
+//!
+//! - [`NatsServer`]: a real `nats-server -js` per test on a port the server
+//!   picks itself (`-p -1`, read back from its log), with its own store dir.
+//!   It can be stopped and restarted on the same port and store to simulate
+//!   an outage. A missing `nats-server` fails the test with an install hint.
+//! - [`docker`]: images built locally (no registry is reachable), containers
+//!   and images removed by label when the guard drops.
+//! - [`Daemon`]: a `hive` or `swarm-controller` process with its log
+//!   captured, killed by its own pid on drop.
+//! - [`wait_until`]: poll a condition with a deadline; tests never sleep.
 
+pub mod docker;
+pub mod nats;
+pub mod process;
+
+pub use nats::NatsServer;
+pub use process::{controller_bin, hive_bin, Daemon};
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// Poll `check` every 25 ms until it returns `Some`, or fail after `timeout`
+/// with `what` in the message.
+pub async fn wait_until<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if start.elapsed() > timeout {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Like [`wait_until`] for blocking checks, outside an async runtime.
+pub fn wait_until_blocking<T>(
+    timeout: Duration,
+    what: &str,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        if start.elapsed() > timeout {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// A unique, obvious prefix for everything a test creates in Docker.
+pub fn unique_name(test: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "hhtest-{}-{}-{}",
+        test,
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}

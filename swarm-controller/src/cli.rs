@@ -1,0 +1,7 @@
+//! Command line entry point.
+
+/// Parse arguments, run, return the exit code.
+pub fn main() -> i32 {
+    eprintln!("swarm-controller: not built yet");
+    1
+}

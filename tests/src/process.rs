@@ -1,0 +1,125 @@
+//! Daemon processes under test: spawned with their output captured to a
+//! file, stopped by their own pid on drop.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// Path of the `hive` binary built for this test run.
+pub fn hive_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_hh-hive"))
+}
+
+/// Path of the `swarm-controller` binary built for this test run.
+pub fn controller_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_hh-swarm-controller"))
+}
+
+/// A daemon started by a test. Its stdout and stderr go to `log_path`.
+pub struct Daemon {
+    child: Option<Child>,
+    bin: PathBuf,
+    args: Vec<String>,
+    envs: Vec<(String, String)>,
+    log_path: PathBuf,
+}
+
+impl Daemon {
+    pub fn spawn(bin: &Path, args: &[&str], envs: &[(&str, &str)], log_path: &Path) -> Self {
+        let mut d = Daemon {
+            child: None,
+            bin: bin.to_path_buf(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            envs: envs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            log_path: log_path.to_path_buf(),
+        };
+        d.start();
+        d
+    }
+
+    /// (Re)start with the same arguments, appending to the same log.
+    pub fn start(&mut self) {
+        assert!(self.child.is_none(), "daemon already running");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .expect("open daemon log");
+        let err = log.try_clone().expect("clone log handle");
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(&self.args)
+            .env_remove("HYPERHIVE_HIVE_NAME")
+            .env_remove("HYPERHIVE_NATS_URL")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err);
+        for (k, v) in &self.envs {
+            cmd.env(k, v);
+        }
+        self.child = Some(cmd.spawn().expect("spawn daemon"));
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Send a signal to this daemon's own pid.
+    pub fn signal(&self, sig: &str) {
+        if let Some(pid) = self.pid() {
+            let status = Command::new("kill")
+                .args([&format!("-{sig}"), &pid.to_string()])
+                .status()
+                .expect("run kill");
+            assert!(status.success(), "kill -{sig} {pid} failed");
+        }
+    }
+
+    /// SIGTERM and wait for a clean exit; returns the exit code.
+    pub fn terminate(&mut self) -> Option<i32> {
+        self.signal("TERM");
+        let mut c = self.child.take()?;
+        c.wait().ok().and_then(|s| s.code())
+    }
+
+    /// Wait for the process to exit by itself.
+    pub fn wait_exit(&mut self) -> Option<i32> {
+        let mut c = self.child.take()?;
+        c.wait().ok().and_then(|s| s.code())
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- log of {} ---\n{}",
+                self.bin.display(),
+                self.log()
+                    .lines()
+                    .rev()
+                    .take(80)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+        }
+    }
+}

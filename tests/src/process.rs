@@ -4,14 +4,33 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+/// The test crate's own binaries (`src/bin/hh-*.rs`) are thin wrappers over
+/// the same library entry points as `hive` and `swarm-controller`. Cargo
+/// builds them before it runs this crate's integration tests, next to the
+/// `deps/` folder the test executable runs from.
+fn sibling_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current test executable");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test executable lives in target/<profile>/deps");
+    let bin = dir.join(name);
+    assert!(
+        bin.is_file(),
+        "{} is missing; run the tests with `cargo test -p hyperhive-tests`, which builds it",
+        bin.display()
+    );
+    bin
+}
+
 /// Path of the `hive` binary built for this test run.
 pub fn hive_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_hh-hive"))
+    sibling_bin("hh-hive")
 }
 
 /// Path of the `swarm-controller` binary built for this test run.
 pub fn controller_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_hh-swarm-controller"))
+    sibling_bin("hh-swarm-controller")
 }
 
 /// A daemon started by a test. Its stdout and stderr go to `log_path`.

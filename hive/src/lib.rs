@@ -17,6 +17,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod converge;
 pub mod daemon;
 pub mod http;
 pub mod publisher;

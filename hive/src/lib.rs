@@ -25,3 +25,5 @@ pub mod readiness;
 pub mod shutdown;
 pub mod systemd;
 pub mod xkey;
+pub mod credentials;
+pub mod knowledge;

@@ -27,3 +27,5 @@ pub mod systemd;
 pub mod xkey;
 pub mod credentials;
 pub mod knowledge;
+pub mod wanted;
+pub mod events;

@@ -12,6 +12,8 @@
 //! - [`credentials`]: sealing and opening secrets with NATS xkeys.
 //! - [`connect`]: connection options and `ensure_connected`.
 //! - [`limits`]: every bound, in one place.
+//! - [`permissions`]: the per-identity nats-server authorization (which
+//!   subjects each hive and the controller may use).
 //!
 //! Invariants: no payload carries a timestamp (freshness is the KV entry's
 //! own time); a declaration's KV revision is its identity; decoders never
@@ -23,6 +25,7 @@ pub mod credentials;
 pub mod limits;
 pub mod names;
 pub mod payload;
+pub mod permissions;
 pub mod subjects;
 
 pub use buckets::{open_or_create, Bucket, BucketSettings, Storage};

@@ -15,6 +15,7 @@
 
 pub mod docker;
 pub mod hive;
+pub mod identity;
 pub mod nats;
 pub mod process;
 

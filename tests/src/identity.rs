@@ -1,0 +1,140 @@
+//! NATS identities for tests of per-identity permissions: fresh nkey users
+//! (`KeyPair::new_user()`) with their seeds in files, the way a real hive
+//! gets its seed (a file passed by `LoadCredential`), and a server started
+//! with the authorization generated for them.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use swarm_queue_client::NatsConfig;
+
+use crate::NatsServer;
+
+/// One nkey user: its public key and a file holding its seed (mode 0600).
+pub struct Identity {
+    pub public: String,
+    pub seed_file: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Identity {
+    pub fn new_user() -> Self {
+        let kp = nkeys::KeyPair::new_user();
+        let dir = tempfile::Builder::new()
+            .prefix("hhtest-nkey-")
+            .tempdir()
+            .expect("temp dir for an nkey seed");
+        let seed_file = dir.path().join("nats.seed");
+        let seed = kp.seed().expect("a new user key pair has a seed");
+        std::fs::write(&seed_file, format!("{seed}\n")).expect("write the seed");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&seed_file, std::fs::Permissions::from_mode(0o600))
+            .expect("chmod the seed");
+        Identity {
+            public: kp.public_key(),
+            seed_file,
+            _dir: dir,
+        }
+    }
+
+    /// The `[nats]` settings that connect as this identity.
+    pub fn nats_config(&self, url: &str) -> NatsConfig {
+        NatsConfig {
+            url: Some(url.to_string()),
+            nkey_seed_file: Some(self.seed_file.clone()),
+            ..Default::default()
+        }
+    }
+
+    /// The same as a `[nats]` TOML table, for a daemon's config file.
+    pub fn nats_toml(&self, url: &str) -> String {
+        format!(
+            "[nats]\nurl = {url:?}\nnkey_seed_file = {:?}\n",
+            self.seed_file.display().to_string()
+        )
+    }
+}
+
+/// A nats-server running with the authorization generated for a controller
+/// and a roster of hives.
+pub struct SecuredNats {
+    pub server: NatsServer,
+    pub controller: Identity,
+    pub hives: BTreeMap<String, Identity>,
+    /// The authorization text the server was started with.
+    pub config_text: String,
+}
+
+impl SecuredNats {
+    /// Generate identities for the controller and `hives`, render the
+    /// authorization with `render` (the code under test), and start a server
+    /// with it.
+    pub fn start(hives: &[&str], render: impl FnOnce(&str, &[(String, String)]) -> String) -> Self {
+        let controller = Identity::new_user();
+        let hives: BTreeMap<String, Identity> = hives
+            .iter()
+            .map(|h| (h.to_string(), Identity::new_user()))
+            .collect();
+        let roster: Vec<(String, String)> = hives
+            .iter()
+            .map(|(h, id)| (h.clone(), id.public.clone()))
+            .collect();
+        let config_text = render(&controller.public, &roster);
+        let server = NatsServer::start_with(Some(&config_text), &[]);
+        SecuredNats {
+            server,
+            controller,
+            hives,
+            config_text,
+        }
+    }
+
+    pub fn hive(&self, name: &str) -> &Identity {
+        self.hives
+            .get(name)
+            .unwrap_or_else(|| panic!("hive {name} is not on the test roster"))
+    }
+
+    /// Wait until the server log shows a permissions violation for `user`
+    /// (a public nkey) on exactly `subject`; returns the log line.
+    pub async fn violation(&self, kind: Violation, user: &str, subject: &str) -> String {
+        let needle = format!("Subject \"{subject}\"");
+        let what = format!("a {kind:?} violation by {user} on {subject}");
+        crate::wait_until(Duration::from_secs(15), &what, || {
+            let log = self.server.log();
+            let found = log
+                .lines()
+                .find(|l| l.contains(kind.log_word()) && l.contains(user) && l.ends_with(&needle))
+                .map(str::to_string);
+            async move { found }
+        })
+        .await
+    }
+
+    /// Every permissions violation the server logged so far.
+    pub fn violations(&self) -> Vec<String> {
+        self.server
+            .log()
+            .lines()
+            .filter(|l| l.contains("Violation"))
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+/// Which permission the server refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Violation {
+    Publish,
+    Subscribe,
+}
+
+impl Violation {
+    fn log_word(self) -> &'static str {
+        match self {
+            Violation::Publish => "Publish Violation",
+            Violation::Subscribe => "Subscription Violation",
+        }
+    }
+}

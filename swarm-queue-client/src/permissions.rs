@@ -53,6 +53,59 @@ use crate::subjects::{
     HiveSubjects, KNOWLEDGE,
 };
 
+/// The JetStream API request subjects the grants are made of (the `$JS.API`
+/// prefix of the default domain). Tests use them to name what the server
+/// refused.
+pub mod js_api {
+    use crate::buckets::Bucket;
+
+    /// `$JS.API.STREAM.INFO.KV_<bucket>`: what opening a bucket asks.
+    pub fn stream_info(bucket: Bucket) -> String {
+        format!("$JS.API.STREAM.INFO.{}", bucket.stream_name())
+    }
+
+    /// `$JS.API.STREAM.CREATE.KV_<bucket>`: creating a bucket.
+    pub fn stream_create(bucket: Bucket) -> String {
+        format!("$JS.API.STREAM.CREATE.{}", bucket.stream_name())
+    }
+
+    /// `$JS.API.DIRECT.GET.KV_<bucket>.$KV.<bucket>.<key>`: the last value
+    /// of a key (`key` may be a filter such as `alpha.>`).
+    pub fn direct_get(bucket: Bucket, key: &str) -> String {
+        format!(
+            "$JS.API.DIRECT.GET.{}.{}",
+            bucket.stream_name(),
+            bucket.key_subject(key)
+        )
+    }
+
+    /// `$JS.API.CONSUMER.CREATE.KV_<bucket>`: an unnamed consumer; the
+    /// subject does not say what it reads.
+    pub fn consumer_create_unnamed(bucket: Bucket) -> String {
+        format!("$JS.API.CONSUMER.CREATE.{}", bucket.stream_name())
+    }
+
+    /// `$JS.API.CONSUMER.CREATE.KV_<bucket>.<name>.$KV.<bucket>.<key>`: a
+    /// named consumer reading `key` (`name` may be `*`).
+    pub fn consumer_create(bucket: Bucket, name: &str, key: &str) -> String {
+        format!(
+            "{}.{name}.{}",
+            consumer_create_unnamed(bucket),
+            bucket.key_subject(key)
+        )
+    }
+
+    /// `$JS.API.CONSUMER.DELETE.KV_<bucket>.<name>`.
+    pub fn consumer_delete(bucket: Bucket, name: &str) -> String {
+        format!("$JS.API.CONSUMER.DELETE.{}.{name}", bucket.stream_name())
+    }
+
+    /// `$JS.API.CONSUMER.INFO.KV_<bucket>.<name>`.
+    pub fn consumer_info(bucket: Bucket, name: &str) -> String {
+        format!("$JS.API.CONSUMER.INFO.{}.{name}", bucket.stream_name())
+    }
+}
+
 /// One allowed subject and why it is allowed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Grant {
@@ -155,7 +208,7 @@ pub fn hive_permissions(hive: &HiveName) -> Permissions {
     let mut publish = Vec::new();
     for b in Bucket::ALL {
         publish.push(grant(
-            format!("$JS.API.STREAM.INFO.{}", b.stream_name()),
+            js_api::stream_info(b),
             format!("open the {} bucket (it may not create it)", b.name()),
         ));
     }
@@ -165,41 +218,25 @@ pub fn hive_permissions(hive: &HiveName) -> Permissions {
             "put its own status, and nothing else in the status bucket",
         ),
         grant(
-            format!(
-                "$JS.API.DIRECT.GET.{}.{}",
-                wanted.stream_name(),
-                wanted.key_subject(hive.as_str())
-            ),
+            js_api::direct_get(wanted, hive.as_str()),
             "read its own declaration (the boot pull)",
         ),
         grant(
-            format!(
-                "$JS.API.CONSUMER.CREATE.{}.*.{}",
-                wanted.stream_name(),
-                wanted.key_subject(hive.as_str())
-            ),
+            js_api::consumer_create(wanted, "*", hive.as_str()),
             "watch its own declaration (a named consumer whose filter is its own key)",
         ),
         grant(
-            format!(
-                "$JS.API.DIRECT.GET.{}.{}",
-                creds.stream_name(),
-                creds.key_subject(&own_creds)
-            ),
+            js_api::direct_get(creds, &own_creds),
             "read one of its own sealed credentials after a notice",
         ),
         grant(
-            format!(
-                "$JS.API.CONSUMER.CREATE.{}.*.{}",
-                creds.stream_name(),
-                creds.key_subject(&own_creds)
-            ),
+            js_api::consumer_create(creds, "*", &own_creds),
             "list its own sealed credentials at boot (a named consumer filtered to its prefix)",
         ),
     ]);
     for b in [wanted, creds] {
         publish.push(grant(
-            format!("$JS.API.CONSUMER.DELETE.{}.*", b.stream_name()),
+            js_api::consumer_delete(b, "*"),
             format!(
                 "delete its previous watch consumer on {} when the client recreates one \
                  after a gap (names are random and listing is not granted)",
@@ -234,16 +271,13 @@ pub fn controller_permissions() -> Permissions {
         let stream = b.stream_name();
         let name = b.name();
         publish.extend([
+            grant(js_api::stream_info(b), format!("open {name}")),
             grant(
-                format!("$JS.API.STREAM.INFO.{stream}"),
-                format!("open {name}"),
-            ),
-            grant(
-                format!("$JS.API.STREAM.CREATE.{stream}"),
+                js_api::stream_create(b),
                 format!("create {name} (only the controller creates buckets)"),
             ),
             grant(
-                format!("$JS.API.DIRECT.GET.{stream}.>"),
+                js_api::direct_get(b, ">"),
                 format!("read any key of {name}"),
             ),
             grant(
@@ -255,19 +289,19 @@ pub fn controller_permissions() -> Permissions {
                 format!("read {name} by revision, older servers' form"),
             ),
             grant(
-                format!("$JS.API.CONSUMER.CREATE.{stream}"),
+                js_api::consumer_create_unnamed(b),
                 format!("watch or list all of {name} (unnamed consumer)"),
             ),
             grant(
-                format!("$JS.API.CONSUMER.CREATE.{stream}.>"),
+                format!("{}.>", js_api::consumer_create_unnamed(b)),
                 format!("watch or list {name} (named consumer)"),
             ),
             grant(
-                format!("$JS.API.CONSUMER.INFO.{stream}.*"),
+                js_api::consumer_info(b, "*"),
                 format!("follow a watch or history read of {name}"),
             ),
             grant(
-                format!("$JS.API.CONSUMER.DELETE.{stream}.*"),
+                js_api::consumer_delete(b, "*"),
                 format!("clean up its own consumers on {name}"),
             ),
         ]);

@@ -99,17 +99,38 @@ impl SecuredNats {
     /// Wait until the server log shows a permissions violation for `user`
     /// (a public nkey) on exactly `subject`; returns the log line.
     pub async fn violation(&self, kind: Violation, user: &str, subject: &str) -> String {
-        let needle = format!("Subject \"{subject}\"");
-        let what = format!("a {kind:?} violation by {user} on {subject}");
-        crate::wait_until(Duration::from_secs(15), &what, || {
+        self.violation_where(kind, user, subject, |s| s == subject)
+            .await
+    }
+
+    /// Wait until the server log shows a permissions violation for `user`
+    /// on a subject that `matches`; `what` names it in a timeout message.
+    pub async fn violation_where(
+        &self,
+        kind: Violation,
+        user: &str,
+        what: &str,
+        matches: impl Fn(&str) -> bool,
+    ) -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        loop {
             let log = self.server.log();
-            let found = log
-                .lines()
-                .find(|l| l.contains(kind.log_word()) && l.contains(user) && l.ends_with(&needle))
-                .map(str::to_string);
-            async move { found }
-        })
-        .await
+            if let Some(line) = log.lines().find(|l| {
+                l.contains(kind.log_word())
+                    && l.contains(user)
+                    && violation_subject(l).is_some_and(&matches)
+            }) {
+                return line.to_string();
+            }
+            if std::time::Instant::now() > deadline {
+                panic!(
+                    "timed out waiting for a {kind:?} violation by {user} on {what}; \
+                     the server logged these violations:\n{}",
+                    self.violations().join("\n")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
     }
 
     /// Every permissions violation the server logged so far.
@@ -137,4 +158,13 @@ impl Violation {
             Violation::Subscribe => "Subscription Violation",
         }
     }
+}
+
+/// The subject of a nats-server violation line:
+/// `… - Publish Violation - Subject "<subject>"` or
+/// `… - Subscription Violation - Subject "<subject>", SID 1`.
+fn violation_subject(line: &str) -> Option<&str> {
+    let start = line.rfind("Subject \"")? + "Subject \"".len();
+    let rest = &line[start..];
+    rest.find('"').map(|end| &rest[..end])
 }

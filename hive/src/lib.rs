@@ -17,6 +17,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod converge;
 pub mod daemon;
 pub mod http;
 pub mod publisher;
@@ -24,3 +25,7 @@ pub mod readiness;
 pub mod shutdown;
 pub mod systemd;
 pub mod xkey;
+pub mod credentials;
+pub mod knowledge;
+pub mod wanted;
+pub mod events;

@@ -16,6 +16,8 @@
 //! - Every ```` ```json ```` block must carry a payload tag, so no example
 //!   escapes this test; every payload must have at least one example that
 //!   decodes.
+//! - A ```` ```text name-error ```` block is the exact error for the name
+//!   it quotes (`invalid agent name "Mail.Bot": …`).
 //! - A ```` ```toml nats-config ```` block is a config file whose `[nats]`
 //!   table is parsed as [`NatsConfig`] and must pass its `check()`.
 //! - A table right after an HTML comment `<!-- checked: NAME -->` is
@@ -418,7 +420,8 @@ fn fill_placeholders(pattern: &str) -> String {
 }
 
 /// Public names a source file defines at the top level (`pub const X`,
-/// `pub fn x`) and, when `fields` is set, public `String` fields.
+/// `pub fn x`, `pub async fn x`) and, when `fields` is set, public `String`
+/// fields.
 fn public_items(source: &str, fields: bool) -> BTreeSet<String> {
     let ident = |s: &str| -> String {
         s.chars()
@@ -430,6 +433,7 @@ fn public_items(source: &str, fields: bool) -> BTreeSet<String> {
         if let Some(rest) = line
             .strip_prefix("pub const ")
             .or_else(|| line.strip_prefix("pub fn "))
+            .or_else(|| line.strip_prefix("pub async fn "))
         {
             out.insert(ident(rest));
         } else if fields {
@@ -473,7 +477,7 @@ fn reference_table_matches_the_crate() {
         }
     }
     // Every name-building item of the crate has a row.
-    let not_names = ["open_or_create", "parse_credential_key"];
+    let not_names = ["open_or_create", "read_prefix", "parse_credential_key"];
     let mut items = public_items(&crate_file("src/buckets.rs"), false);
     items.extend(public_items(&crate_file("src/subjects.rs"), true));
     for item in items {
@@ -498,6 +502,45 @@ fn name_rule_is_quoted() {
         doc.contains(regex),
         "{DOC} does not quote the name rule {regex}"
     );
+}
+
+#[test]
+fn name_error_examples_are_what_the_crate_says() {
+    let doc = doc_text();
+    let mut failures = Vec::new();
+    let mut seen = 0;
+    for block in blocks(&doc) {
+        if block.info != ["text", "name-error"] {
+            continue;
+        }
+        seen += 1;
+        let at = format!("{DOC}:{}", block.line);
+        let text = block.body.trim();
+        // `invalid <kind> name "<value>": …`
+        let mut quoted = text.splitn(3, '"');
+        let (Some(head), Some(value)) = (quoted.next(), quoted.next()) else {
+            failures.push(format!("{at}: no quoted name in {text:?}"));
+            continue;
+        };
+        let actual = match head.trim() {
+            "invalid hive name" => HiveName::new(value).err(),
+            "invalid agent name" => AgentName::new(value).err(),
+            "invalid credential account name" => AccountName::new(value).err(),
+            other => {
+                failures.push(format!("{at}: {other:?} is not a kind of name"));
+                continue;
+            }
+        };
+        match actual {
+            None => failures.push(format!("{at}: {value:?} is a valid name")),
+            Some(e) if e.to_string() != text => failures.push(format!(
+                "{at}: the error differs from what the crate says:\n      doc:   {text}\n      crate: {e}"
+            )),
+            Some(_) => {}
+        }
+    }
+    assert!(seen > 0, "{DOC} has no `text name-error` example");
+    fail_all("name errors in docs/protocol.md", failures);
 }
 
 // ---------------------------------------------------------------------------
@@ -664,8 +707,11 @@ fn block_and_table_parsers_work() {
     assert_eq!(code("`hyperhive-status`"), "hyperhive-status");
     assert_eq!(code("plain"), "plain");
     let items = public_items(
-        "pub const A: u8 = 1;\npub fn b() {}\nfn c() {}\n    pub d: String,\n",
+        "pub const A: u8 = 1;\npub fn b() {}\nfn c() {}\n    pub d: String,\npub async fn e() {}\n",
         true,
     );
-    assert_eq!(items, BTreeSet::from(["A".into(), "b".into(), "d".into()]));
+    assert_eq!(
+        items,
+        BTreeSet::from(["A".into(), "b".into(), "d".into(), "e".into()])
+    );
 }

@@ -26,31 +26,48 @@ pub struct TlsConfig {
     pub key_file: Option<PathBuf>,
 }
 
-/// Per-bucket creation settings.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One `[nats.buckets.<bucket>]` table: each field left out keeps that
+/// bucket's own default (the wanted bucket keeps 10 values of history, the
+/// others 1), so setting only `replicas` does not reset the history.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct BucketsConfig {
-    pub status: BucketSettings,
-    pub wanted: BucketSettings,
-    pub credentials: BucketSettings,
+pub struct BucketOverrides {
+    pub history: Option<i64>,
+    pub storage: Option<crate::buckets::Storage>,
+    pub replicas: Option<usize>,
 }
 
-impl Default for BucketsConfig {
-    fn default() -> Self {
-        Self {
-            status: BucketSettings::default_for(Bucket::Status),
-            wanted: BucketSettings::default_for(Bucket::Wanted),
-            credentials: BucketSettings::default_for(Bucket::Credentials),
-        }
-    }
+/// Per-bucket creation settings, as written in the config.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BucketsConfig {
+    pub status: BucketOverrides,
+    pub wanted: BucketOverrides,
+    pub credentials: BucketOverrides,
 }
 
 impl BucketsConfig {
-    pub fn get(&self, bucket: Bucket) -> &BucketSettings {
-        match bucket {
+    /// The settings for `bucket`: the table's values over the bucket's defaults.
+    pub fn get(&self, bucket: Bucket) -> BucketSettings {
+        let o = match bucket {
             Bucket::Status => &self.status,
             Bucket::Wanted => &self.wanted,
             Bucket::Credentials => &self.credentials,
+        };
+        let d = BucketSettings::default_for(bucket);
+        BucketSettings {
+            history: o.history.unwrap_or(d.history),
+            storage: o.storage.unwrap_or(d.storage),
+            replicas: o.replicas.unwrap_or(d.replicas),
+        }
+    }
+
+    /// The config-file name of a bucket's table: `status`, `wanted`, `credentials`.
+    pub fn table_name(bucket: Bucket) -> &'static str {
+        match bucket {
+            Bucket::Status => "status",
+            Bucket::Wanted => "wanted",
+            Bucket::Credentials => "credentials",
         }
     }
 }
@@ -166,14 +183,14 @@ impl NatsConfig {
             if !(1..=64).contains(&s.history) {
                 problems.push(format!(
                     "nats.buckets.{}.history must be 1 to 64, not {}",
-                    bucket.name(),
+                    BucketsConfig::table_name(bucket),
                     s.history
                 ));
             }
             if !(1..=5).contains(&s.replicas) {
                 problems.push(format!(
                     "nats.buckets.{}.replicas must be 1 to 5, not {}",
-                    bucket.name(),
+                    BucketsConfig::table_name(bucket),
                     s.replicas
                 ));
             }
@@ -340,8 +357,19 @@ mod tests {
         let c: NatsConfig = toml_like(
             r#"{"url":"nats://a:4222","buckets":{"wanted":{"history":5,"storage":"memory","replicas":3}}}"#,
         );
-        assert_eq!(c.buckets.wanted.replicas, 3);
-        assert_eq!(c.buckets.status.history, 1);
+        assert_eq!(c.buckets.get(Bucket::Wanted).replicas, 3);
+        assert_eq!(c.buckets.get(Bucket::Status).history, 1);
+        // A table that sets only replicas keeps the bucket's own history.
+        let c = toml_like(r#"{"buckets":{"wanted":{"replicas":3}}}"#);
+        assert_eq!(c.buckets.get(Bucket::Wanted).history, 10);
+        let c = toml_like(r#"{"buckets":{"wanted":{"history":0}}}"#);
+        assert!(
+            c.check()
+                .iter()
+                .any(|p| p.contains("nats.buckets.wanted.history")),
+            "{:?}",
+            c.check()
+        );
         let err = serde_json::from_str::<NatsConfig>(r#"{"urll":"x"}"#).unwrap_err();
         assert!(err.to_string().contains("urll"), "{err}");
     }

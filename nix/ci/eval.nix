@@ -1,0 +1,206 @@
+# The evaluation cases of .ci/nix-check: the hive and swarm modules through
+# lib.evalModules, on the stand-ins of ./stub-nixos.nix and ./stub-pkgs.nix.
+#
+#   good.*            evaluate; `problems` lists every expectation that failed
+#   assertionCases.*  evaluate; each gives the messages of failed assertions
+#   typeCases.*       must fail to evaluate with a type error
+#
+# .ci/nix-check evaluates each attribute separately and checks the outcome.
+{
+  lib ? import <nixpkgs-lib>,
+}:
+let
+  pkgs = import ./stub-pkgs.nix { inherit lib; };
+  keys = import ../tests/keys.nix;
+
+  eval =
+    module:
+    lib.evalModules {
+      modules = [
+        ./stub-nixos.nix
+        ../swarm.nix
+        { _module.args.pkgs = pkgs; }
+        module
+      ];
+    };
+
+  failedAssertions = config: map (a: a.message) (lib.filter (a: !a.assertion) config.assertions);
+
+  # Every host of a fleet imports the same roster.
+  fleet = {
+    services.hyperhive.swarm = {
+      hives = {
+        alpha = {
+          labels.zone = "eu";
+          inherit (keys.alpha) nkey;
+        };
+        beta.nkey = "UBETA0000000000000000000000000000000000000000000000000000";
+      };
+      controller = {
+        inherit (keys.controller) nkey xkey;
+        package = pkgs.fake "swarm-controller-0.1.0" { };
+      };
+    };
+  };
+
+  hiveHost = extra: {
+    imports = [
+      fleet
+      extra
+    ];
+    networking.hostName = "alpha";
+    services.hyperhive = {
+      enable = true;
+      package = pkgs.fake "hive-0.1.0" { };
+      nats = {
+        url = "nats://nats.example:4222";
+        credentialsFile = "/var/lib/secrets/hyperhive/alpha.nk";
+      };
+      settings.knowledge_repo = "/srv/git/knowledge.git";
+    };
+  };
+
+  controllerHost = extra: {
+    imports = [
+      fleet
+      extra
+    ];
+    services.hyperhive.swarm = {
+      controller = {
+        enable = true;
+        listen = "0.0.0.0:7380";
+        openFirewall = true;
+        nats = {
+          url = "nats://127.0.0.1:4222";
+          credentialsFile = "/var/lib/secrets/hyperhive/controller.nk";
+        };
+        webhookSecretFile = "/var/lib/secrets/hyperhive/webhook";
+        settings.knowledge_repo = "org/knowledge";
+      };
+      declarations.alpha.hello = {
+        image = "hhtest/hello:1";
+        command = [
+          "sleep"
+          "3600"
+        ];
+        power = "up";
+        memory_mb = 64;
+      };
+      nats.enable = true;
+    };
+  };
+
+  # name -> bool; `problems` keeps the names of the false ones.
+  expect = checks: lib.attrNames (lib.filterAttrs (_: ok: !ok) checks);
+
+  goodHive = (eval (hiveHost { })).config;
+  hiveUnit = goodHive.systemd.services.hyperhive-hive;
+  hiveService = hiveUnit.serviceConfig;
+  hiveCredentialDir = "/run/credentials/hyperhive-hive.service";
+
+  goodController = (eval (controllerHost { })).config;
+  controllerUnit = goodController.systemd.services.hyperhive-swarm;
+  declareUnit = goodController.systemd.services.hyperhive-swarm-declare;
+  natsExecStart = goodController.systemd.services.nats.serviceConfig.ExecStart;
+  natsConfigFile = goodController.services.hyperhive.swarm.nats.configFile;
+in
+{
+  good = {
+    hive = {
+      unit = hiveUnit;
+      settings = goodHive.services.hyperhive.settings;
+      failedAssertions = failedAssertions goodHive;
+      problems = expect {
+        "no failed assertion" = failedAssertions goodHive == [ ];
+        "Type=notify with a watchdog" = hiveService.Type == "notify" && hiveService.WatchdogSec == 60;
+        "Restart=on-failure" = hiveService.Restart == "on-failure";
+        "after and requires docker and network-online" = lib.all (u: lib.elem u hiveUnit.after && lib.elem u hiveUnit.requires) [
+          "docker.service"
+          "network-online.target"
+        ];
+        "wants network-online" = lib.elem "network-online.target" hiveUnit.wants;
+        "in the docker group" = hiveService.SupplementaryGroups == [ "docker" ];
+        "StateDirectory" = hiveService.StateDirectory == "hyperhive";
+        "git on the path" = map toString hiveUnit.path == [ (toString pkgs.git) ];
+        "hardened" =
+          hiveService.ProtectSystem == "strict"
+          && hiveService.ProtectHome
+          && hiveService.PrivateTmp
+          && hiveService.NoNewPrivileges
+          && hiveService.ProtectKernelTunables
+          && hiveService.ReadWritePaths == [ "/var/lib/hyperhive" ];
+        "credentials through LoadCredential" =
+          hiveService.LoadCredential == [ "nats.creds:/var/lib/secrets/hyperhive/alpha.nk" ];
+        "config reads the credential copy" =
+          goodHive.services.hyperhive.settings.nats.credentials_file == "${hiveCredentialDir}/nats.creds";
+        "operator config reads the file itself" =
+          goodHive.environment.etc."hyperhive/hive.toml".source.value.nats.credentials_file
+          == "/var/lib/secrets/hyperhive/alpha.nk";
+        "trusts the controller's xkey" =
+          goodHive.services.hyperhive.settings.trusted_controller_xkeys == [ keys.controller.xkey ];
+        "freeform settings kept" =
+          goodHive.services.hyperhive.settings.knowledge_repo == "/srv/git/knowledge.git";
+        "hive name from hostName" = goodHive.services.hyperhive.settings.name == "alpha";
+        "ExecStart runs the checked config" =
+          hiveService.ExecStart == "${pkgs.fake "hive-0.1.0" { }}/bin/hive run --config /nix/store/00000000000000000000000000000000-hyperhive-hive-checked.toml";
+        "docker enabled" = goodHive.virtualisation.docker.enable;
+        "config checked by hive --check-config with credential stand-ins" =
+          lib.hasInfix "touch credentials/nats.creds" goodHive.services.hyperhive.configFile.script
+          && lib.hasInfix "sed \"s|${hiveCredentialDir}/|$PWD/credentials/|g\"" goodHive.services.hyperhive.configFile.script
+          && lib.hasInfix "hive --check-config check.toml" goodHive.services.hyperhive.configFile.script;
+      };
+    };
+
+    controller = {
+      unit = controllerUnit;
+      declareUnit = declareUnit;
+      settings = goodController.services.hyperhive.swarm.controller.settings;
+      natsExecStart = natsExecStart;
+      failedAssertions = failedAssertions goodController;
+      problems = expect {
+        "no failed assertion" = failedAssertions goodController == [ ];
+        "serve with the checked config" = lib.hasSuffix "hyperhive-swarm-checked.toml serve" controllerUnit.serviceConfig.ExecStart;
+        "webhook secret through LoadCredential" = lib.elem "webhook-secret:/var/lib/secrets/hyperhive/webhook" controllerUnit.serviceConfig.LoadCredential;
+        "declare unit has no webhook secret" = !(lib.any (lib.hasPrefix "webhook-secret:") declareUnit.serviceConfig.LoadCredential);
+        "declare unit reads its own credential copy" = lib.hasInfix "hyperhive-swarm-declare.toml declare " declareUnit.serviceConfig.ExecStart;
+        "roster in the config" = goodController.services.hyperhive.swarm.controller.settings.hives.alpha.labels.zone == "eu";
+        "controller nkey in the config" = goodController.services.hyperhive.swarm.controller.settings.controller.nkey == keys.controller.nkey;
+        "firewall opened for the listen port and nats" = lib.sort lib.lessThan goodController.networking.firewall.allowedTCPPorts == [ 7380 ];
+        "nats runs the combined config" = lib.hasSuffix "nats-hyperhive.conf" natsExecStart;
+        "nats gets JetStream" = goodController.services.nats.jetstream;
+        "nats config is base settings plus nats-config, checked by nats-server -t" =
+          natsConfigFile.env.base == "\"jetstream\": {\"store_dir\":\"/var/lib/nats\"}\n\"port\": 4222\n\"server_name\": \"nats\"\n"
+          && lib.hasInfix "nats-server -t -c" natsConfigFile.script
+          && lib.hasInfix "${natsConfigFile.env.passthru.authorization}" natsConfigFile.script
+          && lib.hasInfix "swarm-controller --config /nix/store/00000000000000000000000000000000-hyperhive-roster.toml nats-config" natsConfigFile.env.passthru.authorization.script;
+        "config checked by swarm-controller --check-config" =
+          lib.hasInfix "swarm-controller --check-config check.toml" goodController.services.hyperhive.swarm.controller.configFile.script;
+      };
+    };
+  };
+
+  assertionCases = {
+    wrongHiveName = failedAssertions (eval (hiveHost { services.hyperhive.hiveName = "gamma"; })).config;
+    secretInStore = failedAssertions (eval (hiveHost {
+      services.hyperhive.nats.credentialsFile = lib.mkForce "/nix/store/00000000000000000000000000000000-alpha.nk";
+    })).config;
+    halfTls = failedAssertions (eval (hiveHost { services.hyperhive.nats.tls.certFile = "/etc/ssl/alpha.crt"; })).config;
+    unrosteredDeclaration = failedAssertions (eval (controllerHost {
+      services.hyperhive.swarm.declarations.gamma.hello.image = "hhtest/hello:1";
+    })).config;
+    missingNkey = failedAssertions (eval (controllerHost {
+      services.hyperhive.swarm.hives.gamma.labels.zone = "us";
+    })).config;
+  };
+
+  typeCases = {
+    staleAfterString = (eval (controllerHost { services.hyperhive.swarm.staleAfterSeconds = "soon"; })).config.services.hyperhive.swarm.controller.settings.stale_after_secs;
+    labelsNotAttrs = (eval (controllerHost { services.hyperhive.swarm.hives.alpha.labels = "eu"; })).config.services.hyperhive.swarm.controller.settings.hives;
+    httpListenNumber = (eval (hiveHost { services.hyperhive.httpListen = 7390; })).config.services.hyperhive.settings.http_listen;
+    relativeStateDir = (eval (hiveHost { services.hyperhive.stateDir = "var/lib/hyperhive"; })).config.services.hyperhive.settings.state_dir;
+    secretAsNixPath = (eval (hiveHost { services.hyperhive.xkeySeedFile = ./eval.nix; })).config.systemd.services.hyperhive-hive.serviceConfig.LoadCredential;
+    openFirewallString = (eval (controllerHost { services.hyperhive.swarm.controller.openFirewall = "yes"; })).config.networking.firewall.allowedTCPPorts;
+    declarationNotAttrs = (eval (controllerHost { services.hyperhive.swarm.declarations.alpha = [ "hello" ]; })).config.environment.etc."hyperhive/swarm.toml".source.value;
+    settingsFunction = (eval (hiveHost { services.hyperhive.settings.publish_interval_secs = x: x; })).config.services.hyperhive.settings.publish_interval_secs;
+  };
+}

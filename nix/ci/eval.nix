@@ -2,6 +2,7 @@
 # lib.evalModules, on the stand-ins of ./stub-nixos.nix and ./stub-pkgs.nix.
 #
 #   good.*            evaluate; `problems` lists every expectation that failed
+#                     (good.fleet: the three nodes of nix/tests/fleet.nix)
 #   assertionCases.*  evaluate; each gives the messages of failed assertions
 #   typeCases.*       must fail to evaluate with a type error
 #
@@ -103,9 +104,65 @@ let
   declareUnit = goodController.systemd.services.hyperhive-swarm-declare;
   natsExecStart = goodController.systemd.services.nats.serviceConfig.ExecStart;
   natsConfigFile = goodController.services.hyperhive.swarm.nats.configFile;
+  # The nodes of the NixOS test, evaluated on the same stand-ins: the test
+  # cannot run here, but its nodes must type-check against the modules, pass
+  # their assertions, and define every unit its script waits for.
+  fleetTest = import ../tests/fleet.nix {
+    inherit pkgs;
+    modules.swarm = ../swarm.nix;
+  };
+  vmOptions = {
+    options.virtualisation = {
+      memorySize = lib.mkOption { type = lib.types.ints.positive; };
+      diskSize = lib.mkOption { type = lib.types.ints.positive; };
+      docker.package = lib.mkOption {
+        type = lib.types.package;
+        default = pkgs.fake "docker" { };
+      };
+    };
+  };
+  fleetNodes = lib.mapAttrs (
+    name: node:
+    (eval {
+      imports = [
+        node
+        vmOptions
+      ];
+      networking.hostName = name;
+    }).config
+  ) fleetTest.nodes;
+  # Units the test script waits for, as [ { node; unit; } ].
+  awaited = map (m: {
+    node = lib.elemAt m 0;
+    unit = lib.elemAt m 1;
+  }) (lib.filter lib.isList (builtins.split "([a-z]+)\\.wait_for_unit\\(\"([^\"]+)\\.service\"\\)" fleetTest.testScript));
+  # Units that NixOS itself provides, outside the stand-ins.
+  nixosUnits = [ "docker" ];
 in
 {
   good = {
+    fleet = {
+      awaited = awaited;
+      failedAssertions = lib.mapAttrs (_: failedAssertions) fleetNodes;
+      problems = expect (
+        {
+          "no node fails an assertion" = lib.all (c: failedAssertions c == [ ]) (lib.attrValues fleetNodes);
+          "the script waits for units" = lib.length awaited >= 5;
+          "nats runs the hyperhive config" = lib.hasSuffix "nats-hyperhive.conf" fleetNodes.nats.systemd.services.nats.serviceConfig.ExecStart;
+          "alpha runs the hive as alpha" = fleetNodes.alpha.services.hyperhive.settings.name == "alpha";
+          "the image loads before the hive" = lib.elem "hyperhive-hive.service" fleetNodes.alpha.systemd.services.hyperhive-test-image.before;
+          "the hive trusts the controller" = fleetNodes.alpha.services.hyperhive.settings.trusted_controller_xkeys == [ keys.controller.xkey ];
+          "the declaration names alpha" = fleetNodes.controller.environment.etc."hyperhive/swarm.toml".source.value.hives.alpha.agents.hello.image == "hhtest/hello:1";
+        }
+        // lib.listToAttrs (
+          map (w: {
+            name = "${w.node} defines ${w.unit}.service, which the script waits for";
+            value = lib.elem w.unit nixosUnits || fleetNodes.${w.node}.systemd.services ? ${w.unit};
+          }) awaited
+        )
+      );
+    };
+
     hive = {
       unit = hiveUnit;
       settings = goodHive.services.hyperhive.settings;

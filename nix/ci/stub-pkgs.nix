@@ -52,4 +52,11 @@ in
   callPackage = _: _: throw "stand-in pkgs: callPackage is not available here; give the module's package option a stand-in";
   git = fake "git" { };
   nats-server = fake "nats-server" { };
+
+  # For the nodes of nix/tests/fleet.nix.
+  dockerTools.buildImage = args: fake "docker-image-${baseNameOf args.name}.tar.gz" { inherit args; };
+  buildEnv = args: fake args.name { inherit args; };
+  busybox = fake "busybox" { };
+  jq = fake "jq" { };
+  natscli = fake "natscli" { };
 }

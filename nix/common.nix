@@ -18,13 +18,14 @@ rec {
   # Where systemd exposes a unit's LoadCredential files.
   credentialDir = unit: "/run/credentials/${unit}.service";
 
-  # An optional secret file that reaches the unit through LoadCredential.
+  # An optional file (a secret, or one the daemon reads next to secrets) that
+  # reaches the unit through LoadCredential.
   secretFileOption =
-    what:
+    exampleName: what:
     mkOption {
       type = types.nullOr absolutePath;
       default = null;
-      example = "/var/lib/secrets/hyperhive/${lib.replaceStrings [ " " ] [ "-" ] what}";
+      example = "/var/lib/secrets/hyperhive/${exampleName}";
       description = ''
         ${what}. systemd reads it at start (LoadCredential) and hands the
         daemon a copy under /run/credentials/; it never enters the Nix store.
@@ -40,24 +41,18 @@ rec {
         inherit example;
         description = "NATS server URL; several may be given separated by commas.";
       };
-      credentialsFile = secretFileOption "NATS credentials: a .creds file or an nkey seed file";
+      credentialsFile = secretFileOption "nats.nk" "NATS credentials: a .creds file or an nkey seed file";
       tls = {
         required = mkOption {
           type = types.bool;
           default = false;
           description = "Require TLS even when the server does not ask for it.";
         };
-        caFile = mkOption {
-          type = types.nullOr absolutePath;
-          default = null;
-          description = "CA bundle that verifies the NATS server (not secret; read in place).";
-        };
-        certFile = mkOption {
-          type = types.nullOr absolutePath;
-          default = null;
-          description = "Client certificate for mutual TLS (not secret; read in place). Needs keyFile.";
-        };
-        keyFile = secretFileOption "Client key for mutual TLS";
+        # Not secret, but handed over like the key: the unit sees one
+        # directory of files, and the build-time check can stand in for it.
+        caFile = secretFileOption "nats-ca.pem" "CA bundle that verifies the NATS server";
+        certFile = secretFileOption "nats-client.crt" "Client certificate for mutual TLS (needs keyFile)";
+        keyFile = secretFileOption "nats-client.key" "Client key for mutual TLS (needs certFile)";
       };
     };
 
@@ -88,8 +83,8 @@ rec {
       secret = credential: path: if path == null then null else secretPath credential path;
       tls = withoutNulls {
         required = if nats.tls.required then true else null;
-        ca_file = nats.tls.caFile;
-        cert_file = nats.tls.certFile;
+        ca_file = secret "nats-ca.pem" nats.tls.caFile;
+        cert_file = secret "nats-tls.crt" nats.tls.certFile;
         key_file = secret "nats-tls.key" nats.tls.keyFile;
       };
     in
@@ -103,6 +98,14 @@ rec {
     "nats.creds" = {
       option = "${optionPrefix}.nats.credentialsFile";
       path = nats.credentialsFile;
+    };
+    "nats-ca.pem" = {
+      option = "${optionPrefix}.nats.tls.caFile";
+      path = nats.tls.caFile;
+    };
+    "nats-tls.crt" = {
+      option = "${optionPrefix}.nats.tls.certFile";
+      path = nats.tls.certFile;
     };
     "nats-tls.key" = {
       option = "${optionPrefix}.nats.tls.keyFile";
@@ -121,7 +124,9 @@ rec {
   # build time, so a bad config fails `nixos-rebuild` instead of the unit.
   # The config points at /run/credentials/<unit>/, which the build sandbox
   # does not have: the check reads a copy that points at empty stand-ins.
-  # (The daemons' check looks at whether those files exist, not into them.)
+  # (The daemons' check looks at whether those files exist, not into them;
+  # it must not require what exists only at run time: the state directory,
+  # the docker socket, a generated xkey seed.)
   checkedConfig =
     {
       pkgs,

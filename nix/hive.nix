@@ -116,7 +116,7 @@ in
 
     nats = common.natsOptions { example = "nats://nats.example:4222"; };
 
-    xkeySeedFile = common.secretFileOption ''
+    xkeySeedFile = common.secretFileOption "hive-xkey.seed" ''
       The hive's xkey seed, which opens credentials sealed for it. Leave null
       to let the hive generate one under stateDir at first start'';
 

@@ -313,11 +313,11 @@ in
         '';
       };
 
-      xkeySeedFile = common.secretFileOption ''
+      xkeySeedFile = common.secretFileOption "controller-xkey.seed" ''
         The controller's xkey seed, which seals credentials. Leave null to
         use ${stateDir}/xkey.seed, created by the controller'';
 
-      webhookSecretFile = common.secretFileOption "The forge webhook's HMAC secret";
+      webhookSecretFile = common.secretFileOption "webhook-secret" "The forge webhook's HMAC secret";
 
       checkConfig = mkOption {
         type = types.bool;

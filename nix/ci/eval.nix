@@ -99,6 +99,19 @@ let
   hiveService = hiveUnit.serviceConfig;
   hiveCredentialDir = "/run/credentials/hyperhive-hive.service";
 
+  tlsHive =
+    (eval (hiveHost {
+      services.hyperhive = {
+        nats.tls = {
+          required = true;
+          caFile = "/etc/ssl/nats-ca.pem";
+          certFile = "/var/lib/secrets/hyperhive/alpha.crt";
+          keyFile = "/var/lib/secrets/hyperhive/alpha.key";
+        };
+        xkeySeedFile = "/var/lib/secrets/hyperhive/alpha.xk";
+      };
+    })).config;
+
   goodController = (eval (controllerHost { })).config;
   controllerUnit = goodController.systemd.services.hyperhive-swarm;
   declareUnit = goodController.systemd.services.hyperhive-swarm-declare;
@@ -201,6 +214,22 @@ in
         "ExecStart runs the checked config" =
           hiveService.ExecStart == "${pkgs.fake "hive-0.1.0" { }}/bin/hive run --config /nix/store/00000000000000000000000000000000-hyperhive-hive-checked.toml";
         "docker enabled" = goodHive.virtualisation.docker.enable;
+        "TLS files and xkey seed through LoadCredential" =
+          failedAssertions tlsHive == [ ]
+          && lib.sort lib.lessThan tlsHive.systemd.services.hyperhive-hive.serviceConfig.LoadCredential == [
+            "nats-ca.pem:/etc/ssl/nats-ca.pem"
+            "nats-tls.crt:/var/lib/secrets/hyperhive/alpha.crt"
+            "nats-tls.key:/var/lib/secrets/hyperhive/alpha.key"
+            "nats.creds:/var/lib/secrets/hyperhive/alpha.nk"
+            "xkey.seed:/var/lib/secrets/hyperhive/alpha.xk"
+          ]
+          && tlsHive.services.hyperhive.settings.nats.tls == {
+            required = true;
+            ca_file = "${hiveCredentialDir}/nats-ca.pem";
+            cert_file = "${hiveCredentialDir}/nats-tls.crt";
+            key_file = "${hiveCredentialDir}/nats-tls.key";
+          }
+          && tlsHive.services.hyperhive.settings.xkey_seed_file == "${hiveCredentialDir}/xkey.seed";
         "config checked by hive --check-config with credential stand-ins" =
           lib.hasInfix "touch credentials/nats.creds" goodHive.services.hyperhive.configFile.script
           && lib.hasInfix "sed \"s|${hiveCredentialDir}/|$PWD/credentials/|g\"" goodHive.services.hyperhive.configFile.script

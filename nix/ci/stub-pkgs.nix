@@ -57,6 +57,7 @@ in
   dockerTools.buildImage = args: fake "docker-image-${baseNameOf args.name}.tar.gz" { inherit args; };
   buildEnv = args: fake args.name { inherit args; };
   busybox = fake "busybox" { };
+  curl = fake "curl" { };
   jq = fake "jq" { };
   natscli = fake "natscli" { };
 }

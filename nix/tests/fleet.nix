@@ -95,9 +95,10 @@ in
       };
 
     alpha =
-      { config, ... }:
+      { config, pkgs, ... }:
       {
         imports = [ fleet ];
+        environment.systemPackages = [ pkgs.curl ];
         virtualisation.memorySize = 2048;
         virtualisation.diskSize = 4096;
         environment.etc = testSecret "alpha.nk" keys.alpha.nkeySeed;

@@ -179,6 +179,10 @@ in
     hive = {
       unit = hiveUnit;
       settings = goodHive.services.hyperhive.settings;
+      # The build-time check as the module writes it, and the store path of
+      # the config it checks, so .ci/nix-check can run it with a real binary.
+      checkScript = goodHive.services.hyperhive.configFile.script;
+      uncheckedConfig = toString (pkgs.fake "hyperhive-hive.toml" { });
       failedAssertions = failedAssertions goodHive;
       problems = expect {
         "no failed assertion" = failedAssertions goodHive == [ ];

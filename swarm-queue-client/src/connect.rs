@@ -222,13 +222,17 @@ pub async fn connect(config: &NatsConfig, name: &str) -> Result<Connection, Conn
         .join(",");
     let mut opts = ConnectOptions::new();
     if let Some(path) = &config.credentials_file {
-        opts = opts
-            .credentials_file(path)
+        let credentials_error = |source| ConnectError::Credentials {
+            path: path.clone(),
+            source,
+        };
+        let contents = tokio::fs::read_to_string(path)
             .await
-            .map_err(|source| ConnectError::Credentials {
-                path: path.clone(),
-                source,
-            })?;
+            .map_err(credentials_error)?;
+        opts = match nkey_seed(&contents) {
+            Some(seed) => opts.nkey(seed),
+            None => opts.credentials(&contents).map_err(credentials_error)?,
+        };
     }
     let tls = &config.tls;
     if tls.required {
@@ -291,6 +295,22 @@ pub async fn connect(config: &NatsConfig, name: &str) -> Result<Connection, Conn
     })
 }
 
+/// The user nkey seed of a plain seed file (what `nk -gen user` writes: the
+/// seed, maybe followed by the public key), or `None` for anything else,
+/// which is then read as a decorated `.creds` file. A nats-server whose
+/// users are nkeys (the authorization `swarm-controller nats-config` writes)
+/// needs the first; an operator/JWT setup the second.
+fn nkey_seed(contents: &str) -> Option<String> {
+    if contents.contains("-----BEGIN") {
+        return None;
+    }
+    contents
+        .lines()
+        .map(str::trim)
+        .find(|line| line.starts_with("SU"))
+        .map(str::to_string)
+}
+
 /// Fail fast when the client is not connected, instead of letting a
 /// JetStream request wait for its timeout.
 pub fn ensure_connected(client: &Client) -> Result<(), NotConnected> {
@@ -324,6 +344,22 @@ mod tests {
             NatsConfig::default().server_addrs(),
             Err(ConnectError::NotConfigured)
         ));
+    }
+
+    #[test]
+    fn a_plain_seed_file_is_an_nkey_and_a_creds_file_is_not() {
+        let seed = "SUAN2V5XOP5JNJO27FILRZ45RVRBB32YC7XPLF7KUGCAA2MVBZOYUTMV24";
+        assert_eq!(nkey_seed(seed).as_deref(), Some(seed));
+        // `nk -gen user -pubout`: seed, then public key.
+        let with_public =
+            format!("{seed}\nUDXIL452LOQQGCB5SWW7VY2X7TWFDBMB6XKYXQ7BJGXOMOWDWGUVME7Y\n");
+        assert_eq!(nkey_seed(&with_public).as_deref(), Some(seed));
+        let creds = format!(
+            "-----BEGIN NATS USER JWT-----\neyJ0eXAi\n------END NATS USER JWT------\n\n\
+             -----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n"
+        );
+        assert_eq!(nkey_seed(&creds), None);
+        assert_eq!(nkey_seed("not a key\n"), None);
     }
 
     #[test]

@@ -232,17 +232,16 @@ pub fn read_nkey_seed(path: &std::path::Path) -> Result<String, ConnectError> {
         return Err(fail(format!("it is {} bytes, not a seed", meta.len())));
     }
     let text = std::fs::read_to_string(path).map_err(|e| fail(format!("cannot read it: {e}")))?;
-    let seed = text.trim();
-    if !seed.starts_with("SU") {
-        return Err(fail(
-            "it does not hold an nkey user seed (one line starting with SU, as written by `nk -gen user`)"
+    let seed = nkey_seed(&text).ok_or_else(|| {
+        fail(
+            "it does not hold an nkey user seed (a line starting with SU, as written by `nk -gen user`)"
                 .into(),
-        ));
-    }
-    nkeys::KeyPair::from_seed(seed).map_err(|_| {
+        )
+    })?;
+    nkeys::KeyPair::from_seed(&seed).map_err(|_| {
         fail("its SU… line is not a valid nkey seed (bad checksum or length)".into())
     })?;
-    Ok(seed.to_string())
+    Ok(seed)
 }
 
 /// One process's NATS connection, shared by all its tasks.
@@ -452,7 +451,9 @@ mod tests {
         let dir = tempfile_dir();
         let good = dir.join("good.seed");
         let seed = nkeys::KeyPair::new_user().seed().unwrap();
-        std::fs::write(&good, format!("{seed}\n")).unwrap();
+        let public = nkeys::KeyPair::from_seed(&seed).unwrap().public_key();
+        // As `nk -gen user -pubout` writes it: the seed, then the public key.
+        std::fs::write(&good, format!("{seed}\n{public}\n")).unwrap();
         assert_eq!(read_nkey_seed(&good).unwrap(), seed);
         let cfg = |p: &std::path::Path| NatsConfig {
             nkey_seed_file: Some(p.to_path_buf()),

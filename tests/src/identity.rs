@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use swarm_queue_client::NatsConfig;
+use swarm_queue_client::subjects::{hive_connection_name, CONTROLLER_CONNECTION_NAME};
+use swarm_queue_client::{Connection, HiveName, NatsConfig};
 
 use crate::NatsServer;
 
@@ -90,6 +91,34 @@ impl SecuredNats {
         }
     }
 
+    /// Start a server with the authorization `swarm-controller nats-config`
+    /// renders for `hives`.
+    pub fn start_generated(hives: &[&str]) -> Self {
+        Self::start(hives, render_roster)
+    }
+
+    /// Connect as the controller, the way the controller does, and wait
+    /// until the connection is up.
+    pub async fn controller_conn(&self) -> Connection {
+        connect_as(
+            &self.server.url(),
+            &self.controller,
+            CONTROLLER_CONNECTION_NAME,
+        )
+        .await
+    }
+
+    /// Connect as hive `name`, the way its daemon does.
+    pub async fn hive_conn(&self, name: &str) -> Connection {
+        let hive = HiveName::new(name).expect("a valid hive name");
+        connect_as(
+            &self.server.url(),
+            self.hive(name),
+            &hive_connection_name(&hive),
+        )
+        .await
+    }
+
     pub fn hive(&self, name: &str) -> &Identity {
         self.hives
             .get(name)
@@ -142,6 +171,36 @@ impl SecuredNats {
             .map(str::to_string)
             .collect()
     }
+}
+
+/// The authorization text `swarm-controller nats-config` prints for this
+/// roster.
+pub fn render_roster(controller: &str, hives: &[(String, String)]) -> String {
+    let hives: Vec<(HiveName, Option<String>)> = hives
+        .iter()
+        .map(|(h, k)| {
+            (
+                HiveName::new(h.clone()).expect("a valid hive name"),
+                Some(k.clone()),
+            )
+        })
+        .collect();
+    swarm_controller::nats_config::render(controller, &hives).expect("render the roster")
+}
+
+/// Connect through `swarm_queue_client::connect` (the daemons' code path)
+/// and wait until the connection is up.
+pub async fn connect_as(url: &str, id: &Identity, name: &str) -> Connection {
+    let conn = swarm_queue_client::connect(&id.nats_config(url), name)
+        .await
+        .expect("connect");
+    let client = conn.client.clone();
+    crate::wait_until(Duration::from_secs(20), "the connection to be up", || {
+        let ok = swarm_queue_client::ensure_connected(&client).is_ok();
+        async move { ok.then_some(()) }
+    })
+    .await;
+    conn
 }
 
 /// Which permission the server refused.

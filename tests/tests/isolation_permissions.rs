@@ -17,8 +17,7 @@ use hyperhive_tests::wait_until;
 use swarm_queue_client::buckets::{read_prefix, watch_key, WatchFrom};
 use swarm_queue_client::permissions::js_api;
 use swarm_queue_client::subjects::{
-    controller_inbox_prefix, credential_key, hive_connection_name, HiveSubjects,
-    CONTROLLER_CONNECTION_NAME, KNOWLEDGE,
+    controller_inbox_prefix, credential_key, HiveSubjects, KNOWLEDGE,
 };
 use swarm_queue_client::{
     decode, encode, open_or_create, AccountName, AgentName, Bucket, BucketSettings, Connection,
@@ -30,38 +29,8 @@ const T: Duration = Duration::from_secs(20);
 /// long for one (the refusal itself is read from the server log).
 const REFUSED_WAIT: Duration = Duration::from_millis(700);
 
-fn render(controller: &str, hives: &[(String, String)]) -> String {
-    let hives: Vec<(HiveName, Option<String>)> = hives
-        .iter()
-        .map(|(h, k)| (HiveName::new(h.clone()).unwrap(), Some(k.clone())))
-        .collect();
-    swarm_controller::nats_config::render(controller, &hives).expect("render the roster")
-}
-
 fn hive(name: &str) -> HiveName {
     HiveName::new(name).unwrap()
-}
-
-async fn connect_as(url: &str, id: &Identity, name: &str) -> Connection {
-    let conn = swarm_queue_client::connect(&id.nats_config(url), name)
-        .await
-        .expect("connect");
-    let client = conn.client.clone();
-    wait_until(T, "the connection to be up", || {
-        let ok = swarm_queue_client::ensure_connected(&client).is_ok();
-        async move { ok.then_some(()) }
-    })
-    .await;
-    conn
-}
-
-async fn connect_hive(s: &SecuredNats, name: &str) -> Connection {
-    connect_as(
-        &s.server.url(),
-        s.hive(name),
-        &hive_connection_name(&hive(name)),
-    )
-    .await
 }
 
 fn js(conn: &Connection, timeout: Duration) -> jetstream::Context {
@@ -116,10 +85,10 @@ fn violations_by(s: &SecuredNats, key: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn a_hive_reaches_everything_that_is_its_own() {
-    let s = SecuredNats::start(&["alpha", "beta"], render);
-    let ctl = connect_as(&s.server.url(), &s.controller, CONTROLLER_CONNECTION_NAME).await;
+    let s = SecuredNats::start_generated(&["alpha", "beta"]);
+    let ctl = s.controller_conn().await;
     let [_, ctl_wanted, _] = seed(&ctl).await;
-    let a = connect_hive(&s, "alpha").await;
+    let a = s.hive_conn("alpha").await;
     let ajs = js(&a, Duration::from_secs(5));
 
     // Its own status: open (not create) and put.
@@ -276,10 +245,10 @@ async fn a_hive_reaches_everything_that_is_its_own() {
 
 #[tokio::test]
 async fn a_hive_cannot_touch_another_hives_keys_or_subjects() {
-    let s = SecuredNats::start(&["alpha", "beta"], render);
-    let ctl = connect_as(&s.server.url(), &s.controller, CONTROLLER_CONNECTION_NAME).await;
+    let s = SecuredNats::start_generated(&["alpha", "beta"]);
+    let ctl = s.controller_conn().await;
     seed(&ctl).await;
-    let a = connect_hive(&s, "alpha").await;
+    let a = s.hive_conn("alpha").await;
     let ajs = js(&a, REFUSED_WAIT);
     let me = s.hive("alpha").public.clone();
     let status = open(&ajs, Bucket::Status).await;
@@ -454,8 +423,8 @@ async fn a_hive_cannot_touch_another_hives_keys_or_subjects() {
 
 #[tokio::test]
 async fn a_hive_opens_buckets_but_never_creates_them() {
-    let s = SecuredNats::start(&["alpha"], render);
-    let a = connect_hive(&s, "alpha").await;
+    let s = SecuredNats::start_generated(&["alpha"]);
+    let a = s.hive_conn("alpha").await;
     let me = s.hive("alpha").public.clone();
     let err = open_or_create(
         &js(&a, REFUSED_WAIT),
@@ -480,7 +449,7 @@ async fn a_hive_opens_buckets_but_never_creates_them() {
     );
 
     // Once the controller created it, the same call opens it.
-    let ctl = connect_as(&s.server.url(), &s.controller, CONTROLLER_CONNECTION_NAME).await;
+    let ctl = s.controller_conn().await;
     open(&js(&ctl, Duration::from_secs(5)), Bucket::Status).await;
     let status = open(&js(&a, Duration::from_secs(5)), Bucket::Status).await;
     status
@@ -491,7 +460,7 @@ async fn a_hive_opens_buckets_but_never_creates_them() {
 
 #[tokio::test]
 async fn an_identity_not_on_the_roster_cannot_connect() {
-    let s = SecuredNats::start(&["alpha"], render);
+    let s = SecuredNats::start_generated(&["alpha"]);
     let stranger = Identity::new_user();
     let _conn = swarm_queue_client::connect(&stranger.nats_config(&s.server.url()), "hive-alpha")
         .await
@@ -511,13 +480,13 @@ async fn an_identity_not_on_the_roster_cannot_connect() {
 
 #[tokio::test]
 async fn the_controller_can_do_everything_hyperhive_needs() {
-    let s = SecuredNats::start(&["alpha", "beta"], render);
-    let ctl = connect_as(&s.server.url(), &s.controller, CONTROLLER_CONNECTION_NAME).await;
+    let s = SecuredNats::start_generated(&["alpha", "beta"]);
+    let ctl = s.controller_conn().await;
     // Create buckets, declare, store credentials.
     let [status, wanted, creds] = seed(&ctl).await;
     // Read every status: a hive writes its own, the controller lists and
     // watches them all (the stock, unnamed watch and keys()).
-    let a = connect_hive(&s, "alpha").await;
+    let a = s.hive_conn("alpha").await;
     open(&js(&a, Duration::from_secs(5)), Bucket::Status)
         .await
         .put("alpha", "alpha-up".into())

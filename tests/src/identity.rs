@@ -72,6 +72,16 @@ impl SecuredNats {
     /// authorization with `render` (the code under test), and start a server
     /// with it.
     pub fn start(hives: &[&str], render: impl FnOnce(&str, &[(String, String)]) -> String) -> Self {
+        Self::start_with_args(hives, render, &[])
+    }
+
+    /// The same with extra nats-server arguments (for example `-V` to trace
+    /// every message, payloads included, into the server log).
+    pub fn start_with_args(
+        hives: &[&str],
+        render: impl FnOnce(&str, &[(String, String)]) -> String,
+        args: &[&str],
+    ) -> Self {
         let controller = Identity::new_user();
         let hives: BTreeMap<String, Identity> = hives
             .iter()
@@ -82,7 +92,7 @@ impl SecuredNats {
             .map(|(h, id)| (h.clone(), id.public.clone()))
             .collect();
         let config_text = render(&controller.public, &roster);
-        let server = NatsServer::start_with(Some(&config_text), &[]);
+        let server = NatsServer::start_with(Some(&config_text), args);
         SecuredNats {
             server,
             controller,

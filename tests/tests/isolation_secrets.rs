@@ -90,7 +90,7 @@ fn leak_forms(secret: &[u8]) -> Vec<Vec<u8>> {
                 (shift * 8).div_ceil(6)
             };
             let end = encoded.len().saturating_sub(2);
-            forms.push(encoded[start..end].as_bytes().to_vec());
+            forms.push(encoded.as_bytes()[start..end].to_vec());
         }
     }
     forms

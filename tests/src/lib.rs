@@ -18,6 +18,7 @@ pub mod hive;
 pub mod identity;
 pub mod nats;
 pub mod process;
+pub mod trace_log;
 
 pub use nats::NatsServer;
 pub use process::{controller_bin, hive_bin, Daemon};

@@ -13,9 +13,8 @@
 //! The scanner is shown to work: it finds the secret in the delivered file.
 //! And a hive with the wrong xkey cannot open another hive's credential.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, kv};
@@ -26,6 +25,7 @@ use hive::events::{DeployFn, EventDeps};
 use hive::readiness::Health;
 use hyperhive_tests::hive::{HiveProc, HiveSpec};
 use hyperhive_tests::identity::{render_roster, SecuredNats};
+use hyperhive_tests::trace_log::in_process_log;
 use hyperhive_tests::wait_until;
 use swarm_queue_client::credentials::{self, seal, CredentialEnvelope, CredentialError, XKey};
 use swarm_queue_client::subjects::{credential_key, HiveSubjects};
@@ -35,35 +35,6 @@ use swarm_queue_client::{
 };
 
 const T: Duration = Duration::from_secs(30);
-
-/// Every tracing event of the code run in-process (the hive's tasks and the
-/// contract crate), at trace level, into one file.
-fn in_process_log() -> &'static Path {
-    static LOG: OnceLock<PathBuf> = OnceLock::new();
-    LOG.get_or_init(|| {
-        let path = std::env::temp_dir().join(format!("hhtest-secrets-{}.log", std::process::id()));
-        let file = std::fs::File::create(&path).expect("create the in-process log");
-        let file = Arc::new(Mutex::new(file));
-        let writer = move || LockedFile(file.clone());
-        tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_ansi(false)
-            .with_writer(writer)
-            .init();
-        path
-    })
-}
-
-struct LockedFile(Arc<Mutex<std::fs::File>>);
-
-impl Write for LockedFile {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("log lock").write(buf)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.0.lock().expect("log lock").flush()
-    }
-}
 
 /// The forms a secret could leak in: as is, hex (both cases), and base64
 /// (standard and URL alphabets) at each of the three byte alignments it can

@@ -238,8 +238,8 @@ pub fn hive_permissions(hive: &HiveName) -> Permissions {
         publish.push(grant(
             js_api::consumer_delete(b, "*"),
             format!(
-                "delete its previous watch consumer on {} when the client recreates one \
-                 after a gap (names are random and listing is not granted)",
+                "delete the consumer an ordered read of {} replaces after a gap \
+                 (names are random; listing them is not granted)",
                 b.name()
             ),
         ));

@@ -92,4 +92,40 @@ mod tests {
             "{msg}"
         );
     }
+
+    /// The worked example in docs/security.md is exactly what `render`
+    /// prints for the roster shown there.
+    #[test]
+    fn the_worked_example_in_the_docs_is_current() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/security.md");
+        let doc = std::fs::read_to_string(path).unwrap();
+        let example = &doc[doc.find("## Worked example").expect("the example section")..];
+        let block = |fence: &str| -> String {
+            let start = example
+                .find(fence)
+                .unwrap_or_else(|| panic!("{fence} block"))
+                + fence.len();
+            let end = example[start..].find("\n```").unwrap() + start;
+            example[start..end].trim_start_matches('\n').to_string()
+        };
+        let roster: toml::Value = toml::from_str(&block("```toml")).unwrap();
+        let controller = roster["controller"]["nkey"].as_str().unwrap();
+        let hives: Vec<(HiveName, Option<String>)> = roster["hives"]
+            .as_table()
+            .unwrap()
+            .iter()
+            .map(|(name, t)| {
+                (
+                    HiveName::new(name.clone()).unwrap(),
+                    t["nkey"].as_str().map(str::to_string),
+                )
+            })
+            .collect();
+        let rendered = render(controller, &hives).unwrap();
+        assert_eq!(
+            block("```text").trim_end(),
+            rendered.trim_end(),
+            "regenerate the example in docs/security.md"
+        );
+    }
 }

@@ -18,6 +18,7 @@
 //! Invariants: one NATS connection per process; nothing stamps its own time;
 //! the hive keeps running its agents when NATS or the controller is away.
 
+pub mod api;
 pub mod cli;
 pub mod config;
 pub mod converge;
@@ -27,6 +28,7 @@ pub mod events;
 pub mod http;
 pub mod jobs;
 pub mod knowledge;
+pub mod ops;
 pub mod publisher;
 pub mod readiness;
 pub mod runtime;

@@ -411,10 +411,10 @@ impl Store {
     }
 
     /// "Deploy this agent": a first deploy when nothing is installed or on
-    /// its way, otherwise a rebuild that re-resolves the image (a deploy
-    /// request means "run the latest of what is declared"). Decided and
-    /// queued in one transaction, so two concurrent requests cannot both
-    /// decide "first deploy" from a stale read.
+    /// its way (joining a first deploy that has not started), otherwise a
+    /// rebuild that re-resolves the image (a deploy request means "run the
+    /// latest of what is declared"). Decided and queued in one transaction,
+    /// so two concurrent requests cannot both decide from a stale read.
     pub fn request_deploy(
         &mut self,
         agent: &AgentName,
@@ -424,7 +424,17 @@ impl Store {
     ) -> Result<Enqueued, StoreError> {
         let path = self.path.clone();
         let tx = self.immediate("enqueue deploy")?;
-        let installed = is_installed_or_coming(&tx, &path, agent)?;
+        // A first deploy that has not started yet absorbs this one; once
+        // one is on its way (or done), deploying again means a rebuild.
+        let first_pending: bool = tx
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM jobs WHERE agent = ?1 AND kind = 'first_deploy'
+                                AND state = 'pending')",
+                params![agent.as_str()],
+                |r| r.get(0),
+            )
+            .map_err(sql_at(&path, "check pending deploy"))?;
+        let installed = !first_pending && is_installed_or_coming(&tx, &path, agent)?;
         let request = if installed {
             JobRequest::Rebuild {
                 spec,

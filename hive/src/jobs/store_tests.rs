@@ -403,6 +403,15 @@ fn deploy_decides_first_deploy_or_rebuild_in_one_transaction() {
         .request_deploy(&a, spec("local/x:1"), None, 0)
         .unwrap();
     assert_eq!(q1.kind, JobKind::FirstDeploy);
+    let q = store
+        .request_deploy(&a, spec("local/x:1"), None, 1)
+        .unwrap();
+    assert_eq!(
+        (q.kind, q.job, q.coalesced),
+        (JobKind::FirstDeploy, q1.job, true)
+    );
+    // Once the first deploy has started, deploying again is a rebuild.
+    store.claim(1, None).unwrap().unwrap();
     let q2 = store
         .request_deploy(&a, spec("local/x:1"), None, 1)
         .unwrap();

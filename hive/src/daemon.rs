@@ -113,7 +113,7 @@ pub async fn run(config: HiveConfig, shutdown: Shutdown) -> Result<(), DaemonErr
                 health: health.clone(),
                 hive: name,
                 interval: config.publish_interval,
-                bucket: config.nats.buckets.get(Bucket::Status).clone(),
+                bucket: config.nats.buckets.get(Bucket::Status),
             },
             shutdown.clone(),
         ));

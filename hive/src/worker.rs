@@ -737,7 +737,7 @@ async fn ensure_image<R: ContainerRuntime>(
             .pull(&image, &progress)
             .await
             .map(|()| format!("pulled {image}"))
-            .map_err(NodeError::runtime(format!("pull {image}"))),
+            .map_err(NodeError::runtime(format!("image for agent {agent}"))),
         Some(build) => build_image(deps, agent, build, &image, relock, &progress).await,
     };
     drop(progress);
@@ -756,7 +756,7 @@ async fn build_image<R: ContainerRuntime>(
     relock: bool,
     progress: &(dyn Fn(&str) + Send + Sync),
 ) -> Result<String, NodeError> {
-    let what = format!("build {tag} for agent {agent}");
+    let what = format!("image for agent {agent}");
     let dockerfile = context::dockerfile_path(build).map_err(NodeError::runtime(&what))?;
     let (dir, from) = match context::classify(build).map_err(NodeError::runtime(&what))? {
         ContextSource::Dir(dir) => (dir.clone(), dir.display().to_string()),

@@ -192,9 +192,9 @@ pub enum RuntimeError {
     NoSuchImage { image: String, message: String },
     #[error("container name {name} is already taken: {message}")]
     NameTaken { name: String, message: String },
-    #[error("pulling {image} failed: {message}")]
+    #[error("the pull of {image} failed: {message}")]
     Pull { image: String, message: String },
-    #[error("building {tag} failed: {message}")]
+    #[error("the build of {tag} failed: {message}")]
     Build { tag: String, message: String },
     #[error("build context {context}: {reason}")]
     Context { context: String, reason: String },

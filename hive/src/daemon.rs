@@ -14,8 +14,9 @@ use tokio::task::JoinSet;
 
 use crate::config::HiveConfig;
 use crate::readiness::{keys, Health};
+use crate::runtime::DockerRuntime;
 use crate::shutdown::Shutdown;
-use crate::{http, publisher, systemd, xkey};
+use crate::{api, http, publisher, systemd, worker, xkey};
 
 /// File under the state dir holding the local API's bound address.
 pub const API_ADDR_FILE: &str = "api.addr";
@@ -33,6 +34,8 @@ pub enum DaemonError {
     },
     #[error(transparent)]
     XKey(#[from] xkey::XKeyError),
+    #[error(transparent)]
+    Jobs(#[from] crate::jobs::StoreError),
     #[error("cannot listen on {addr} for the local API")]
     Listen {
         addr: std::net::SocketAddr,
@@ -47,6 +50,9 @@ pub async fn run(config: HiveConfig, shutdown: Shutdown) -> Result<(), DaemonErr
         path: config.state_dir.clone(),
         source,
     })?;
+    // The job database first: a damaged one stops the hive before anything
+    // else runs, with the file named and its bytes left as they were.
+    let store = crate::jobs::JobStore::open(&config.db_path())?;
     let xkey = xkey::load_or_create(&config.xkey_seed_file)?;
     let health = Arc::new(Health::new(config.name.clone(), Some(xkey.public_key())));
 
@@ -66,11 +72,41 @@ pub async fn run(config: HiveConfig, shutdown: Shutdown) -> Result<(), DaemonErr
     }
 
     let mut tasks = JoinSet::new();
-    tasks.spawn(http::serve(
-        listener,
-        http::health_router(health.clone()),
-        shutdown.clone(),
-    ));
+    let mut router = http::health_router(health.clone());
+    // Containers carry the hive's name, so without one nothing is deployed.
+    if let Some(name) = config.name.clone() {
+        let runtime = Arc::new(DockerRuntime::new(
+            name.clone(),
+            config.docker_host.as_deref(),
+        ));
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let state_dir = config.state_dir.clone();
+        router = router.merge(api::router(api::ApiState {
+            store: store.clone(),
+            runtime: Arc::clone(&runtime),
+            hive: name.clone(),
+            wake: Arc::clone(&wake),
+            declared: Arc::new(move |agent| {
+                let wanted = crate::wanted::load_saved(&state_dir)?;
+                let spec = wanted.declaration.agents.get(agent)?.clone();
+                Some((spec, Some(wanted.revision)))
+            }),
+        }));
+        tasks.spawn(worker::run(
+            worker::WorkerDeps {
+                store: store.clone(),
+                runtime,
+                hive: name,
+                state_dir: config.state_dir.clone(),
+                wake,
+                health: Some(health.clone()),
+                extra_binds: vec![],
+                config: worker::WorkerConfig::default().with_env_overrides(),
+            },
+            shutdown.clone(),
+        ));
+    }
+    tasks.spawn(http::serve(listener, router, shutdown.clone()));
 
     let nats = if !config.nats.is_configured() {
         health.raise(

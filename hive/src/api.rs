@@ -10,7 +10,7 @@
 //! | GET  | `/api/v1/agents` | wanted power, observed state, image, spec, last job per agent |
 //! | GET  | `/api/v1/jobs?all=&agent=` | jobs with their nodes (unfinished and recent, or all) |
 //! | GET  | `/api/v1/jobs/{id}` | one job |
-//! | POST | `/api/v1/agents/{agent}/deploy` | first deploy, or a relocking rebuild when installed; body `{"spec"?, "revision"?}` |
+//! | POST | `/api/v1/agents/{agent}/deploy` | first deploy, or a rebuild when installed; body `{"spec"?, "revision"?, "relock"?}` |
 //! | POST | `/api/v1/agents/{agent}/rebuild` | body `{"relock": bool}` |
 //! | POST | `/api/v1/agents/{agent}/start` · `/stop` | set power intent, queue a reconcile |
 //! | POST | `/api/v1/agents/{agent}/retire` | stop and remove, keep the data |
@@ -322,6 +322,9 @@ pub struct DeployBody {
     pub spec: Option<AgentSpec>,
     #[serde(default)]
     pub revision: Option<u64>,
+    /// When the agent is already installed: re-resolve the image.
+    #[serde(default)]
+    pub relock: bool,
 }
 
 /// Body of a rebuild.
@@ -384,7 +387,7 @@ async fn deploy<R: ContainerRuntime>(
     let a = agent.clone();
     let q = state
         .store
-        .call(move |s| s.request_deploy(&a, spec, revision, now_ms()))
+        .call(move |s| s.request_deploy(&a, spec, revision, body.relock, now_ms()))
         .await?;
     Ok(queued(&state, agent, q))
 }

@@ -41,15 +41,19 @@ pub enum Command {
         /// The job id, as `hive jobs` shows it.
         id: JobId,
     },
-    /// Deploy an agent: a first deploy, or a rebuild that re-resolves the
-    /// image when it is already installed. The spec comes from this hive's
-    /// declaration unless --spec gives one.
+    /// Deploy an agent: a first deploy, or a rebuild when it is already
+    /// installed. The spec comes from this hive's declaration unless --spec
+    /// gives one.
     Deploy {
         agent: AgentName,
         /// A JSON file with the agent's spec (the same shape as one entry
         /// of a declaration's `agents`).
         #[arg(long, value_name = "FILE")]
         spec: Option<PathBuf>,
+        /// When already installed: resolve the image again (pull the tag,
+        /// or fetch and rebuild the build context).
+        #[arg(long)]
+        relock: bool,
         /// Follow the job until it finishes; exit 1 if it fails.
         #[arg(long)]
         wait: bool,
@@ -234,11 +238,17 @@ async fn execute(cmd: Command, api: &str, json: bool) -> Result<i32, OpsError> {
             }
             return Ok(0);
         }
-        Command::Deploy { agent, spec, wait } => {
+        Command::Deploy {
+            agent,
+            spec,
+            relock,
+            wait,
+        } => {
             let spec = spec.map(|p| read_spec(&p)).transpose()?;
             let body = DeployBody {
                 spec,
                 revision: None,
+                relock,
             };
             (agent, "deploy", to_value(&body), wait)
         }

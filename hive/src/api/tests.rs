@@ -273,6 +273,7 @@ async fn the_operator_verbs_drive_a_deploy_to_the_end() {
     let deploy = ops::Command::Deploy {
         agent: AgentName::new("declared").unwrap(),
         spec: None,
+        relock: false,
         wait: true,
     };
     assert_eq!(ops::run(deploy, &s.base, false).await, 0);
@@ -335,12 +336,14 @@ async fn the_operator_verbs_drive_a_deploy_to_the_end() {
     let failing = ops::Command::Deploy {
         agent: AgentName::new("nothere").unwrap(),
         spec: Some(spec_file),
+        relock: false,
         wait: true,
     };
     assert_eq!(ops::run(failing, &s.base, false).await, 1);
     let missing_spec = ops::Command::Deploy {
         agent: AgentName::new("x").unwrap(),
         spec: Some("/nonexistent/spec.json".into()),
+        relock: false,
         wait: false,
     };
     assert_eq!(ops::run(missing_spec, &s.base, false).await, 1);

@@ -412,14 +412,15 @@ impl Store {
 
     /// "Deploy this agent": a first deploy when nothing is installed or on
     /// its way (joining a first deploy that has not started), otherwise a
-    /// rebuild that re-resolves the image (a deploy request means "run the
-    /// latest of what is declared"). Decided and queued in one transaction,
-    /// so two concurrent requests cannot both decide from a stale read.
+    /// rebuild with `spec`, re-resolving the image when `relock`. Decided
+    /// and queued in one transaction, so two concurrent requests cannot both
+    /// decide from a stale read.
     pub fn request_deploy(
         &mut self,
         agent: &AgentName,
         spec: AgentSpec,
         revision: Option<u64>,
+        relock: bool,
         now: Millis,
     ) -> Result<Enqueued, StoreError> {
         let path = self.path.clone();
@@ -438,7 +439,7 @@ impl Store {
         let request = if installed {
             JobRequest::Rebuild {
                 spec,
-                relock: true,
+                relock,
                 revision,
             }
         } else {

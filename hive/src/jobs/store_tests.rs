@@ -400,11 +400,11 @@ fn deploy_decides_first_deploy_or_rebuild_in_one_transaction() {
     let (_dir, mut store) = open();
     let a = agent("a");
     let q1 = store
-        .request_deploy(&a, spec("local/x:1"), None, 0)
+        .request_deploy(&a, spec("local/x:1"), None, false, 0)
         .unwrap();
     assert_eq!(q1.kind, JobKind::FirstDeploy);
     let q = store
-        .request_deploy(&a, spec("local/x:1"), None, 1)
+        .request_deploy(&a, spec("local/x:1"), None, false, 1)
         .unwrap();
     assert_eq!(
         (q.kind, q.job, q.coalesced),
@@ -413,7 +413,7 @@ fn deploy_decides_first_deploy_or_rebuild_in_one_transaction() {
     // Once the first deploy has started, deploying again is a rebuild.
     store.claim(1, None).unwrap().unwrap();
     let q2 = store
-        .request_deploy(&a, spec("local/x:1"), None, 1)
+        .request_deploy(&a, spec("local/x:1"), None, false, 1)
         .unwrap();
     assert_eq!(
         (q2.kind, q2.coalesced),
@@ -431,7 +431,7 @@ fn deploy_decides_first_deploy_or_rebuild_in_one_transaction() {
         })
         .unwrap();
     let q3 = store
-        .request_deploy(&a, spec("local/x:2"), None, 3)
+        .request_deploy(&a, spec("local/x:2"), None, true, 3)
         .unwrap();
     assert_eq!(
         (q3.kind, q3.job, q3.coalesced),

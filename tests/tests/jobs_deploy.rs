@@ -12,13 +12,15 @@ use serde_json::json;
 
 const T: Duration = Duration::from_secs(60);
 
+/// Fields drop in order: the hive is killed first, then its containers
+/// are removed, then the image they ran (an image still in use by a
+/// container would only be untagged and left behind).
 struct Setup {
     hive_name: String,
     hive: HiveProc,
     api: JobApi,
-    image: TestImage,
-    // Dropped last: removes whatever the hive left.
     _containers: ContainerGuard,
+    image: TestImage,
 }
 
 async fn setup(test: &str) -> Setup {

@@ -18,6 +18,7 @@
 pub mod docker;
 pub mod hive;
 pub mod jobs;
+pub mod kv;
 pub mod nats;
 pub mod process;
 

@@ -460,14 +460,14 @@ async fn the_hive_warns_on_bad_events_and_declarations_and_loses_nothing() {
             hive: alpha.clone(),
             health: health.clone(),
             knowledge: None,
-            credentials: Some(Deliverer {
+            credentials: Arc::new(std::sync::OnceLock::from(Deliverer {
                 client: f.hive.client.clone(),
                 store: hive_creds,
                 hive: alpha.clone(),
                 xkey: hive_xkey.clone(),
                 trusted: Arc::new(vec![controller_xkey.public_key()]),
                 agents_dir: agents_dir.clone(),
-            }),
+            })),
             deploy,
         },
         shutdown.clone(),

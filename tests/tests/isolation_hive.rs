@@ -227,7 +227,7 @@ async fn the_hive_tasks_work_under_the_hive_identity() {
             hive: alpha.clone(),
             health: health.clone(),
             knowledge: None,
-            credentials: Some(deliverer),
+            credentials: Arc::new(std::sync::OnceLock::from(deliverer)),
             deploy,
         },
         shutdown.clone(),

@@ -208,7 +208,7 @@ async fn no_secret_in_plain_text_anywhere_the_run_wrote() {
             hive: alpha.clone(),
             health,
             knowledge: None,
-            credentials: Some(deliverer.clone()),
+            credentials: Arc::new(std::sync::OnceLock::from(deliverer.clone())),
             deploy,
         },
         shutdown,

@@ -4,11 +4,11 @@
 //! replies, credential notices and boot delivery) run against a server
 //! started with the generated authorization.
 //!
-//! TODO(convergence): once `hive run` spawns the wanted, event and
-//! reconciler tasks (the lead's integration in `main`), add a test here that
-//! a `HiveProc` under its own identity converges on a declaration (agent
-//! running, `converged_revision` published). Until then the tasks are run
-//! in-process below with exactly the dependencies the daemon will give them.
+//! `a_hive_under_its_own_identity_converges_deploys_and_gets_credentials`
+//! runs the whole daemon (`hive run`) under its nkey: it converges on a
+//! declaration (container running, `converged_revision` published), answers
+//! deploy requests (and refuses one for an undeclared agent), and delivers a
+//! sealed credential, with no permissions violation.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,9 +19,11 @@ use hive::credentials::{credential_path, Deliverer};
 use hive::events::{DeployFn, EventDeps};
 use hive::readiness::Health;
 use hive::wanted::WantedDeps;
+use hyperhive_tests::docker::{ContainerGuard, TestImage};
 use hyperhive_tests::hive::{warning_keys, HiveProc, HiveSpec};
 use hyperhive_tests::identity::{SecuredNats, Violation};
-use hyperhive_tests::wait_until;
+use hyperhive_tests::kv::{container, Swarm};
+use hyperhive_tests::{unique_name, wait_until};
 use swarm_queue_client::credentials::{seal, XKey};
 use swarm_queue_client::subjects::{credential_key, hive_inbox_prefix, HiveSubjects};
 use swarm_queue_client::{
@@ -280,6 +282,109 @@ async fn the_hive_tasks_work_under_the_hive_identity() {
     let alpha_key = &s.hive("alpha").public;
     assert!(
         !s.violations().iter().any(|l| l.contains(alpha_key)),
+        "{:#?}",
+        s.violations()
+    );
+}
+
+#[tokio::test]
+async fn a_hive_under_its_own_identity_converges_deploys_and_gets_credentials() {
+    let hive_name = unique_name("iso");
+    let s = SecuredNats::start_generated(&[&hive_name, "beta"]);
+    let url = s.server.url();
+    let _guard = ContainerGuard::new(&hive_name);
+    let img = TestImage::busybox("iso-conv");
+    let ctl = s.controller_conn().await;
+    let [_, _, creds] = controller_buckets(&ctl).await;
+    let swarm = Swarm {
+        client: ctl.client.clone(),
+        js: jetstream::new(ctl.client.clone()),
+    };
+    let controller_xkey = XKey::new();
+    let extra = format!(
+        "trusted_controller_xkeys = [{:?}]\n{}",
+        controller_xkey.public_key(),
+        s.hive(&hive_name).nats_toml(&url)
+    );
+    let hive = HiveProc::start(HiveSpec {
+        name: Some(&hive_name),
+        extra: &extra,
+        ..Default::default()
+    });
+
+    // Converges on what the controller declares.
+    let declaration = serde_json::json!({
+        "schema": 1,
+        "agents": { "web": {
+            "image": img.reference,
+            "command": ["/bin/sleep", "3600"],
+            "credentials": ["smtp"],
+        } },
+    });
+    let rev = swarm.declare(&hive_name, &declaration.to_string()).await;
+    let status = swarm
+        .converged(&hive_name, rev, Duration::from_secs(90))
+        .await;
+    assert_eq!(status["agents"]["web"]["observed"], "running", "{status}");
+    assert!(container(&hive_name, "web").expect("the container").1);
+
+    // Deploy requests: queued for a declared agent, refused with the reason
+    // for one the declaration does not name.
+    let name = HiveName::new(hive_name.clone()).unwrap();
+    let subjects = HiveSubjects::new(&name);
+    let ask = |agent: &str| {
+        let request = encode(&DeployRequest::new(AgentName::new(agent).unwrap())).unwrap();
+        let (client, subject) = (ctl.client.clone(), subjects.deploy.clone());
+        async move {
+            let answer = client
+                .request(subject, request.into())
+                .await
+                .expect("a reply");
+            DeployReply::decode(&answer.payload).unwrap()
+        }
+    };
+    assert!(matches!(ask("web").await, DeployReply::Queued { .. }));
+    match ask("ghost").await {
+        DeployReply::Refused { error } => {
+            assert!(error.contains("agent ghost is not declared"), "{error}")
+        }
+        other => panic!("an undeclared agent was queued: {other:?}"),
+    }
+
+    // A credential sealed to the xkey it publishes reaches the agent.
+    let xkey = status["xkey"]
+        .as_str()
+        .expect("the hive's xkey")
+        .to_string();
+    let agent = AgentName::new("web").unwrap();
+    let account = AccountName::new("smtp").unwrap();
+    let envelope = seal(b"smtp-password", &controller_xkey, &xkey).unwrap();
+    creds
+        .put(
+            credential_key(&name, &agent, &account),
+            encode(&envelope).unwrap().into(),
+        )
+        .await
+        .unwrap();
+    ctl.client
+        .publish(
+            subjects.credential.clone(),
+            encode(&CredentialNotice::new(agent.clone(), account.clone()))
+                .unwrap()
+                .into(),
+        )
+        .await
+        .unwrap();
+    let path = credential_path(&hive.state_dir.join("agents"), &agent, &account);
+    wait_until(T, "the credential in the agent's state dir", || {
+        let got = std::fs::read(&path).ok();
+        async move { (got.as_deref() == Some(&b"smtp-password"[..])).then_some(()) }
+    })
+    .await;
+
+    let key = &s.hive(&hive_name).public;
+    assert!(
+        !s.violations().iter().any(|l| l.contains(key)),
         "{:#?}",
         s.violations()
     );

@@ -1,14 +1,16 @@
 //! Secrets: a credential goes through the real flow (the controller reads
 //! the hive's xkey from its published status, seals the secret to it,
-//! stores the envelope, publishes a notice; the hive's event listener
-//! delivers it), then everything the run produced is scanned for the
-//! secret in plain text, hex and base64:
+//! stores the envelope, publishes a notice; the `hive` process, connected
+//! with its own nkey, delivers it; the boot delivery runs too), then
+//! everything the run produced is scanned for the secret in plain text, hex
+//! and base64:
 //!
 //! - every KV bucket, every key, every revision (through the API) and the
 //!   server's JetStream store files on disk;
 //! - the nats-server log, with protocol tracing on, so every message that
 //!   crossed the server is in it with its payload;
-//! - the hive process's log and the log of the hive code run in-process.
+//! - the hive process's log at trace level, and the log of the hive code
+//!   run in-process.
 //!
 //! The scanner is shown to work: it finds the secret in the delivered file.
 //! And a hive with the wrong xkey cannot open another hive's credential.
@@ -21,8 +23,6 @@ use async_nats::jetstream::{self, consumer, kv};
 use base64::Engine;
 use futures_util::StreamExt;
 use hive::credentials::{credential_path, DeliverError, Deliverer};
-use hive::events::{DeployFn, EventDeps};
-use hive::readiness::Health;
 use hyperhive_tests::hive::{HiveProc, HiveSpec};
 use hyperhive_tests::identity::{render_roster, SecuredNats};
 use hyperhive_tests::trace_log::in_process_log;
@@ -146,11 +146,19 @@ async fn no_secret_in_plain_text_anywhere_the_run_wrote() {
     }
     let (status, creds) = (stores[0].clone(), stores[2].clone());
 
-    // A real hive publishes its status, xkey included.
-    let nats = s.hive("alpha").nats_toml(&url);
+    // A real hive, trusting the controller's xkey, publishes its status,
+    // its own xkey included.
+    let controller_xkey = XKey::new();
+    let extra = format!(
+        "trusted_controller_xkeys = [{:?}]\n{}",
+        controller_xkey.public_key(),
+        s.hive("alpha").nats_toml(&url)
+    );
+    // Everything it can log, at trace level, goes into the scanned log.
     let hive_proc = HiveProc::start(HiveSpec {
         name: Some("alpha"),
-        extra: &nats,
+        extra: &extra,
+        envs: &[("RUST_LOG", "trace")],
         ..Default::default()
     });
     let readiness = wait_until(T, "alpha's status", || {
@@ -162,13 +170,10 @@ async fn no_secret_in_plain_text_anywhere_the_run_wrote() {
     })
     .await;
     let hive_xkey_public = readiness.xkey.expect("the hive publishes its xkey");
-    // The hive's private xkey, as the daemon keeps it in its state dir.
-    let hive_xkey = hive::xkey::load_or_create(&hive_proc.state_dir.join("xkey.seed")).unwrap();
-    assert_eq!(hive_xkey.public_key(), hive_xkey_public);
 
-    // The controller seals a secret to that key, stores it, sends a notice.
+    // The controller seals a secret to that key, stores it, sends a notice;
+    // the hive process delivers it into the agent's state dir.
     let secret = format!("hh-secret-{}", &XKey::new().public_key()[1..33]).into_bytes();
-    let controller_xkey = XKey::new();
     let alpha = HiveName::new("alpha").unwrap();
     let agent = AgentName::new("mail-bot").unwrap();
     let account = AccountName::new("smtp").unwrap();
@@ -180,42 +185,9 @@ async fn no_secret_in_plain_text_anywhere_the_run_wrote() {
         )
         .await
         .unwrap();
-
-    // The hive's event listener, connected as alpha, delivers it.
-    let conn = s.hive_conn("alpha").await;
-    let hive_creds = open_or_create(
-        &jetstream::new(conn.client.clone()),
-        Bucket::Credentials,
-        &BucketSettings::default(),
-    )
-    .await
-    .unwrap();
-    let agents_dir = hive_proc.state_dir.join("in-process-agents");
-    let deliverer = Deliverer {
-        client: conn.client.clone(),
-        store: hive_creds,
-        hive: alpha.clone(),
-        xkey: Arc::new(hive_xkey),
-        trusted: Arc::new(vec![controller_xkey.public_key()]),
-        agents_dir: agents_dir.clone(),
-    };
-    let (trigger, shutdown) = hive::shutdown::channel();
-    let deploy: DeployFn = Arc::new(|_| Box::pin(async { Err("no deploys here".to_string()) }));
-    let health = Arc::new(Health::new(Some(alpha.clone()), None));
-    let events = tokio::spawn(hive::events::run(
-        EventDeps {
-            client: conn.client.clone(),
-            hive: alpha.clone(),
-            health,
-            knowledge: None,
-            credentials: Arc::new(std::sync::OnceLock::from(deliverer.clone())),
-            deploy,
-        },
-        shutdown,
-    ));
     let notice = encode(&CredentialNotice::new(agent.clone(), account.clone())).unwrap();
-    let path = credential_path(&agents_dir, &agent, &account);
-    wait_until(T, "the credential delivered", || {
+    let path = credential_path(&hive_proc.state_dir.join("agents"), &agent, &account);
+    wait_until(T, "the credential delivered by the hive", || {
         let (client, subject, notice) = (
             ctl.client.clone(),
             HiveSubjects::new(&alpha).credential,
@@ -226,16 +198,36 @@ async fn no_secret_in_plain_text_anywhere_the_run_wrote() {
             if delivered.is_some() {
                 return delivered;
             }
-            // Repeat the notice until the listener's subscription is live.
+            // Repeat the notice until the hive's subscription is live.
             client.publish(subject, notice.into()).await.ok()?;
             None
         }
     })
     .await;
     assert_eq!(std::fs::read(&path).unwrap(), secret);
-    assert_eq!(deliverer.deliver_all().await.unwrap().0, 1);
-    trigger.trigger();
-    events.await.unwrap().unwrap();
+
+    // The boot path too, run in-process (so its logs land in the
+    // in-process log), with the hive's own private xkey.
+    let hive_xkey = hive::xkey::load_or_create(&hive_proc.state_dir.join("xkey.seed")).unwrap();
+    assert_eq!(hive_xkey.public_key(), hive_xkey_public);
+    let conn = s.hive_conn("alpha").await;
+    let hive_creds = open_or_create(
+        &jetstream::new(conn.client.clone()),
+        Bucket::Credentials,
+        &BucketSettings::default(),
+    )
+    .await
+    .unwrap();
+    let deliverer = Deliverer {
+        client: conn.client.clone(),
+        store: hive_creds,
+        hive: alpha.clone(),
+        xkey: Arc::new(hive_xkey),
+        trusted: Arc::new(vec![controller_xkey.public_key()]),
+        agents_dir: hive_proc.state_dir.join("in-process-agents"),
+    };
+    let (written, failures) = deliverer.deliver_all().await.unwrap();
+    assert_eq!((written, failures.len()), (1, 0));
 
     // The credentials bucket holds only sealed envelopes.
     for record in every_revision(&ctl.client, &creds).await {
@@ -278,13 +270,18 @@ async fn no_secret_in_plain_text_anywhere_the_run_wrote() {
         "the traced server log carries the payloads it scans"
     );
     sources.push(("nats-server log".into(), server_log.into_bytes()));
+    let hive_log = hive_proc.daemon.log();
+    assert!(
+        hive_log.contains("credential delivered") && hive_log.contains("TRACE"),
+        "the hive's log is at trace level and shows the delivery"
+    );
     sources.push((
         "hive process log".into(),
         hive_proc.daemon.log().into_bytes(),
     ));
     let in_process = std::fs::read(log_file).unwrap();
     assert!(
-        String::from_utf8_lossy(&in_process).contains("credential delivered"),
+        String::from_utf8_lossy(&in_process).contains("boot credential delivery done"),
         "the in-process log captured the hive's delivery"
     );
     sources.push(("in-process hive log".into(), in_process));

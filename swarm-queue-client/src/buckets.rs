@@ -3,9 +3,11 @@
 //! `open_or_create` is safe to race: two processes opening the same bucket at
 //! once both end up with a handle to the one bucket.
 
+#[cfg(feature = "nats")]
 use async_nats::jetstream::{self, kv};
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "nats")]
 use crate::limits::MAX_VALUE_BYTES;
 
 /// `hyperhive-status/<hive>`: `Readiness`, written only by that hive.
@@ -46,7 +48,8 @@ impl Bucket {
         format!("$KV.{}.{key}", self.name())
     }
 
-    fn description(self) -> &'static str {
+    /// The description a created bucket carries.
+    pub fn description(self) -> &'static str {
         match self {
             Bucket::Status => "hyperhive: each hive's readiness, keyed by hive name",
             Bucket::Wanted => "hyperhive: each hive's declaration, keyed by hive name",
@@ -100,6 +103,7 @@ impl BucketSettings {
 }
 
 /// A bucket could not be opened or created.
+#[cfg(feature = "nats")]
 #[derive(Debug, thiserror::Error)]
 pub enum BucketError {
     #[error("bucket settings for {bucket}: {reason}")]
@@ -128,6 +132,7 @@ pub enum BucketError {
 }
 
 /// Open `bucket`, creating it with `settings` when it does not exist.
+#[cfg(feature = "nats")]
 pub async fn open_or_create(
     js: &jetstream::Context,
     bucket: Bucket,
@@ -189,6 +194,7 @@ pub async fn open_or_create(
 }
 
 /// One key's current value, read by [`read_prefix`].
+#[cfg(feature = "nats")]
 #[derive(Debug, Clone)]
 pub struct KvRecord {
     pub key: String,
@@ -196,6 +202,7 @@ pub struct KvRecord {
     pub value: bytes::Bytes,
 }
 
+#[cfg(feature = "nats")]
 #[derive(Debug, thiserror::Error)]
 pub enum ReadPrefixError {
     #[error("cannot list {filter:?} in {bucket}")]
@@ -224,6 +231,7 @@ pub enum ReadPrefixError {
 /// `alpha.>`), skipping deleted and purged keys. Exact: the number of
 /// entries to read comes from the consumer's pending count, so an empty
 /// prefix returns at once instead of waiting for a timeout.
+#[cfg(feature = "nats")]
 pub async fn read_prefix(
     client: &async_nats::Client,
     store: &kv::Store,
@@ -322,6 +330,7 @@ pub async fn read_prefix(
 /// differs), so per-identity permissions can allow reading one key and no
 /// other. An unnamed consumer is created on `…CREATE.<stream>`, which says
 /// nothing about what it reads.
+#[cfg(feature = "nats")]
 fn consumer_name(client: &async_nats::Client) -> String {
     let inbox = client.new_inbox();
     let unique = inbox.rsplit('.').next().unwrap_or(inbox.as_str());
@@ -329,6 +338,7 @@ fn consumer_name(client: &async_nats::Client) -> String {
 }
 
 /// Where a [`watch_key`] starts.
+#[cfg(feature = "nats")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WatchFrom {
     /// The key's current value (if any), then every update.
@@ -339,6 +349,7 @@ pub enum WatchFrom {
     New,
 }
 
+#[cfg(feature = "nats")]
 #[derive(Debug, thiserror::Error)]
 pub enum WatchKeyError {
     #[error("cannot watch {key:?} in {bucket}")]
@@ -367,6 +378,7 @@ pub enum WatchKeyError {
 /// A stream of a key's entries from [`watch_key`]. An `Err` item (for
 /// example a missed heartbeat) does not end it: the ordered consumer
 /// recreates itself and the stream goes on.
+#[cfg(feature = "nats")]
 pub type KeyWatch =
     std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<kv::Entry, WatchKeyError>> + Send>>;
 
@@ -376,6 +388,7 @@ pub type KeyWatch =
 /// create request carries the filter in its subject and per-identity
 /// permissions can allow it (see [`crate::permissions`]); `Store::watch`
 /// creates an unnamed consumer, which a hive identity may not.
+#[cfg(feature = "nats")]
 pub async fn watch_key(
     client: &async_nats::Client,
     store: &kv::Store,

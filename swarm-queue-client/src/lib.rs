@@ -21,6 +21,7 @@
 //! panic on arbitrary bytes.
 
 pub mod buckets;
+#[cfg(feature = "nats")]
 pub mod connect;
 pub mod containers;
 pub mod credentials;
@@ -30,7 +31,10 @@ pub mod payload;
 pub mod permissions;
 pub mod subjects;
 
-pub use buckets::{open_or_create, Bucket, BucketSettings, Storage};
+#[cfg(feature = "nats")]
+pub use buckets::open_or_create;
+pub use buckets::{Bucket, BucketSettings, Storage};
+#[cfg(feature = "nats")]
 pub use connect::{connect, ensure_connected, Connection, NatsConfig, NotConnected};
 pub use names::{AccountName, AgentName, HiveName, NameError};
 pub use payload::{

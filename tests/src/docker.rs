@@ -56,7 +56,9 @@ impl TestImage {
         let bin = root.path().join("bin");
         std::fs::create_dir_all(&bin).unwrap();
         std::fs::copy(busybox, bin.join("busybox")).unwrap();
-        for applet in ["sh", "sleep", "echo", "cat", "ls", "true", "env", "touch", "mkdir"] {
+        for applet in [
+            "sh", "sleep", "echo", "cat", "ls", "true", "env", "touch", "mkdir",
+        ] {
             std::os::unix::fs::symlink("busybox", bin.join(applet)).unwrap();
         }
         let reference = format!("{}:latest", crate::unique_name(tag));

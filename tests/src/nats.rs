@@ -89,7 +89,10 @@ impl NatsServer {
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         let mut child = cmd.spawn().unwrap_or_else(|e| {
-            panic!("could not start {}: {e}. {INSTALL_HINT}", binary().display())
+            panic!(
+                "could not start {}: {e}. {INSTALL_HINT}",
+                binary().display()
+            )
         });
         let deadline = Instant::now() + Duration::from_secs(20);
         let port = loop {

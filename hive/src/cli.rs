@@ -1,7 +1,238 @@
-//! Command line entry point.
+//! The `hive` command line: `hive run` starts the daemon; the other verbs
+//! talk to a running daemon's loopback API.
+//!
+//! Exit codes: 0 ok, 1 runtime failure, 2 usage, 64 invalid config.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::{self, Overrides};
+
+pub const EXIT_OK: i32 = 0;
+pub const EXIT_FAILURE: i32 = 1;
+pub const EXIT_CONFIG: i32 = 64;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "hive",
+    version,
+    about = "The hyperhive hive daemon: keeps this host's agents running and reports to the swarm",
+    long_about = "The hyperhive hive daemon.\n\n\
+        `hive run` keeps this host's containerised agents running in Docker, publishes its \
+        readiness to the swarm's NATS KV bucket `hyperhive-status` under its own name, and \
+        converges on its declaration in `hyperhive-wanted`. It keeps working when NATS, the \
+        controller or Docker go away.\n\n\
+        The other verbs talk to a running hive on its loopback API (--api).\n\n\
+        Exit codes: 0 ok, 1 runtime failure, 2 usage error, 64 invalid configuration."
+)]
+struct Cli {
+    /// Validate a config file without connecting to anything; print every
+    /// problem and exit 64 if there is one.
+    #[arg(long, value_name = "FILE")]
+    check_config: Option<PathBuf>,
+
+    /// Base URL of the hive's local API, for the operator verbs.
+    #[arg(
+        long,
+        global = true,
+        env = "HYPERHIVE_API",
+        default_value = "http://127.0.0.1:7390"
+    )]
+    api: String,
+
+    /// Print JSON instead of tables (for scripts).
+    #[arg(long, global = true)]
+    json: bool,
+
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the hive daemon.
+    Run(RunArgs),
+    /// Show this hive's readiness, as published (exit 1 when not ready).
+    Status,
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// TOML config file; flags and environment override it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Hive name (a DNS label); also HYPERHIVE_HIVE_NAME.
+    #[arg(long)]
+    name: Option<String>,
+    /// NATS server URL(s), comma-separated; also HYPERHIVE_NATS_URL.
+    #[arg(long)]
+    nats_url: Option<String>,
+    /// State directory (SQLite, agent state, knowledge checkout).
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// Loopback address of the local API and health endpoints.
+    #[arg(long)]
+    http_listen: Option<String>,
+    /// Log as JSON lines instead of text.
+    #[arg(long)]
+    log_json: bool,
+}
+
+fn env_var(k: &str) -> Option<String> {
+    std::env::var(k).ok()
+}
+
+fn init_tracing(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
 
 /// Parse arguments, run, return the exit code.
 pub fn main() -> i32 {
-    eprintln!("hive: not built yet");
-    1
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { EXIT_OK };
+        }
+    };
+    if let Some(path) = &cli.check_config {
+        return match config::load(Some(path), &Overrides::default(), |_| None) {
+            Ok(c) => {
+                println!(
+                    "{}: ok (hive {}, state dir {}, local API {})",
+                    path.display(),
+                    c.name.as_ref().map(|n| n.as_str()).unwrap_or("(unnamed)"),
+                    c.state_dir.display(),
+                    c.http_listen
+                );
+                EXIT_OK
+            }
+            Err(e) => {
+                eprintln!("{}: {e}", path.display());
+                EXIT_CONFIG
+            }
+        };
+    }
+    let Some(command) = cli.command else {
+        eprintln!("hive: a command is needed (try `hive --help`)");
+        return 2;
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("hive: cannot start the async runtime: {e}");
+            return EXIT_FAILURE;
+        }
+    };
+    match command {
+        Command::Run(args) => {
+            init_tracing(args.log_json);
+            let overrides = Overrides {
+                name: args.name,
+                nats_url: args.nats_url,
+                state_dir: args.state_dir,
+                http_listen: args.http_listen,
+            };
+            let config = match config::load(args.config.as_deref(), &overrides, env_var) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("hive: {e}");
+                    return EXIT_CONFIG;
+                }
+            };
+            runtime.block_on(run_until_signal(config))
+        }
+        Command::Status => runtime.block_on(status(&cli.api, cli.json)),
+    }
+}
+
+async fn run_until_signal(config: config::HiveConfig) -> i32 {
+    let (trigger, shutdown) = crate::shutdown::channel();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        trigger.trigger();
+    });
+    match crate::daemon::run(config, shutdown).await {
+        Ok(()) => EXIT_OK,
+        Err(e) => {
+            tracing::error!(error = %crate::publisher::chain(&e), "hive failed");
+            eprintln!("hive: {}", crate::publisher::chain(&e));
+            EXIT_FAILURE
+        }
+    }
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => tracing::info!("SIGTERM received"),
+                _ = int.recv() => tracing::info!("SIGINT received"),
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+async fn status(api: &str, json: bool) -> i32 {
+    let url = format!("{}/health/ready", api.trim_end_matches('/'));
+    let resp = match reqwest::get(&url).await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("hive: cannot reach the hive's local API at {url}: {e} (is `hive run` running? see --api)");
+            return EXIT_FAILURE;
+        }
+    };
+    let code = resp.status();
+    let body = resp.text().await.unwrap_or_default();
+    let readiness: swarm_queue_client::Readiness = match serde_json::from_str(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!(
+                "hive: {url} answered {code} with something that is not a readiness document: {e}"
+            );
+            return EXIT_FAILURE;
+        }
+    };
+    if json {
+        println!("{body}");
+    } else {
+        println!(
+            "hive {}  ready: {}  state: {}  converged revision: {}",
+            readiness.hive,
+            readiness.ready,
+            readiness.state,
+            readiness
+                .converged_revision
+                .map(|r| r.to_string())
+                .unwrap_or_else(|| "none".into())
+        );
+        for w in &readiness.warnings {
+            println!("  {:?} {}: {}", w.level, w.key, w.message);
+        }
+    }
+    if readiness.ready {
+        EXIT_OK
+    } else {
+        EXIT_FAILURE
+    }
 }

@@ -1,1 +1,31 @@
+//! # hive: the hyperhive daemon for one host
+//!
+//! Keeps this host's containerised agents running, reports to the swarm, and
+//! converges on what the swarm declares. Parts, and what each owns:
+//!
+//! - [`config`]: the TOML file, environment and flags; `--check-config`.
+//! - [`readiness`]: the one computation of "is this hive OK" (`Readiness`),
+//!   and the metrics from the same snapshot.
+//! - [`publisher`]: task that puts the `Readiness` in `hyperhive-status`.
+//! - [`http`]: loopback `/health/ready`, `/health/live`, `/metrics`.
+//! - [`daemon`]: `hive run`, which wires the tasks and drains on shutdown.
+//! - [`xkey`]: the hive's sealing key; [`systemd`]: sd_notify;
+//!   [`shutdown`]: the signal every task takes.
+//!
+//! Invariants: one NATS connection per process; nothing stamps its own time;
+//! the hive keeps running its agents when NATS or the controller is away.
+
 pub mod cli;
+pub mod config;
+pub mod converge;
+pub mod daemon;
+pub mod http;
+pub mod publisher;
+pub mod readiness;
+pub mod shutdown;
+pub mod systemd;
+pub mod xkey;
+pub mod credentials;
+pub mod knowledge;
+pub mod wanted;
+pub mod events;

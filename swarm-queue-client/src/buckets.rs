@@ -169,3 +169,130 @@ pub async fn open_or_create(
         }
     }
 }
+
+/// One key's current value, read by [`read_prefix`].
+#[derive(Debug, Clone)]
+pub struct KvRecord {
+    pub key: String,
+    pub revision: u64,
+    pub value: bytes::Bytes,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReadPrefixError {
+    #[error("cannot list {filter:?} in {bucket}")]
+    Consumer {
+        bucket: String,
+        filter: String,
+        #[source]
+        source: jetstream::stream::ConsumerError,
+    },
+    #[error("reading {filter:?} in {bucket} failed")]
+    Read {
+        bucket: String,
+        filter: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("reading {filter:?} in {bucket} timed out after {timeout:?}")]
+    Timeout {
+        bucket: String,
+        filter: String,
+        timeout: std::time::Duration,
+    },
+}
+
+/// The current value of every key matching `key_filter` (for example
+/// `alpha.>`), skipping deleted and purged keys. Exact: the number of
+/// entries to read comes from the consumer's pending count, so an empty
+/// prefix returns at once instead of waiting for a timeout.
+pub async fn read_prefix(
+    client: &async_nats::Client,
+    store: &kv::Store,
+    key_filter: &str,
+    timeout: std::time::Duration,
+) -> Result<Vec<KvRecord>, ReadPrefixError> {
+    use futures_util::StreamExt;
+    let filter = format!("{}{}", store.prefix, key_filter);
+    let err_ctx = || (store.name.clone(), key_filter.to_string());
+    let consumer = store
+        .stream
+        .create_consumer(jetstream::consumer::push::OrderedConfig {
+            deliver_subject: client.new_inbox(),
+            description: Some("hyperhive prefix read".to_string()),
+            filter_subject: filter,
+            replay_policy: jetstream::consumer::ReplayPolicy::Instant,
+            deliver_policy: jetstream::consumer::DeliverPolicy::LastPerSubject,
+            ..Default::default()
+        })
+        .await
+        .map_err(|source| {
+            let (bucket, filter) = err_ctx();
+            ReadPrefixError::Consumer {
+                bucket,
+                filter,
+                source,
+            }
+        })?;
+    let mut pending = consumer.cached_info().num_pending;
+    let mut out = Vec::new();
+    if pending == 0 {
+        return Ok(out);
+    }
+    let read = async {
+        let mut messages = consumer.messages().await.map_err(|e| {
+            let (bucket, filter) = err_ctx();
+            ReadPrefixError::Read {
+                bucket,
+                filter,
+                source: Box::new(e),
+            }
+        })?;
+        while pending > 0 {
+            let Some(msg) = messages.next().await else {
+                break;
+            };
+            let msg = msg.map_err(|e| {
+                let (bucket, filter) = err_ctx();
+                ReadPrefixError::Read {
+                    bucket,
+                    filter,
+                    source: Box::new(e),
+                }
+            })?;
+            let (revision, left) = match msg.info() {
+                Ok(info) => (info.stream_sequence, info.pending),
+                Err(_) => (0, pending.saturating_sub(1)),
+            };
+            pending = left;
+            let op = msg
+                .headers
+                .as_ref()
+                .and_then(|h| h.get("KV-Operation"))
+                .map(|v| v.as_str().to_string());
+            if matches!(op.as_deref(), Some("DEL") | Some("PURGE")) {
+                continue;
+            }
+            let Some(key) = msg.subject.as_str().strip_prefix(store.prefix.as_str()) else {
+                continue;
+            };
+            out.push(KvRecord {
+                key: key.to_string(),
+                revision,
+                value: msg.payload.clone(),
+            });
+        }
+        Ok(out)
+    };
+    match tokio::time::timeout(timeout, read).await {
+        Ok(r) => r,
+        Err(_) => {
+            let (bucket, filter) = err_ctx();
+            Err(ReadPrefixError::Timeout {
+                bucket,
+                filter,
+                timeout,
+            })
+        }
+    }
+}

@@ -62,25 +62,24 @@ impl TestImage {
             std::os::unix::fs::symlink("busybox", bin.join(applet)).unwrap();
         }
         let reference = format!("{}:latest", crate::unique_name(tag));
-        let tar = Command::new("tar")
+        let tarball = root.path().with_extension("tar");
+        let status = Command::new("tar")
             .arg("-C")
             .arg(root.path())
-            .args(["-c", "."])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
+            .arg("-cf")
+            .arg(&tarball)
+            .arg(".")
+            .status()
             .expect("tar");
+        assert!(status.success(), "tar of the busybox rootfs failed");
         let status = Command::new("docker")
-            .args([
-                "import",
-                "--change",
-                "CMD [\"/bin/sleep\", \"3600\"]",
-                "-",
-                &reference,
-            ])
-            .stdin(tar.stdout.unwrap())
+            .args(["import", "--change", "CMD [\"/bin/sleep\", \"3600\"]"])
+            .arg(&tarball)
+            .arg(&reference)
             .stdout(std::process::Stdio::null())
             .status()
             .expect("docker import");
+        let _ = std::fs::remove_file(&tarball);
         assert!(status.success(), "docker import of busybox rootfs failed");
         TestImage { reference }
     }

@@ -14,6 +14,7 @@
 //! - [`wait_until`]: poll a condition with a deadline; tests never sleep.
 
 pub mod docker;
+pub mod hive;
 pub mod nats;
 pub mod process;
 

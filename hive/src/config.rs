@@ -1,0 +1,329 @@
+//! The hive's configuration: a TOML file, overridden by environment
+//! (`HYPERHIVE_HIVE_NAME`, `HYPERHIVE_NATS_URL`), overridden by flags.
+//!
+//! Loading never connects to anything. Every problem is collected, so
+//! `hive --check-config` prints all of them at once, and each names the
+//! field and the bad value.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use swarm_queue_client::{HiveName, NatsConfig};
+
+pub const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:7390";
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/hyperhive";
+
+/// The file as written. Every field is optional; unknown keys are refused so
+/// a typo is an error, not a silently ignored setting.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FileConfig {
+    pub name: Option<String>,
+    pub state_dir: Option<PathBuf>,
+    pub http_listen: Option<String>,
+    pub publish_interval_secs: Option<u64>,
+    pub reconcile_interval_secs: Option<u64>,
+    pub orphan_grace_secs: Option<u64>,
+    pub trusted_controller_xkeys: Vec<String>,
+    pub xkey_seed_file: Option<PathBuf>,
+    pub knowledge_repo: Option<String>,
+    pub docker_host: Option<String>,
+    pub nats: NatsConfig,
+}
+
+/// Values given on the command line; each wins over the file and the
+/// environment.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub name: Option<String>,
+    pub nats_url: Option<String>,
+    pub state_dir: Option<PathBuf>,
+    pub http_listen: Option<String>,
+}
+
+/// The validated configuration the daemon runs with.
+#[derive(Debug, Clone)]
+pub struct HiveConfig {
+    /// `None` when no name was given: the hive still runs locally, without
+    /// publishing, and says so in a warning.
+    pub name: Option<HiveName>,
+    pub state_dir: PathBuf,
+    /// Loopback only: the local API can purge data.
+    pub http_listen: SocketAddr,
+    pub publish_interval: Duration,
+    pub reconcile_interval: Duration,
+    pub orphan_grace: Duration,
+    pub trusted_controller_xkeys: Vec<String>,
+    pub xkey_seed_file: PathBuf,
+    pub knowledge_repo: Option<String>,
+    pub docker_host: Option<String>,
+    pub nats: NatsConfig,
+}
+
+impl HiveConfig {
+    pub fn db_path(&self) -> PathBuf {
+        self.state_dir.join("hive.db")
+    }
+
+    pub fn agents_dir(&self) -> PathBuf {
+        self.state_dir.join("agents")
+    }
+
+    pub fn knowledge_dir(&self) -> PathBuf {
+        self.state_dir.join("knowledge")
+    }
+}
+
+/// Every problem found, one line each.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration:\n  - {}", .problems.join("\n  - "))]
+pub struct ConfigErrors {
+    pub problems: Vec<String>,
+}
+
+fn secs(
+    field: &str,
+    value: Option<u64>,
+    default: u64,
+    min: u64,
+    problems: &mut Vec<String>,
+) -> Duration {
+    let v = value.unwrap_or(default);
+    if v < min {
+        problems.push(format!("{field} = {v}: it must be at least {min}"));
+    }
+    Duration::from_secs(v.max(min))
+}
+
+/// Read the file (when given) and apply environment and flags.
+pub fn load(
+    path: Option<&Path>,
+    overrides: &Overrides,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<HiveConfig, ConfigErrors> {
+    let mut problems = Vec::new();
+    let file = match path {
+        None => FileConfig::default(),
+        Some(p) => match std::fs::read_to_string(p) {
+            Err(e) => {
+                return Err(ConfigErrors {
+                    problems: vec![format!("cannot read config file {}: {e}", p.display())],
+                })
+            }
+            Ok(text) => match toml::from_str::<FileConfig>(&text) {
+                Ok(f) => f,
+                Err(e) => {
+                    return Err(ConfigErrors {
+                        problems: vec![format!("{}: {e}", p.display())],
+                    })
+                }
+            },
+        },
+    };
+
+    let name_text = overrides
+        .name
+        .clone()
+        .or_else(|| env("HYPERHIVE_HIVE_NAME").filter(|s| !s.is_empty()))
+        .or(file.name);
+    let name = match name_text {
+        None => None,
+        Some(n) => match HiveName::new(n) {
+            Ok(n) => Some(n),
+            Err(e) => {
+                problems.push(format!("name: {e}"));
+                None
+            }
+        },
+    };
+
+    let mut nats = file.nats;
+    if let Some(url) = overrides
+        .nats_url
+        .clone()
+        .or_else(|| env("HYPERHIVE_NATS_URL").filter(|s| !s.is_empty()))
+    {
+        nats.url = Some(url);
+        nats.servers.clear();
+    }
+    problems.extend(nats.check());
+
+    let listen_text = overrides
+        .http_listen
+        .clone()
+        .or(file.http_listen)
+        .unwrap_or_else(|| DEFAULT_HTTP_LISTEN.to_string());
+    let http_listen = match listen_text.parse::<SocketAddr>() {
+        Ok(a) if a.ip().is_loopback() => a,
+        Ok(a) => {
+            problems.push(format!(
+                "http_listen = {a:?}: the local API can delete agent data, so it listens on loopback only (for example 127.0.0.1:7390)"
+            ));
+            DEFAULT_HTTP_LISTEN
+                .parse()
+                .expect("constant address parses")
+        }
+        Err(e) => {
+            problems.push(format!(
+                "http_listen = {listen_text:?} is not an address like 127.0.0.1:7390: {e}"
+            ));
+            DEFAULT_HTTP_LISTEN
+                .parse()
+                .expect("constant address parses")
+        }
+    };
+
+    let state_dir = overrides
+        .state_dir
+        .clone()
+        .or(file.state_dir)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+    if state_dir.as_os_str().is_empty() {
+        problems.push("state_dir is empty".into());
+    } else if !state_dir.is_absolute() {
+        problems.push(format!(
+            "state_dir = {:?} must be an absolute path",
+            state_dir.display().to_string()
+        ));
+    }
+
+    for key in &file.trusted_controller_xkeys {
+        if swarm_queue_client::credentials::XKey::from_public_key(key).is_err() {
+            problems.push(format!(
+                "trusted_controller_xkeys: {key:?} is not a public xkey (it starts with X)"
+            ));
+        }
+    }
+
+    let publish_interval = secs(
+        "publish_interval_secs",
+        file.publish_interval_secs,
+        60,
+        1,
+        &mut problems,
+    );
+    let reconcile_interval = secs(
+        "reconcile_interval_secs",
+        file.reconcile_interval_secs,
+        30,
+        1,
+        &mut problems,
+    );
+    let orphan_grace = secs(
+        "orphan_grace_secs",
+        file.orphan_grace_secs,
+        600,
+        0,
+        &mut problems,
+    );
+
+    if !problems.is_empty() {
+        return Err(ConfigErrors { problems });
+    }
+    let xkey_seed_file = file
+        .xkey_seed_file
+        .unwrap_or_else(|| state_dir.join("xkey.seed"));
+    Ok(HiveConfig {
+        name,
+        state_dir,
+        http_listen,
+        publish_interval,
+        reconcile_interval,
+        orphan_grace,
+        trusted_controller_xkeys: file.trusted_controller_xkeys,
+        xkey_seed_file,
+        knowledge_repo: file.knowledge_repo.filter(|s| !s.trim().is_empty()),
+        docker_host: file.docker_host,
+        nats,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(text: &str) -> tempfile::NamedTempFile {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(f.path(), text).unwrap();
+        f
+    }
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn file_env_and_flags_in_order() {
+        let f = write(
+            "name = \"from-file\"\nstate_dir = \"/tmp/x\"\n[nats]\nurl = \"nats://file:4222\"\n",
+        );
+        let c = load(Some(f.path()), &Overrides::default(), no_env).unwrap();
+        assert_eq!(c.name.unwrap().as_str(), "from-file");
+        assert_eq!(c.nats.url.as_deref(), Some("nats://file:4222"));
+        assert_eq!(c.publish_interval, Duration::from_secs(60));
+
+        let env = |k: &str| match k {
+            "HYPERHIVE_HIVE_NAME" => Some("from-env".to_string()),
+            "HYPERHIVE_NATS_URL" => Some("nats://env:4222".to_string()),
+            _ => None,
+        };
+        let c = load(Some(f.path()), &Overrides::default(), env).unwrap();
+        assert_eq!(c.name.unwrap().as_str(), "from-env");
+        assert_eq!(c.nats.url.as_deref(), Some("nats://env:4222"));
+
+        let flags = Overrides {
+            name: Some("from-flag".into()),
+            nats_url: Some("nats://flag:4222".into()),
+            ..Default::default()
+        };
+        let c = load(Some(f.path()), &flags, env).unwrap();
+        assert_eq!(c.name.unwrap().as_str(), "from-flag");
+        assert_eq!(c.nats.url.as_deref(), Some("nats://flag:4222"));
+    }
+
+    #[test]
+    fn no_file_no_name_is_allowed() {
+        let c = load(None, &Overrides::default(), no_env).unwrap();
+        assert!(c.name.is_none());
+        assert!(!c.nats.is_configured());
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_value() {
+        let f = write(
+            "name = \"Bad.Name\"\nhttp_listen = \"0.0.0.0:80\"\nstate_dir = \"rel\"\npublish_interval_secs = 0\ntrusted_controller_xkeys = [\"nope\"]\n[nats]\nurl = \"http://[::1\"\n",
+        );
+        let e = load(Some(f.path()), &Overrides::default(), no_env).unwrap_err();
+        let all = e.to_string();
+        for want in [
+            "Bad.Name",
+            "0.0.0.0:80",
+            "\"rel\"",
+            "publish_interval_secs = 0",
+            "\"nope\"",
+            "http://[::1",
+        ] {
+            assert!(all.contains(want), "missing {want:?} in:\n{all}");
+        }
+    }
+
+    #[test]
+    fn unknown_keys_and_syntax_errors_name_the_file() {
+        let f = write("nmae = \"x\"\n");
+        let e = load(Some(f.path()), &Overrides::default(), no_env)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nmae"), "{e}");
+        assert!(e.contains(&f.path().display().to_string()), "{e}");
+        let e = load(
+            Some(Path::new("/nonexistent/hive.toml")),
+            &Overrides::default(),
+            no_env,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("/nonexistent/hive.toml"), "{e}");
+    }
+}

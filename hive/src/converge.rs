@@ -1,0 +1,476 @@
+//! Deciding, apart from doing: pure functions from (declared, installed
+//! record, power intent, what Docker shows) to the jobs that close the gap,
+//! and to whether a revision has converged.
+//!
+//! Rules that come from hard lessons:
+//! - Only the durable installed record drives retirement and orphan reaping;
+//!   what Docker happens to show is never a reason to delete.
+//! - "I could not look" is never "nothing is there": callers pass `None`
+//!   for an input they could not read, and the functions then decide nothing
+//!   destructive.
+//! - A revision is converged only on complete evidence: every declared agent
+//!   observed with the declared spec and the wanted power, every job queued
+//!   for the revision done, and no retired agent still present.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use swarm_queue_client::{AgentName, AgentSpec, Power};
+
+/// An agent the hive has installed (durable record).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Installed {
+    pub spec: String,
+}
+
+/// One container as Docker shows it (only ones with this hive's label).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    pub running: bool,
+    /// The spec label on the container.
+    pub spec: Option<String>,
+}
+
+/// A job to queue.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Action {
+    FirstDeploy(AgentName),
+    Rebuild {
+        agent: AgentName,
+        relock: bool,
+    },
+    Retire(AgentName),
+    /// Start or stop to match wanted power.
+    Reconcile(AgentName),
+    /// A container with our labels whose agent is not in the installed
+    /// record, past its grace period.
+    ReapOrphan(AgentName),
+}
+
+impl Action {
+    pub fn agent(&self) -> &AgentName {
+        match self {
+            Action::FirstDeploy(a)
+            | Action::Retire(a)
+            | Action::Reconcile(a)
+            | Action::ReapOrphan(a)
+            | Action::Rebuild { agent: a, .. } => a,
+        }
+    }
+}
+
+/// What a new declaration asks for, against the installed record.
+///
+/// - declared, not installed: first deploy;
+/// - declared, installed with another spec: rebuild;
+/// - installed, not declared: retire.
+pub fn plan_declaration(
+    declared: &BTreeMap<AgentName, AgentSpec>,
+    installed: &BTreeMap<AgentName, Installed>,
+) -> Vec<Action> {
+    let mut out = Vec::new();
+    for (agent, spec) in declared {
+        match installed.get(agent) {
+            None => out.push(Action::FirstDeploy(agent.clone())),
+            Some(i) if i.spec != spec.spec_hash() => out.push(Action::Rebuild {
+                agent: agent.clone(),
+                relock: false,
+            }),
+            Some(_) => {}
+        }
+    }
+    for agent in installed.keys() {
+        if !declared.contains_key(agent) {
+            out.push(Action::Retire(agent.clone()));
+        }
+    }
+    out
+}
+
+/// Inputs to one reconciler round. `busy` holds agents with a pending or
+/// running job: the reconciler leaves them to that job.
+pub struct RoundInput<'a> {
+    pub installed: &'a BTreeMap<AgentName, Installed>,
+    pub power: &'a BTreeMap<AgentName, Power>,
+    pub seen: &'a BTreeMap<AgentName, Seen>,
+    pub busy: &'a BTreeSet<AgentName>,
+    /// Orphans (labelled containers not in the record) whose grace period
+    /// has passed.
+    pub orphans_past_grace: &'a BTreeSet<AgentName>,
+}
+
+/// Repair the drift between the installed record and Docker:
+/// missing container -> recreate; wanted up but stopped -> start; wanted
+/// down but running -> stop; spec label differs -> rebuild; orphan past its
+/// grace period -> reap.
+pub fn plan_round(input: &RoundInput<'_>) -> Vec<Action> {
+    let mut out = Vec::new();
+    for (agent, inst) in input.installed {
+        if input.busy.contains(agent) {
+            continue;
+        }
+        let want = input.power.get(agent).copied().unwrap_or(Power::Up);
+        match input.seen.get(agent) {
+            None => out.push(Action::Rebuild {
+                agent: agent.clone(),
+                relock: false,
+            }),
+            Some(s) if s.spec.as_deref() != Some(inst.spec.as_str()) => out.push(Action::Rebuild {
+                agent: agent.clone(),
+                relock: false,
+            }),
+            Some(s) if s.running != (want == Power::Up) => {
+                out.push(Action::Reconcile(agent.clone()))
+            }
+            Some(_) => {}
+        }
+    }
+    for agent in input.orphans_past_grace {
+        if !input.installed.contains_key(agent) && !input.busy.contains(agent) {
+            out.push(Action::ReapOrphan(agent.clone()));
+        }
+    }
+    out
+}
+
+/// Labelled containers whose agent is not in the installed record.
+pub fn orphans(
+    installed: &BTreeMap<AgentName, Installed>,
+    seen: &BTreeMap<AgentName, Seen>,
+    busy: &BTreeSet<AgentName>,
+) -> BTreeSet<AgentName> {
+    seen.keys()
+        .filter(|a| !installed.contains_key(*a) && !busy.contains(*a))
+        .cloned()
+        .collect()
+}
+
+/// Why a revision is not converged yet; `None` means converged.
+pub fn convergence_gap(
+    declared: &BTreeMap<AgentName, AgentSpec>,
+    power: &BTreeMap<AgentName, Power>,
+    seen: &BTreeMap<AgentName, Seen>,
+    installed: &BTreeMap<AgentName, Installed>,
+    jobs_for_revision: &[(AgentName, JobOutcome)],
+) -> Option<String> {
+    for (agent, outcome) in jobs_for_revision {
+        match outcome {
+            JobOutcome::Done => {}
+            JobOutcome::Failed => return Some(format!("the job for {agent} failed")),
+            JobOutcome::Active => return Some(format!("the job for {agent} is still running")),
+        }
+    }
+    for (agent, spec) in declared {
+        let want_spec = spec.spec_hash();
+        let Some(s) = seen.get(agent) else {
+            return Some(format!("{agent} has no container"));
+        };
+        if s.spec.as_deref() != Some(want_spec.as_str()) {
+            return Some(format!("{agent} runs another spec"));
+        }
+        if installed.get(agent).map(|i| &i.spec) != Some(&want_spec) {
+            return Some(format!(
+                "{agent} is not recorded as installed with this spec"
+            ));
+        }
+        let want = power
+            .get(agent)
+            .copied()
+            .or(spec.power)
+            .unwrap_or(Power::Up);
+        if s.running != (want == Power::Up) {
+            return Some(format!(
+                "{agent} is {} but wanted {want}",
+                if s.running { "running" } else { "stopped" }
+            ));
+        }
+    }
+    for agent in installed.keys().chain(seen.keys()) {
+        if !declared.contains_key(agent) {
+            return Some(format!("{agent} is not declared but still present"));
+        }
+    }
+    None
+}
+
+/// The state of one job queued for a revision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobOutcome {
+    Active,
+    Done,
+    Failed,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a(n: &str) -> AgentName {
+        AgentName::new(n).unwrap()
+    }
+
+    fn spec(image: &str) -> AgentSpec {
+        AgentSpec {
+            image: Some(image.into()),
+            ..Default::default()
+        }
+    }
+
+    fn inst(s: &AgentSpec) -> Installed {
+        Installed {
+            spec: s.spec_hash(),
+        }
+    }
+
+    #[test]
+    fn declaration_plans() {
+        let s1 = spec("img:1");
+        let s2 = spec("img:2");
+        struct Case {
+            name: &'static str,
+            declared: Vec<(&'static str, AgentSpec)>,
+            installed: Vec<(&'static str, Installed)>,
+            want: Vec<Action>,
+        }
+        let cases = vec![
+            Case {
+                name: "new agent is first-deployed",
+                declared: vec![("web", s1.clone())],
+                installed: vec![],
+                want: vec![Action::FirstDeploy(a("web"))],
+            },
+            Case {
+                name: "same spec does nothing",
+                declared: vec![("web", s1.clone())],
+                installed: vec![("web", inst(&s1))],
+                want: vec![],
+            },
+            Case {
+                name: "changed spec is rebuilt",
+                declared: vec![("web", s2.clone())],
+                installed: vec![("web", inst(&s1))],
+                want: vec![Action::Rebuild {
+                    agent: a("web"),
+                    relock: false,
+                }],
+            },
+            Case {
+                name: "power alone is not a rebuild",
+                declared: vec![(
+                    "web",
+                    AgentSpec {
+                        power: Some(Power::Down),
+                        ..s1.clone()
+                    },
+                )],
+                installed: vec![("web", inst(&s1))],
+                want: vec![],
+            },
+            Case {
+                name: "undeclared installed agent is retired",
+                declared: vec![("web", s1.clone())],
+                installed: vec![("web", inst(&s1)), ("old", inst(&s1))],
+                want: vec![Action::Retire(a("old"))],
+            },
+            Case {
+                name: "explicit empty declaration retires everything",
+                declared: vec![],
+                installed: vec![("web", inst(&s1)), ("db", inst(&s2))],
+                want: vec![Action::Retire(a("db")), Action::Retire(a("web"))],
+            },
+        ];
+        for c in cases {
+            let declared = c.declared.into_iter().map(|(n, s)| (a(n), s)).collect();
+            let installed = c.installed.into_iter().map(|(n, i)| (a(n), i)).collect();
+            let mut got = plan_declaration(&declared, &installed);
+            got.sort();
+            assert_eq!(got, c.want, "{}", c.name);
+        }
+    }
+
+    #[test]
+    fn reconciler_rounds() {
+        let s1 = spec("img:1");
+        let h = s1.spec_hash();
+        let installed: BTreeMap<_, _> = [(a("web"), inst(&s1))].into();
+        let up: BTreeMap<_, _> = [(a("web"), Power::Up)].into();
+        let down: BTreeMap<_, _> = [(a("web"), Power::Down)].into();
+        let none = BTreeSet::new();
+        let seen = |running: bool, spec: Option<&str>| -> BTreeMap<AgentName, Seen> {
+            [(
+                a("web"),
+                Seen {
+                    running,
+                    spec: spec.map(str::to_string),
+                },
+            )]
+            .into()
+        };
+        let rebuild = vec![Action::Rebuild {
+            agent: a("web"),
+            relock: false,
+        }];
+        let cases: Vec<(
+            &str,
+            BTreeMap<AgentName, Seen>,
+            &BTreeMap<AgentName, Power>,
+            Vec<Action>,
+        )> = vec![
+            ("healthy", seen(true, Some(&h)), &up, vec![]),
+            (
+                "missing container is recreated",
+                BTreeMap::new(),
+                &up,
+                rebuild.clone(),
+            ),
+            (
+                "stopped but wanted up is started",
+                seen(false, Some(&h)),
+                &up,
+                vec![Action::Reconcile(a("web"))],
+            ),
+            (
+                "running but wanted down is stopped",
+                seen(true, Some(&h)),
+                &down,
+                vec![Action::Reconcile(a("web"))],
+            ),
+            (
+                "stopped and wanted down is fine",
+                seen(false, Some(&h)),
+                &down,
+                vec![],
+            ),
+            (
+                "spec drift is rebuilt",
+                seen(true, Some("sha256:other")),
+                &up,
+                rebuild.clone(),
+            ),
+        ];
+        for (name, seen, power, want) in cases {
+            let got = plan_round(&RoundInput {
+                installed: &installed,
+                power,
+                seen: &seen,
+                busy: &none,
+                orphans_past_grace: &none,
+            });
+            assert_eq!(got, want, "{name}");
+        }
+        // An agent with a job in flight is left to that job.
+        let busy: BTreeSet<_> = [a("web")].into();
+        let got = plan_round(&RoundInput {
+            installed: &installed,
+            power: &up,
+            seen: &BTreeMap::new(),
+            busy: &busy,
+            orphans_past_grace: &none,
+        });
+        assert!(got.is_empty());
+    }
+
+    #[test]
+    fn orphans_come_only_from_the_record() {
+        let s1 = spec("img:1");
+        let installed: BTreeMap<_, _> = [(a("web"), inst(&s1))].into();
+        let seen: BTreeMap<_, _> = [
+            (
+                a("web"),
+                Seen {
+                    running: true,
+                    spec: Some(s1.spec_hash()),
+                },
+            ),
+            (
+                a("stray"),
+                Seen {
+                    running: true,
+                    spec: None,
+                },
+            ),
+            (
+                a("deploying"),
+                Seen {
+                    running: false,
+                    spec: None,
+                },
+            ),
+        ]
+        .into();
+        let busy: BTreeSet<_> = [a("deploying")].into();
+        let o = orphans(&installed, &seen, &busy);
+        assert_eq!(o, [a("stray")].into());
+        let got = plan_round(&RoundInput {
+            installed: &installed,
+            power: &BTreeMap::new(),
+            seen: &seen,
+            busy: &busy,
+            orphans_past_grace: &o,
+        });
+        assert_eq!(got, vec![Action::ReapOrphan(a("stray"))]);
+    }
+
+    #[test]
+    fn convergence_needs_complete_evidence() {
+        let s1 = spec("img:1");
+        let h = s1.spec_hash();
+        let declared: BTreeMap<_, _> = [(a("web"), s1.clone())].into();
+        let installed: BTreeMap<_, _> = [(a("web"), inst(&s1))].into();
+        let running: BTreeMap<_, _> = [(
+            a("web"),
+            Seen {
+                running: true,
+                spec: Some(h.clone()),
+            },
+        )]
+        .into();
+        let done = vec![(a("web"), JobOutcome::Done)];
+        let up = BTreeMap::new();
+        assert_eq!(
+            convergence_gap(&declared, &up, &running, &installed, &done),
+            None
+        );
+        // Nothing observed is not converged.
+        assert!(convergence_gap(&declared, &up, &BTreeMap::new(), &installed, &done).is_some());
+        // A failed or active job is not converged.
+        for o in [JobOutcome::Failed, JobOutcome::Active] {
+            assert!(
+                convergence_gap(&declared, &up, &running, &installed, &[(a("web"), o)]).is_some()
+            );
+        }
+        // Wrong spec, not recorded, wrong power: not converged.
+        let other: BTreeMap<_, _> = [(
+            a("web"),
+            Seen {
+                running: true,
+                spec: Some("sha256:x".into()),
+            },
+        )]
+        .into();
+        assert!(convergence_gap(&declared, &up, &other, &installed, &done).is_some());
+        assert!(convergence_gap(&declared, &up, &running, &BTreeMap::new(), &done).is_some());
+        let down: BTreeMap<_, _> = [(a("web"), Power::Down)].into();
+        assert!(convergence_gap(&declared, &down, &running, &installed, &done).is_some());
+        // A retired agent still present is not converged.
+        let mut extra = running.clone();
+        extra.insert(
+            a("old"),
+            Seen {
+                running: true,
+                spec: None,
+            },
+        );
+        assert!(convergence_gap(&declared, &up, &extra, &installed, &done).is_some());
+        // Empty declaration, nothing left: converged.
+        assert_eq!(
+            convergence_gap(
+                &BTreeMap::new(),
+                &up,
+                &BTreeMap::new(),
+                &BTreeMap::new(),
+                &[]
+            ),
+            None
+        );
+    }
+}

@@ -1,0 +1,176 @@
+//! The knowledge repo: a git checkout under `<state>/knowledge`, mounted
+//! read-only into agents. A knowledge event pulls it (cloning it first when
+//! it is missing). The checkout is the hive's own, never edited in place, so
+//! a pull resets to the remote's head even after a history rewrite.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::process::Command;
+
+/// Longest a clone or fetch may take before it is abandoned.
+const GIT_TIMEOUT: Duration = Duration::from_secs(300);
+
+#[derive(Debug, thiserror::Error)]
+pub enum KnowledgeError {
+    #[error("no knowledge_repo is configured")]
+    NotConfigured,
+    #[error("cannot run git (is it installed?)")]
+    Spawn(#[source] std::io::Error),
+    #[error("`git {args}` failed in {dir}: {stderr}")]
+    Git {
+        args: String,
+        dir: PathBuf,
+        stderr: String,
+    },
+    #[error("`git {args}` timed out after {timeout:?}")]
+    Timeout { args: String, timeout: Duration },
+    #[error("cannot prepare {path}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+async fn git(dir: &Path, args: &[&str]) -> Result<String, KnowledgeError> {
+    let joined = args.join(" ");
+    let run = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .kill_on_drop(true)
+        .output();
+    let out = match tokio::time::timeout(GIT_TIMEOUT, run).await {
+        Err(_) => {
+            return Err(KnowledgeError::Timeout {
+                args: joined,
+                timeout: GIT_TIMEOUT,
+            })
+        }
+        Ok(r) => r.map_err(KnowledgeError::Spawn)?,
+    };
+    if !out.status.success() {
+        return Err(KnowledgeError::Git {
+            args: joined,
+            dir: dir.to_path_buf(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Clone `repo` into `dir` if it is not a checkout yet, else fetch and reset
+/// to the remote's default branch. Returns the commit now checked out.
+pub async fn pull(repo: &str, dir: &Path) -> Result<String, KnowledgeError> {
+    if !dir.join(".git").is_dir() {
+        let parent = dir.parent().unwrap_or(Path::new("/"));
+        std::fs::create_dir_all(parent).map_err(|source| KnowledgeError::Io {
+            path: parent.to_path_buf(),
+            source,
+        })?;
+        // Clone beside the target and rename, so a crash mid-clone never
+        // leaves a half checkout where agents read.
+        let tmp = parent.join(format!(".knowledge-clone-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        let tmp_s = tmp.display().to_string();
+        git(parent, &["clone", "--quiet", repo, &tmp_s]).await?;
+        if dir.exists() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        std::fs::rename(&tmp, dir).map_err(|source| KnowledgeError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    } else {
+        git(dir, &["remote", "set-url", "origin", repo]).await?;
+        git(dir, &["fetch", "--quiet", "--prune", "origin"]).await?;
+        git(dir, &["remote", "set-head", "origin", "--auto"]).await?;
+        git(dir, &["reset", "--quiet", "--hard", "origin/HEAD"]).await?;
+    }
+    git(dir, &["rev-parse", "HEAD"]).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(dir: &Path, args: &[&str]) {
+        let ok = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@t")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@t")
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
+    }
+
+    #[tokio::test]
+    async fn clones_then_pulls_from_a_local_bare_repo() {
+        let tmp = tempfile::tempdir().unwrap();
+        let bare = tmp.path().join("k.git");
+        let work = tmp.path().join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        sh(tmp.path(), &["init", "--quiet", "--bare", "--initial-branch=main", "k.git"]);
+        sh(&work, &["init", "--quiet", "-b", "main"]);
+        std::fs::write(work.join("a.md"), "one").unwrap();
+        sh(&work, &["add", "."]);
+        sh(&work, &["commit", "--quiet", "-m", "one"]);
+        sh(&work, &["push", "--quiet", bare.to_str().unwrap(), "main"]);
+
+        let dest = tmp.path().join("state/knowledge");
+        let c1 = pull(bare.to_str().unwrap(), &dest).await.unwrap();
+        assert_eq!(std::fs::read_to_string(dest.join("a.md")).unwrap(), "one");
+
+        std::fs::write(work.join("a.md"), "two").unwrap();
+        sh(&work, &["commit", "--quiet", "-am", "two"]);
+        sh(&work, &["push", "--quiet", bare.to_str().unwrap(), "main"]);
+        let c2 = pull(bare.to_str().unwrap(), &dest).await.unwrap();
+        assert_ne!(c1, c2);
+        assert_eq!(std::fs::read_to_string(dest.join("a.md")).unwrap(), "two");
+
+        let e = pull("/nonexistent/repo.git", &tmp.path().join("other"))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("/nonexistent/repo.git"), "{e}");
+    }
+}
+
+/// The knowledge task: pull at start, then on every trigger (knowledge
+/// events coalesce: several events during one pull cause one more pull).
+pub async fn run(
+    repo: String,
+    dir: PathBuf,
+    trigger: std::sync::Arc<tokio::sync::Notify>,
+    health: std::sync::Arc<crate::readiness::Health>,
+    mut shutdown: crate::shutdown::Shutdown,
+) {
+    use crate::readiness::keys;
+    loop {
+        match pull(&repo, &dir).await {
+            Ok(commit) => {
+                tracing::info!(%repo, %commit, dir = %dir.display(), "knowledge repo up to date");
+                health.clear(keys::KNOWLEDGE);
+            }
+            Err(e) => {
+                let msg = crate::publisher::chain(&e);
+                tracing::warn!(%repo, error = %msg, "knowledge pull failed");
+                health.raise(
+                    keys::KNOWLEDGE,
+                    swarm_queue_client::Level::Warn,
+                    format!("knowledge pull from {repo} failed: {msg}; agents keep the last checkout"),
+                );
+            }
+        }
+        tokio::select! {
+            // Both cancel-safe.
+            _ = shutdown.wait() => return,
+            _ = trigger.notified() => {}
+        }
+    }
+}

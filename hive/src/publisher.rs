@@ -1,0 +1,171 @@
+//! The status publisher: puts this hive's `Readiness` under its own key in
+//! `hyperhive-status`.
+//!
+//! Publish first, then wait. It publishes again when the interval passes,
+//! when what is published changes (after a successful publish only, so a
+//! NATS outage does not turn into a retry storm), and right after every
+//! reconnect. After [`PUBLISH_FAILURES_BEFORE_WARNING`] failures in a row it
+//! raises a local warning; the first success clears it. On shutdown it
+//! publishes one last status saying `stopped`.
+//!
+//! The payload carries no timestamp: readers take freshness from the KV
+//! entry's own time.
+//!
+//! [`PUBLISH_FAILURES_BEFORE_WARNING`]: crate::readiness::PUBLISH_FAILURES_BEFORE_WARNING
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, kv};
+use swarm_queue_client::{
+    encode_pretty, ensure_connected, open_or_create, Bucket, BucketSettings, Connection, HiveName,
+    Level,
+};
+
+use crate::readiness::{keys, Health};
+use crate::shutdown::Shutdown;
+
+/// Time allowed for one publish (bucket open + put).
+const PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
+/// Shortest gap between two publishes triggered by changes.
+const MIN_CHANGE_GAP: Duration = Duration::from_millis(100);
+
+pub struct PublisherDeps {
+    pub nats: Connection,
+    pub health: Arc<Health>,
+    pub hive: HiveName,
+    pub interval: Duration,
+    pub bucket: BucketSettings,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    #[error(transparent)]
+    NotConnected(#[from] swarm_queue_client::NotConnected),
+    #[error(transparent)]
+    Bucket(#[from] swarm_queue_client::buckets::BucketError),
+    #[error(transparent)]
+    Encode(#[from] swarm_queue_client::EncodeError),
+    #[error("put of {key} in {bucket} failed")]
+    Put {
+        bucket: &'static str,
+        key: String,
+        #[source]
+        source: kv::PutError,
+    },
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+}
+
+/// Render an error and its whole source chain on one line.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+struct Publisher {
+    deps: PublisherDeps,
+    store: Option<kv::Store>,
+}
+
+impl Publisher {
+    async fn publish(&mut self) -> Result<u64, PublishError> {
+        let client = &self.deps.nats.client;
+        if let Err(e) = ensure_connected(client) {
+            self.deps.health.raise(
+                keys::NATS_UNREACHABLE,
+                Level::Warn,
+                format!(
+                    "NATS at {} is configured but unreachable ({}); agents keep running, reconnecting",
+                    self.deps.nats.servers, e.state
+                ),
+            );
+            return Err(e.into());
+        }
+        self.deps.health.clear(keys::NATS_UNREACHABLE);
+        let attempt = async {
+            if self.store.is_none() {
+                let js = jetstream::new(client.clone());
+                self.store = Some(open_or_create(&js, Bucket::Status, &self.deps.bucket).await?);
+            }
+            let store = self.store.as_ref().expect("set just above");
+            let snapshot = self.deps.health.snapshot();
+            let bytes = encode_pretty(&snapshot.readiness)?;
+            store
+                .put(self.deps.hive.as_str(), bytes.into())
+                .await
+                .map_err(|source| PublishError::Put {
+                    bucket: Bucket::Status.name(),
+                    key: self.deps.hive.to_string(),
+                    source,
+                })
+        };
+        match tokio::time::timeout(PUBLISH_TIMEOUT, attempt).await {
+            Ok(r) => r,
+            Err(_) => Err(PublishError::Timeout(PUBLISH_TIMEOUT)),
+        }
+    }
+
+    async fn publish_and_record(&mut self) -> bool {
+        match self.publish().await {
+            Ok(revision) => {
+                tracing::debug!(hive = %self.deps.hive, revision, "status published");
+                self.deps.health.publish_succeeded();
+                true
+            }
+            Err(e) => {
+                let msg = chain(&e);
+                tracing::warn!(hive = %self.deps.hive, error = %msg, "status publish failed");
+                self.deps.health.publish_failed(&msg);
+                false
+            }
+        }
+    }
+}
+
+/// Run until shutdown, then publish a final `stopped` status.
+pub async fn run(deps: PublisherDeps, mut shutdown: Shutdown) {
+    let mut connects = deps.nats.connects.clone();
+    // Give the first connect a moment, so a hive that starts with NATS up
+    // does not report "unreachable" for the few milliseconds before it.
+    let _ = tokio::time::timeout(Duration::from_secs(2), connects.wait_for(|n| *n > 0)).await;
+    connects.mark_unchanged();
+    let interval = deps.interval;
+    let health = deps.health.clone();
+    let mut p = Publisher { deps, store: None };
+    loop {
+        let ok = p.publish_and_record().await;
+        let wait = tokio::time::sleep(interval);
+        tokio::pin!(wait);
+        if ok {
+            // Only listen for changes after a success; after a failure the
+            // next try waits for the interval or a reconnect.
+            tokio::select! {
+                // All branches are cancel-safe: sleep, Notify::notified and
+                // watch::changed can be dropped and re-created freely.
+                _ = shutdown.wait() => break,
+                _ = &mut wait => {}
+                _ = health.changed.notified() => {
+                    tokio::time::sleep(MIN_CHANGE_GAP).await;
+                }
+                _ = connects.changed() => {}
+            }
+        } else {
+            tokio::select! {
+                _ = shutdown.wait() => break,
+                _ = &mut wait => {}
+                _ = connects.changed() => {}
+            }
+        }
+    }
+    health.set_stopping();
+    if p.publish_and_record().await {
+        tracing::info!(hive = %p.deps.hive, "published final status: stopped");
+    }
+}

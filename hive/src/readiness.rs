@@ -1,0 +1,463 @@
+//! The one place that decides "is this hive OK".
+//!
+//! Every part of the hive reports into [`Health`] (warnings it raises and
+//! clears by key, publish outcomes, the agents' observed state, the
+//! revisions). [`Health::snapshot`] turns that into one [`Snapshot`]: the
+//! `Readiness` that is published, served on `/health/ready` and shown by the
+//! CLI, and the metrics taken from the same values. Two producers of "is this
+//! hive OK" would be free to disagree; here there is one.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+
+use swarm_queue_client::limits::{MAX_AGENTS_PER_HIVE, MAX_WARNINGS, SCHEMA_VERSION};
+use swarm_queue_client::{AgentName, AgentStatus, HiveName, HiveState, Level, Readiness, Warning};
+use tokio::sync::Notify;
+
+/// Warning keys, so the part that raises a warning is the part that clears it.
+pub mod keys {
+    pub const HIVE_NAME_MISSING: &str = "hive_name_missing";
+    pub const NATS_NOT_CONFIGURED: &str = "nats_not_configured";
+    pub const NATS_UNREACHABLE: &str = "nats_unreachable";
+    pub const STATUS_PUBLISH: &str = "swarm_status_publish";
+    pub const DOCKER: &str = "docker";
+    pub const WANTED: &str = "wanted_declaration";
+    pub const RECONCILER: &str = "reconciler";
+    pub const CREDENTIALS: &str = "credentials";
+    pub const KNOWLEDGE: &str = "knowledge";
+    pub const JOBS: &str = "jobs";
+}
+
+/// How many failed publishes in a row before the hive warns that the swarm
+/// sees it as stale.
+pub const PUBLISH_FAILURES_BEFORE_WARNING: u32 = 3;
+
+#[derive(Debug, Default, Clone)]
+struct PublishStats {
+    consecutive_failures: u32,
+    total_failures: u64,
+    total_successes: u64,
+    last_success: Option<Instant>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    warnings: BTreeMap<String, Warning>,
+    publish: PublishStats,
+    agents: BTreeMap<AgentName, AgentStatus>,
+    converged_revision: Option<u64>,
+    seen_revision: Option<u64>,
+    job_outcomes: BTreeMap<(String, String), u64>,
+    stopping: bool,
+}
+
+/// Shared health state of one hive process.
+#[derive(Debug)]
+pub struct Health {
+    hive: Option<HiveName>,
+    xkey: Option<String>,
+    inner: Mutex<Inner>,
+    /// Woken whenever something that is published changes, so the publisher
+    /// can send a fresh status without waiting a full interval.
+    pub changed: Notify,
+}
+
+/// Figures that go to `/metrics`, from the same lock as the `Readiness`.
+#[derive(Debug, Clone)]
+pub struct MetricsData {
+    pub publish_failures_total: u64,
+    pub publish_successes_total: u64,
+    pub publish_consecutive_failures: u32,
+    /// Seconds since the last successful publish; `None` if never.
+    pub last_publish_age_secs: Option<f64>,
+    /// (kind, state) -> count of finished jobs since start.
+    pub job_outcomes: BTreeMap<(String, String), u64>,
+}
+
+/// One consistent view: what is published and what metrics say.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub readiness: Readiness,
+    pub metrics: MetricsData,
+}
+
+/// Used in the local `Readiness` when no name is configured; such a hive
+/// never publishes, so the placeholder never reaches the swarm.
+const UNNAMED: &str = "unnamed";
+
+impl Health {
+    pub fn new(hive: Option<HiveName>, xkey: Option<String>) -> Self {
+        Health {
+            hive,
+            xkey,
+            inner: Mutex::new(Inner::default()),
+            changed: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding this lock would be a bug elsewhere; the data
+        // (warnings and counters) stays usable, so recover it.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn hive(&self) -> Option<&HiveName> {
+        self.hive.as_ref()
+    }
+
+    /// Raise (or update) a warning under `key`.
+    pub fn raise(&self, key: &str, level: Level, message: impl AsRef<str>) {
+        let w = Warning::new(key, level, message);
+        let mut inner = self.lock();
+        if inner.warnings.get(key) != Some(&w) {
+            tracing::warn!(key, level = ?level, message = %w.message, "readiness warning raised");
+            inner.warnings.insert(key.to_string(), w);
+            drop(inner);
+            self.changed.notify_one();
+        }
+    }
+
+    /// Clear the warning under `key`, if any.
+    pub fn clear(&self, key: &str) {
+        let mut inner = self.lock();
+        if inner.warnings.remove(key).is_some() {
+            tracing::info!(key, "readiness warning cleared");
+            drop(inner);
+            self.changed.notify_one();
+        }
+    }
+
+    pub fn has_warning(&self, key: &str) -> bool {
+        self.lock().warnings.contains_key(key)
+    }
+
+    /// Record a successful status publish; clears the publish warning.
+    pub fn publish_succeeded(&self) {
+        let mut inner = self.lock();
+        inner.publish.consecutive_failures = 0;
+        inner.publish.total_successes += 1;
+        inner.publish.last_success = Some(Instant::now());
+        drop(inner);
+        self.clear(keys::STATUS_PUBLISH);
+    }
+
+    /// Record a failed publish; after [`PUBLISH_FAILURES_BEFORE_WARNING`] in a
+    /// row, warn that the swarm sees this hive as stale.
+    pub fn publish_failed(&self, error: &str) {
+        let mut inner = self.lock();
+        inner.publish.consecutive_failures += 1;
+        inner.publish.total_failures += 1;
+        let n = inner.publish.consecutive_failures;
+        drop(inner);
+        if n >= PUBLISH_FAILURES_BEFORE_WARNING {
+            self.raise(
+                keys::STATUS_PUBLISH,
+                Level::Warn,
+                format!(
+                    "publishing status is failing ({n} failures in a row, last: {error}); \
+                     the swarm sees this hive as stale; the hive itself is fine"
+                ),
+            );
+        }
+    }
+
+    pub fn set_agents(&self, agents: BTreeMap<AgentName, AgentStatus>) {
+        let mut inner = self.lock();
+        if inner.agents != agents {
+            inner.agents = agents;
+            drop(inner);
+            self.changed.notify_one();
+        }
+    }
+
+    pub fn set_revisions(&self, seen: Option<u64>, converged: Option<u64>) {
+        let mut inner = self.lock();
+        if inner.seen_revision != seen || inner.converged_revision != converged {
+            inner.seen_revision = seen;
+            inner.converged_revision = converged;
+            drop(inner);
+            self.changed.notify_one();
+        }
+    }
+
+    pub fn record_job_outcome(&self, kind: &str, state: &str) {
+        *self
+            .lock()
+            .job_outcomes
+            .entry((kind.to_string(), state.to_string()))
+            .or_default() += 1;
+    }
+
+    /// From now on the hive reports `stopped`.
+    pub fn set_stopping(&self) {
+        self.lock().stopping = true;
+        self.changed.notify_one();
+    }
+
+    /// The one computation of readiness, and the metrics beside it.
+    pub fn snapshot(&self) -> Snapshot {
+        let inner = self.lock();
+        let readiness = compute(self.hive.clone(), self.xkey.clone(), &inner);
+        let metrics = MetricsData {
+            publish_failures_total: inner.publish.total_failures,
+            publish_successes_total: inner.publish.total_successes,
+            publish_consecutive_failures: inner.publish.consecutive_failures,
+            last_publish_age_secs: inner
+                .publish
+                .last_success
+                .map(|t| t.elapsed().as_secs_f64()),
+            job_outcomes: inner.job_outcomes.clone(),
+        };
+        Snapshot { readiness, metrics }
+    }
+}
+
+fn compute(hive: Option<HiveName>, xkey: Option<String>, inner: &Inner) -> Readiness {
+    // Highest level first so that, if there are more warnings than a payload
+    // may carry, the ones dropped are the least severe.
+    let mut warnings: Vec<Warning> = inner.warnings.values().cloned().collect();
+    warnings.sort_by(|a, b| b.level.cmp(&a.level).then(a.key.cmp(&b.key)));
+    warnings.truncate(MAX_WARNINGS);
+    let worst = warnings.iter().map(|w| w.level).max();
+    let state = if inner.stopping {
+        HiveState::Stopped
+    } else {
+        match worst {
+            Some(Level::Error) | Some(Level::Unknown) => HiveState::Failing,
+            Some(Level::Warn) => HiveState::Degraded,
+            _ => HiveState::Ok,
+        }
+    };
+    let ready = matches!(state, HiveState::Ok | HiveState::Degraded);
+    Readiness {
+        schema: SCHEMA_VERSION,
+        hive: hive.unwrap_or_else(|| HiveName::new(UNNAMED).expect("constant is a valid name")),
+        ready,
+        state,
+        warnings,
+        converged_revision: inner.converged_revision,
+        seen_revision: inner.seen_revision,
+        agents: inner
+            .agents
+            .iter()
+            .take(MAX_AGENTS_PER_HIVE)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        xkey,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+    }
+}
+
+/// Prometheus text exposition of a snapshot.
+pub fn render_metrics(s: &Snapshot) -> String {
+    use std::fmt::Write;
+    let r = &s.readiness;
+    let m = &s.metrics;
+    let mut out = String::new();
+    let mut gauge = |name: &str, help: &str, lines: Vec<(String, String)>| {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} gauge");
+        for (labels, value) in lines {
+            let _ = writeln!(out, "{name}{labels} {value}");
+        }
+    };
+    gauge(
+        "hyperhive_hive_ready",
+        "1 when the hive is ready (the same value /health/ready and the published status carry).",
+        vec![(String::new(), (r.ready as u8).to_string())],
+    );
+    gauge(
+        "hyperhive_hive_state",
+        "1 for the hive's current state.",
+        ["ok", "degraded", "failing", "stopped"]
+            .iter()
+            .map(|s| {
+                (
+                    format!("{{state=\"{s}\"}}"),
+                    ((r.state.to_string() == *s) as u8).to_string(),
+                )
+            })
+            .collect(),
+    );
+    gauge(
+        "hyperhive_converged_revision",
+        "Declaration revision the hive last converged on (-1 when none).",
+        vec![(
+            String::new(),
+            r.converged_revision
+                .map(|v| v as i64)
+                .unwrap_or(-1)
+                .to_string(),
+        )],
+    );
+    gauge(
+        "hyperhive_seen_revision",
+        "Newest declaration revision the hive has read (-1 when none).",
+        vec![(
+            String::new(),
+            r.seen_revision.map(|v| v as i64).unwrap_or(-1).to_string(),
+        )],
+    );
+    let mut by_state: BTreeMap<String, u64> = ["running", "stopped", "missing", "unknown"]
+        .iter()
+        .map(|s| (s.to_string(), 0))
+        .collect();
+    for a in r.agents.values() {
+        *by_state.entry(a.observed.to_string()).or_default() += 1;
+    }
+    gauge(
+        "hyperhive_agents",
+        "Agents by observed state.",
+        by_state
+            .into_iter()
+            .map(|(k, v)| (format!("{{observed=\"{k}\"}}"), v.to_string()))
+            .collect(),
+    );
+    let mut by_level: BTreeMap<&str, u64> = [("info", 0), ("warn", 0), ("error", 0)].into();
+    for w in &r.warnings {
+        let l = match w.level {
+            Level::Info => "info",
+            Level::Warn => "warn",
+            _ => "error",
+        };
+        *by_level.entry(l).or_default() += 1;
+    }
+    gauge(
+        "hyperhive_warnings",
+        "Readiness warnings by level.",
+        by_level
+            .into_iter()
+            .map(|(k, v)| (format!("{{level=\"{k}\"}}"), v.to_string()))
+            .collect(),
+    );
+    gauge(
+        "hyperhive_status_publish_consecutive_failures",
+        "Failed status publishes since the last success.",
+        vec![(String::new(), m.publish_consecutive_failures.to_string())],
+    );
+    gauge(
+        "hyperhive_status_last_publish_age_seconds",
+        "Seconds since the last successful status publish (-1 when never).",
+        vec![(
+            String::new(),
+            m.last_publish_age_secs
+                .map(|a| format!("{a:.3}"))
+                .unwrap_or_else(|| "-1".into()),
+        )],
+    );
+    let mut counter = |name: &str, help: &str, lines: Vec<(String, String)>| {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} counter");
+        for (labels, value) in lines {
+            let _ = writeln!(out, "{name}{labels} {value}");
+        }
+    };
+    counter(
+        "hyperhive_status_publish_failures_total",
+        "Failed status publishes since start.",
+        vec![(String::new(), m.publish_failures_total.to_string())],
+    );
+    counter(
+        "hyperhive_status_publish_successes_total",
+        "Successful status publishes since start.",
+        vec![(String::new(), m.publish_successes_total.to_string())],
+    );
+    counter(
+        "hyperhive_job_outcomes_total",
+        "Finished jobs since start, by kind and outcome.",
+        m.job_outcomes
+            .iter()
+            .map(|((k, s), v)| (format!("{{kind=\"{k}\",state=\"{s}\"}}"), v.to_string()))
+            .collect(),
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn health() -> Health {
+        Health::new(Some(HiveName::new("alpha").unwrap()), None)
+    }
+
+    #[test]
+    fn state_follows_the_worst_warning() {
+        let h = health();
+        let r = h.snapshot().readiness;
+        assert!(r.ready);
+        assert_eq!(r.state, HiveState::Ok);
+        h.raise(keys::NATS_UNREACHABLE, Level::Warn, "x");
+        let r = h.snapshot().readiness;
+        assert!(r.ready);
+        assert_eq!(r.state, HiveState::Degraded);
+        h.raise(keys::DOCKER, Level::Error, "docker down");
+        let r = h.snapshot().readiness;
+        assert!(!r.ready);
+        assert_eq!(r.state, HiveState::Failing);
+        h.clear(keys::DOCKER);
+        h.clear(keys::NATS_UNREACHABLE);
+        assert_eq!(h.snapshot().readiness.state, HiveState::Ok);
+        h.set_stopping();
+        let r = h.snapshot().readiness;
+        assert_eq!(r.state, HiveState::Stopped);
+        assert!(!r.ready);
+    }
+
+    #[test]
+    fn publish_warning_after_three_failures_cleared_by_one_success() {
+        let h = health();
+        h.publish_failed("e1");
+        h.publish_failed("e2");
+        assert!(!h.has_warning(keys::STATUS_PUBLISH));
+        h.publish_failed("e3");
+        let w = h.snapshot().readiness.warnings;
+        assert_eq!(w.len(), 1);
+        assert!(
+            w[0].message.contains("3 failures in a row"),
+            "{}",
+            w[0].message
+        );
+        assert!(w[0].message.contains("the hive itself is fine"));
+        h.publish_succeeded();
+        assert!(h.snapshot().readiness.warnings.is_empty());
+        assert_eq!(h.snapshot().metrics.publish_failures_total, 3);
+    }
+
+    #[test]
+    fn warnings_are_bounded_most_severe_kept() {
+        let h = health();
+        for i in 0..(MAX_WARNINGS + 5) {
+            h.raise(&format!("info-{i:03}"), Level::Info, "i");
+        }
+        h.raise("zz-error", Level::Error, "e");
+        let r = h.snapshot().readiness;
+        assert_eq!(r.warnings.len(), MAX_WARNINGS);
+        assert_eq!(r.warnings[0].key, "zz-error");
+        swarm_queue_client::encode(&r).unwrap();
+    }
+
+    #[test]
+    fn metrics_come_from_the_same_snapshot() {
+        let h = health();
+        h.set_revisions(Some(5), Some(4));
+        h.raise("k", Level::Warn, "w");
+        h.record_job_outcome("first_deploy", "done");
+        let s = h.snapshot();
+        let text = render_metrics(&s);
+        assert!(text.contains("hyperhive_converged_revision 4"), "{text}");
+        assert!(
+            text.contains("hyperhive_hive_state{state=\"degraded\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("hyperhive_warnings{level=\"warn\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("hyperhive_job_outcomes_total{kind=\"first_deploy\",state=\"done\"} 1")
+        );
+        assert!(text.contains("hyperhive_status_last_publish_age_seconds -1"));
+    }
+}

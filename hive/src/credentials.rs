@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use async_nats::jetstream::kv;
 use swarm_queue_client::credentials::{self, CredentialEnvelope, XKey};
-use swarm_queue_client::subjects::{credential_key, credential_prefix_filter, parse_credential_key};
+use swarm_queue_client::subjects::{
+    credential_key, credential_prefix_filter, parse_credential_key,
+};
 use swarm_queue_client::{decode, AccountName, AgentName, HiveName};
 
 #[derive(Debug, thiserror::Error)]
@@ -71,7 +73,13 @@ pub fn credential_path(agents_dir: &Path, agent: &AgentName, account: &AccountNa
 }
 
 impl Deliverer {
-    fn write(&self, key: &str, agent: &AgentName, account: &AccountName, value: &[u8]) -> Result<PathBuf, DeliverError> {
+    fn write(
+        &self,
+        key: &str,
+        agent: &AgentName,
+        account: &AccountName,
+        value: &[u8],
+    ) -> Result<PathBuf, DeliverError> {
         let envelope = decode::<CredentialEnvelope>(value)
             .map_err(|source| DeliverError::Decode {
                 key: key.to_string(),
@@ -101,7 +109,11 @@ impl Deliverer {
     }
 
     /// Deliver one credential named by a notice.
-    pub async fn deliver(&self, agent: &AgentName, account: &AccountName) -> Result<PathBuf, DeliverError> {
+    pub async fn deliver(
+        &self,
+        agent: &AgentName,
+        account: &AccountName,
+    ) -> Result<PathBuf, DeliverError> {
         swarm_queue_client::ensure_connected(&self.client)?;
         let key = credential_key(&self.hive, agent, account);
         let entry = self

@@ -27,8 +27,9 @@ use crate::shutdown::Shutdown;
 
 /// Queues a deploy for an agent; returns the job id or a message for the
 /// requester that names the agent and says what to do.
-pub type DeployFn =
-    Arc<dyn Fn(AgentName) -> Pin<Box<dyn Future<Output = Result<u64, String>> + Send>> + Send + Sync>;
+pub type DeployFn = Arc<
+    dyn Fn(AgentName) -> Pin<Box<dyn Future<Output = Result<u64, String>> + Send>> + Send + Sync,
+>;
 
 pub struct EventDeps {
     pub client: async_nats::Client,

@@ -115,7 +115,16 @@ mod tests {
         let bare = tmp.path().join("k.git");
         let work = tmp.path().join("work");
         std::fs::create_dir_all(&work).unwrap();
-        sh(tmp.path(), &["init", "--quiet", "--bare", "--initial-branch=main", "k.git"]);
+        sh(
+            tmp.path(),
+            &[
+                "init",
+                "--quiet",
+                "--bare",
+                "--initial-branch=main",
+                "k.git",
+            ],
+        );
         sh(&work, &["init", "--quiet", "-b", "main"]);
         std::fs::write(work.join("a.md"), "one").unwrap();
         sh(&work, &["add", "."]);
@@ -163,7 +172,9 @@ pub async fn run(
                 health.raise(
                     keys::KNOWLEDGE,
                     swarm_queue_client::Level::Warn,
-                    format!("knowledge pull from {repo} failed: {msg}; agents keep the last checkout"),
+                    format!(
+                        "knowledge pull from {repo} failed: {msg}; agents keep the last checkout"
+                    ),
                 );
             }
         }

@@ -163,7 +163,11 @@ impl Session<'_> {
         }
     }
 
-    async fn run(&mut self, connects: &mut watch::Receiver<u64>, shutdown: &mut Shutdown) -> SessionEnd {
+    async fn run(
+        &mut self,
+        connects: &mut watch::Receiver<u64>,
+        shutdown: &mut Shutdown,
+    ) -> SessionEnd {
         let deps = self.deps;
         let client = &deps.nats.client;
         if let Err(e) = ensure_connected(client) {

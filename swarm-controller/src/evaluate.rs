@@ -435,6 +435,13 @@ fn convergence(
 ) -> (Convergence, String) {
     use Convergence as C;
     let unknown = |why: String| (C::Unknown, why);
+    // An undecodable status is the first thing to say: it is never hidden
+    // behind anything else about the hive.
+    let readiness = match status.map(|s| &s.readiness) {
+        Some(Err(e)) => return unknown(format!("the hive's status does not decode: {e}")),
+        Some(Ok(r)) => Some(r),
+        None => None,
+    };
     let Some(w) = wanted else {
         return unknown("nothing is declared for this hive (no key in hyperhive-wanted)".into());
     };
@@ -443,18 +450,10 @@ fn convergence(
         Ok(d) => d,
         Err(e) => return unknown(format!("declared revision {rev} does not decode: {e}")),
     };
-    let Some(s) = status else {
+    let Some(r) = readiness else {
         return unknown(format!(
             "revision {rev} is declared, but the hive has no status to compare it with"
         ));
-    };
-    let r = match &s.readiness {
-        Ok(r) => r,
-        Err(e) => {
-            return unknown(format!(
-                "revision {rev} is declared, but the hive's status does not decode: {e}"
-            ))
-        }
     };
     let ago = age.map(human_age).unwrap_or_default();
     match timely {

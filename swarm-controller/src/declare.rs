@@ -62,13 +62,14 @@ pub fn diff(current: Option<&Declaration>, new: &Declaration) -> Vec<AgentDiff> 
             }),
             Some(prev) if prev != spec => {
                 let (a, b) = (fields(prev), fields(spec));
-                let mut changed: Vec<String> = a
+                let changed: Vec<String> = a
                     .keys()
                     .chain(b.keys())
                     .filter(|k| a.get(*k) != b.get(*k))
                     .cloned()
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .into_iter()
                     .collect();
-                changed.dedup();
                 out.push(AgentDiff::Changed {
                     agent: agent.to_string(),
                     fields: changed,
@@ -109,6 +110,9 @@ pub enum Stored {
 #[derive(Debug, Clone, Serialize)]
 pub struct HivePlan {
     pub hive: HiveName,
+    /// What was stored when the plan was made.
+    pub previous: Stored,
+    /// What is stored now (after publishing, the new revision).
     pub stored: Stored,
     pub changes: Vec<AgentDiff>,
     /// Whether the stored value differs from the file.
@@ -181,6 +185,7 @@ async fn plan_hive(
     let changed = stored_declaration.as_ref() != Some(declaration);
     Ok(HivePlan {
         hive: hive.clone(),
+        previous: stored.clone(),
         stored,
         changes,
         changed,
@@ -303,7 +308,7 @@ pub async fn publish(
 pub fn describe(plans: &[HivePlan]) -> String {
     let mut out = String::new();
     for p in plans {
-        let stored = match &p.stored {
+        let stored = match &p.previous {
             Stored::Nothing { .. } => "nothing stored".to_string(),
             Stored::Declaration { revision } => format!("stored revision {revision}"),
             Stored::Undecodable { revision, error } => {
@@ -315,7 +320,11 @@ pub fn describe(plans: &[HivePlan]) -> String {
             out.push_str(&format!("    {c}\n"));
         }
         if p.changes.is_empty() && p.changed {
-            out.push_str("    (same agents; the stored value is replaced)\n");
+            if p.declaration.agents.is_empty() {
+                out.push_str("    (an explicit empty declaration: nothing runs on this hive)\n");
+            } else {
+                out.push_str("    (same agents; the stored value is replaced)\n");
+            }
         }
     }
     out
@@ -371,12 +380,12 @@ mod tests {
                 .collect();
             assert_eq!(got, want, "{old:?} -> {new:?}");
         }
-        let mut with_env = decl(&[("a", "x")]);
+        let mut with_env = decl(&[("a", "y")]);
         with_env.agents.values_mut().for_each(|s| {
             s.env.insert("LOG".into(), "debug".into());
             s.memory_mb = Some(64);
         });
         let got = diff(Some(&decl(&[("a", "x")])), &with_env);
-        assert_eq!(got[0].to_string(), "~ a: env, memory_mb");
+        assert_eq!(got[0].to_string(), "~ a: env, image, memory_mb");
     }
 }

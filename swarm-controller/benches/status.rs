@@ -337,6 +337,21 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
         }
     }
     let bin_ms = median(bin_ms);
+    let mut check_ms = Vec::new();
+    for _ in 0..3 {
+        let t = Instant::now();
+        let out = Command::new(&bin)
+            .arg("--check-config")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .output()?;
+        check_ms.push(t.elapsed().as_secs_f64() * 1000.0);
+        if !out.status.success() {
+            return Err(format!("--check-config failed: {}", out.status).into());
+        }
+    }
+    let check_ms = median(check_ms);
+    let raw = run_child(&exe, "raw-watch", &config, None)?;
 
     let dash = run_child(&exe, "dashboard", &config, Some(&updates.to_string()))?;
 
@@ -355,6 +370,11 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
     println!("| - evaluate every hive | {eval_ms:.1} ms |");
     println!("| - render JSON + table | {render_ms:.1} ms |");
     println!("| `swarm-controller status --json` binary, wall, median of 3 | {bin_ms:.1} ms |");
+    println!("| - of which process start + config with the roster (`--check-config`) | {check_ms:.1} ms |");
+    println!(
+        "| floor: both buckets through a bare KV watch, no decode | {:.1} ms |",
+        raw["raw_ms"].as_f64().unwrap_or(0.0)
+    );
     println!(
         "| peak memory (VmHWM) of status | {:.1} MiB |",
         hwm_kb as f64 / 1024.0
@@ -449,6 +469,20 @@ async fn child(mode: &str, config_path: &Path, extra: Option<String>) -> Res<Val
     let buckets = swarm_controller::nats::open_buckets(&conn, &config.nats).await?;
     match mode {
         "connect" => Ok(json!({ "vm_hwm_kb": vm_hwm_kb() })),
+        "raw-watch" => {
+            let start = Instant::now();
+            let mut entries = 0u64;
+            for store in [&buckets.status, &buckets.wanted] {
+                let mut watch = store.watch_with_history(">").await?;
+                while let Some(entry) = watch.next().await {
+                    entries += 1;
+                    if entry?.delta == 0 {
+                        break;
+                    }
+                }
+            }
+            Ok(json!({ "raw_ms": ms(start.elapsed()), "entries": entries }))
+        }
         "status" => {
             let start = Instant::now();
             let fleet = RwLock::new(Fleet::new(

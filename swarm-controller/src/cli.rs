@@ -28,6 +28,9 @@ pub const EXIT_CONFIG: i32 = 64;
 
 /// How long a one-shot verb waits for NATS before giving up.
 const CONNECT_WAIT: Duration = Duration::from_secs(5);
+/// How long `status` may take to read both buckets (10,000 hives take well
+/// under a second; this only turns a stuck server into an error).
+const LOAD_WAIT: Duration = Duration::from_secs(120);
 
 #[derive(Debug, Parser)]
 #[command(
@@ -338,8 +341,9 @@ async fn status(config: &Config, json: bool, watch_mode: bool) -> anyhow::Result
         config.stale_after,
         OffsetDateTime::now_utc(),
     ));
-    let mut follower = nats::load(&buckets, &fleet)
+    let mut follower = tokio::time::timeout(LOAD_WAIT, nats::load(&buckets, &fleet))
         .await
+        .map_err(|_| anyhow::anyhow!("reading the buckets took over {LOAD_WAIT:?}"))?
         .context("reading the status and wanted buckets")?;
     let show = |fleet: &RwLock<Fleet>| -> anyhow::Result<()> {
         let report = {
@@ -387,6 +391,7 @@ async fn status(config: &Config, json: bool, watch_mode: bool) -> anyhow::Result
                 let _ = change;
                 show(&fleet)?;
             }
+            // Cancel-safe: a sleep holds nothing.
             _ = tokio::time::sleep(next_stale) => {
                 let expired = fleet
                     .write()

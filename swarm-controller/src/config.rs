@@ -116,19 +116,39 @@ fn default_stale_after() -> u64 {
     DEFAULT_STALE_AFTER_SECS
 }
 
-/// 1-based line of byte offset `at` in `text`.
-pub(crate) fn line_of(text: &str, at: usize) -> usize {
-    text.as_bytes()[..at.min(text.len())]
-        .iter()
-        .filter(|b| **b == b'\n')
-        .count()
-        + 1
+/// Byte offset to line number, for error messages. Built once per file so
+/// that a config with 10,000 hive tables does not rescan the text for each.
+pub(crate) struct Lines {
+    /// Byte offsets of every '\n'.
+    newlines: Vec<usize>,
+}
+
+impl Lines {
+    pub(crate) fn new(text: &str) -> Lines {
+        Lines {
+            newlines: text
+                .bytes()
+                .enumerate()
+                .filter(|(_, b)| *b == b'\n')
+                .map(|(i, _)| i)
+                .collect(),
+        }
+    }
+
+    /// 1-based line of byte offset `at`.
+    pub(crate) fn line(&self, at: usize) -> usize {
+        self.newlines.partition_point(|&nl| nl < at) + 1
+    }
 }
 
 /// A toml error as "line N: message".
 pub(crate) fn describe_toml_error(text: &str, err: &toml::de::Error) -> String {
     match err.span() {
-        Some(span) => format!("line {}: {}", line_of(text, span.start), err.message()),
+        Some(span) => format!(
+            "line {}: {}",
+            Lines::new(text).line(span.start),
+            err.message()
+        ),
         None => err.message().to_string(),
     }
 }
@@ -198,8 +218,9 @@ impl Config {
         }
 
         let mut hives = Roster::new();
+        let lines = Lines::new(text);
         for (name, value) in raw.hives {
-            let line = line_of(text, value.span().start);
+            let line = lines.line(value.span().start);
             let name = match HiveName::new(name.as_str()) {
                 Ok(n) => n,
                 Err(e) => {
@@ -366,6 +387,14 @@ mod tests {
             c.webhook_secret_file.unwrap(),
             dir.path().join("hook.secret")
         );
+    }
+
+    #[test]
+    fn line_numbers() {
+        let lines = Lines::new("a\nbb\n\nc");
+        for (at, line) in [(0, 1), (1, 1), (2, 2), (4, 2), (5, 3), (6, 4), (99, 4)] {
+            assert_eq!(lines.line(at), line, "offset {at}");
+        }
     }
 
     #[test]

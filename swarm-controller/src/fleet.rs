@@ -198,6 +198,13 @@ impl Fleet {
 
     /// Apply one KV entry and return the hive's new row (or its removal).
     pub fn apply(&mut self, update: Update<'_>, now: OffsetDateTime) -> Change {
+        self.store(update);
+        self.refresh(update.key, now)
+    }
+
+    /// Store one KV entry without recomputing its row: for the initial read
+    /// of a whole bucket, which ends with [`Fleet::refresh_all`].
+    pub fn store(&mut self, update: Update<'_>) {
         let key = update.key;
         let slot = self.slots.entry(key.to_string()).or_default();
         let present = update.operation == Operation::Put;
@@ -216,7 +223,15 @@ impl Fleet {
                     .then(|| WantedEntry::decode(update.revision, update.created, update.value));
             }
         }
-        self.refresh(key, now)
+    }
+
+    /// Recompute every row (after [`Fleet::store`]), keeping the counts and
+    /// deadlines in step.
+    pub fn refresh_all(&mut self, now: OffsetDateTime) {
+        let names: Vec<String> = self.slots.keys().cloned().collect();
+        for name in names {
+            self.refresh(&name, now);
+        }
     }
 
     /// Recompute one hive's row, keeping the counts and deadlines in step.
@@ -453,6 +468,22 @@ mod tests {
             fleet.next_stale_at(),
             Some(t0() + time::Duration::seconds(15))
         );
+    }
+
+    #[test]
+    fn storing_then_refreshing_all_equals_applying_one_by_one() {
+        let mut one_by_one = Fleet::new(roster(&["a", "b"]), Duration::from_secs(10), t0());
+        let mut stored = Fleet::new(roster(&["a", "b"]), Duration::from_secs(10), t0());
+        for key in ["a", "stray"] {
+            let value = status_bytes(key);
+            one_by_one.apply(update(key, t0(), Operation::Put, &value), t0());
+            stored.store(update(key, t0(), Operation::Put, &value));
+        }
+        stored.refresh_all(t0());
+        assert_eq!(stored.summary(), one_by_one.summary());
+        assert_eq!(stored.peek_rows(t0()), one_by_one.peek_rows(t0()));
+        assert_eq!(stored.next_stale_at(), one_by_one.next_stale_at());
+        assert_eq!(stored.stats(), one_by_one.stats());
     }
 
     #[test]

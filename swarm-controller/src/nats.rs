@@ -203,8 +203,18 @@ pub async fn load(
     fleet: &std::sync::RwLock<Fleet>,
 ) -> Result<Follower, NatsError> {
     let mut follower = Follower::start(buckets).await?;
+    // Rows are computed once at the end, not once per entry: a hive has an
+    // entry in each bucket, and only the last state of the pair matters.
     while !follower.caught_up() {
-        follower.apply_next(fleet).await;
+        let (source, entry) = follower.next().await;
+        fleet
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .store(Update::from_entry(source, &entry));
     }
+    fleet
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .refresh_all(time::OffsetDateTime::now_utc());
     Ok(follower)
 }

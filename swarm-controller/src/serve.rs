@@ -31,6 +31,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use axum::{Json, Router};
 use futures_util::stream::{self, Stream, StreamExt};
 use serde_json::json;
@@ -186,6 +187,13 @@ pub async fn start(
     tokio::spawn(follow(shared.clone(), follower, shutdown.clone()));
     tokio::spawn(expire(shared.clone(), shutdown.clone()));
     let app = router(shared.clone());
+    // Each pushed row is a small write; without TCP_NODELAY, Nagle's
+    // algorithm holds it until the page's delayed ACK (about 40 ms).
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+    });
     let mut stop = shutdown;
     let task = tokio::spawn(async move {
         axum::serve(listener, app)
@@ -231,6 +239,7 @@ async fn expire(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
             .unwrap_or(EXPIRY_MAX_SLEEP)
             .min(EXPIRY_MAX_SLEEP);
         tokio::select! {
+            // Both cancel-safe: a sleep and a watch receiver hold nothing.
             _ = tokio::time::sleep(sleep) => {}
             _ = shutdown.wait_for(|s| *s) => return,
         }

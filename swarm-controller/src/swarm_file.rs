@@ -26,7 +26,7 @@ use serde::Deserialize;
 use swarm_queue_client::{AgentName, AgentSpec, Declaration, HiveName, Payload};
 use toml::Spanned;
 
-use crate::config::{describe_toml_error, line_of, Roster};
+use crate::config::{describe_toml_error, Lines, Roster};
 
 /// One hive's declaration, and where it is in the file.
 #[derive(Debug, Clone, PartialEq)]
@@ -96,8 +96,9 @@ impl SwarmFile {
         })?;
         let mut problems = Vec::new();
         let mut hives = BTreeMap::new();
+        let lines = Lines::new(text);
         for (hive_key, hive) in raw.hives {
-            let hive_line = line_of(text, hive_key.span().start);
+            let hive_line = lines.line(hive_key.span().start);
             let hive_name = match HiveName::new(hive_key.get_ref().as_str()) {
                 Ok(n) => Some(n),
                 Err(e) => {
@@ -110,7 +111,7 @@ impl SwarmFile {
             };
             let mut agents = BTreeMap::new();
             for (agent_key, value) in hive.into_inner().agents {
-                let line = line_of(text, agent_key.span().start);
+                let line = lines.line(agent_key.span().start);
                 let at = format!(
                     "line {line}: hives.{}.agents.{}",
                     hive_key.get_ref(),

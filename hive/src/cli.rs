@@ -55,6 +55,8 @@ enum Command {
     Run(RunArgs),
     /// Show this hive's readiness, as published (exit 1 when not ready).
     Status,
+    #[command(flatten)]
+    Ops(crate::ops::Command),
 }
 
 #[derive(clap::Args, Debug)]
@@ -156,6 +158,7 @@ pub fn main() -> i32 {
             runtime.block_on(run_until_signal(config))
         }
         Command::Status => runtime.block_on(status(&cli.api, cli.json)),
+        Command::Ops(cmd) => runtime.block_on(crate::ops::run(cmd, &cli.api, cli.json)),
     }
 }
 

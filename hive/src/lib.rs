@@ -9,23 +9,32 @@
 //! - [`publisher`]: task that puts the `Readiness` in `hyperhive-status`.
 //! - [`http`]: loopback `/health/ready`, `/health/live`, `/metrics`.
 //! - [`daemon`]: `hive run`, which wires the tasks and drains on shutdown.
+//! - [`jobs`]: the durable job DAG in SQLite (power intent, installed
+//!   agents, cleanup journal); [`runtime`]: the Docker runtime behind a
+//!   narrow trait.
 //! - [`xkey`]: the hive's sealing key; [`systemd`]: sd_notify;
 //!   [`shutdown`]: the signal every task takes.
 //!
 //! Invariants: one NATS connection per process; nothing stamps its own time;
 //! the hive keeps running its agents when NATS or the controller is away.
 
+pub mod api;
 pub mod cli;
 pub mod config;
 pub mod converge;
+pub mod converger;
 pub mod credentials;
 pub mod daemon;
 pub mod events;
 pub mod http;
+pub mod jobs;
 pub mod knowledge;
+pub mod ops;
 pub mod publisher;
 pub mod readiness;
+pub mod runtime;
 pub mod shutdown;
 pub mod systemd;
 pub mod wanted;
+pub mod worker;
 pub mod xkey;

@@ -26,31 +26,48 @@ pub struct TlsConfig {
     pub key_file: Option<PathBuf>,
 }
 
-/// Per-bucket creation settings.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One `[nats.buckets.<bucket>]` table: each field left out keeps that
+/// bucket's own default (the wanted bucket keeps 10 values of history, the
+/// others 1), so setting only `replicas` does not reset the history.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct BucketsConfig {
-    pub status: BucketSettings,
-    pub wanted: BucketSettings,
-    pub credentials: BucketSettings,
+pub struct BucketOverrides {
+    pub history: Option<i64>,
+    pub storage: Option<crate::buckets::Storage>,
+    pub replicas: Option<usize>,
 }
 
-impl Default for BucketsConfig {
-    fn default() -> Self {
-        Self {
-            status: BucketSettings::default_for(Bucket::Status),
-            wanted: BucketSettings::default_for(Bucket::Wanted),
-            credentials: BucketSettings::default_for(Bucket::Credentials),
-        }
-    }
+/// Per-bucket creation settings, as written in the config.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BucketsConfig {
+    pub status: BucketOverrides,
+    pub wanted: BucketOverrides,
+    pub credentials: BucketOverrides,
 }
 
 impl BucketsConfig {
-    pub fn get(&self, bucket: Bucket) -> &BucketSettings {
-        match bucket {
+    /// The settings for `bucket`: the table's values over the bucket's defaults.
+    pub fn get(&self, bucket: Bucket) -> BucketSettings {
+        let o = match bucket {
             Bucket::Status => &self.status,
             Bucket::Wanted => &self.wanted,
             Bucket::Credentials => &self.credentials,
+        };
+        let d = BucketSettings::default_for(bucket);
+        BucketSettings {
+            history: o.history.unwrap_or(d.history),
+            storage: o.storage.unwrap_or(d.storage),
+            replicas: o.replicas.unwrap_or(d.replicas),
+        }
+    }
+
+    /// The config-file name of a bucket's table: `status`, `wanted`, `credentials`.
+    pub fn table_name(bucket: Bucket) -> &'static str {
+        match bucket {
+            Bucket::Status => "status",
+            Bucket::Wanted => "wanted",
+            Bucket::Credentials => "credentials",
         }
     }
 }
@@ -166,14 +183,14 @@ impl NatsConfig {
             if !(1..=64).contains(&s.history) {
                 problems.push(format!(
                     "nats.buckets.{}.history must be 1 to 64, not {}",
-                    bucket.name(),
+                    BucketsConfig::table_name(bucket),
                     s.history
                 ));
             }
             if !(1..=5).contains(&s.replicas) {
                 problems.push(format!(
                     "nats.buckets.{}.replicas must be 1 to 5, not {}",
-                    bucket.name(),
+                    BucketsConfig::table_name(bucket),
                     s.replicas
                 ));
             }
@@ -205,13 +222,17 @@ pub async fn connect(config: &NatsConfig, name: &str) -> Result<Connection, Conn
         .join(",");
     let mut opts = ConnectOptions::new();
     if let Some(path) = &config.credentials_file {
-        opts = opts
-            .credentials_file(path)
+        let credentials_error = |source| ConnectError::Credentials {
+            path: path.clone(),
+            source,
+        };
+        let contents = tokio::fs::read_to_string(path)
             .await
-            .map_err(|source| ConnectError::Credentials {
-                path: path.clone(),
-                source,
-            })?;
+            .map_err(credentials_error)?;
+        opts = match nkey_seed(&contents) {
+            Some(seed) => opts.nkey(seed),
+            None => opts.credentials(&contents).map_err(credentials_error)?,
+        };
     }
     let tls = &config.tls;
     if tls.required {
@@ -274,6 +295,22 @@ pub async fn connect(config: &NatsConfig, name: &str) -> Result<Connection, Conn
     })
 }
 
+/// The user nkey seed of a plain seed file (what `nk -gen user` writes: the
+/// seed, maybe followed by the public key), or `None` for anything else,
+/// which is then read as a decorated `.creds` file. A nats-server whose
+/// users are nkeys (the authorization `swarm-controller nats-config` writes)
+/// needs the first; an operator/JWT setup the second.
+fn nkey_seed(contents: &str) -> Option<String> {
+    if contents.contains("-----BEGIN") {
+        return None;
+    }
+    contents
+        .lines()
+        .map(str::trim)
+        .find(|line| line.starts_with("SU"))
+        .map(str::to_string)
+}
+
 /// Fail fast when the client is not connected, instead of letting a
 /// JetStream request wait for its timeout.
 pub fn ensure_connected(client: &Client) -> Result<(), NotConnected> {
@@ -310,6 +347,22 @@ mod tests {
     }
 
     #[test]
+    fn a_plain_seed_file_is_an_nkey_and_a_creds_file_is_not() {
+        let seed = "SUAN2V5XOP5JNJO27FILRZ45RVRBB32YC7XPLF7KUGCAA2MVBZOYUTMV24";
+        assert_eq!(nkey_seed(seed).as_deref(), Some(seed));
+        // `nk -gen user -pubout`: seed, then public key.
+        let with_public =
+            format!("{seed}\nUDXIL452LOQQGCB5SWW7VY2X7TWFDBMB6XKYXQ7BJGXOMOWDWGUVME7Y\n");
+        assert_eq!(nkey_seed(&with_public).as_deref(), Some(seed));
+        let creds = format!(
+            "-----BEGIN NATS USER JWT-----\neyJ0eXAi\n------END NATS USER JWT------\n\n\
+             -----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n"
+        );
+        assert_eq!(nkey_seed(&creds), None);
+        assert_eq!(nkey_seed("not a key\n"), None);
+    }
+
+    #[test]
     fn check_reports_every_problem() {
         let c = NatsConfig {
             url: Some("nats://127.0.0.1:4222".into()),
@@ -340,8 +393,19 @@ mod tests {
         let c: NatsConfig = toml_like(
             r#"{"url":"nats://a:4222","buckets":{"wanted":{"history":5,"storage":"memory","replicas":3}}}"#,
         );
-        assert_eq!(c.buckets.wanted.replicas, 3);
-        assert_eq!(c.buckets.status.history, 1);
+        assert_eq!(c.buckets.get(Bucket::Wanted).replicas, 3);
+        assert_eq!(c.buckets.get(Bucket::Status).history, 1);
+        // A table that sets only replicas keeps the bucket's own history.
+        let c = toml_like(r#"{"buckets":{"wanted":{"replicas":3}}}"#);
+        assert_eq!(c.buckets.get(Bucket::Wanted).history, 10);
+        let c = toml_like(r#"{"buckets":{"wanted":{"history":0}}}"#);
+        assert!(
+            c.check()
+                .iter()
+                .any(|p| p.contains("nats.buckets.wanted.history")),
+            "{:?}",
+            c.check()
+        );
         let err = serde_json::from_str::<NatsConfig>(r#"{"urll":"x"}"#).unwrap_err();
         assert!(err.to_string().contains("urll"), "{err}");
     }

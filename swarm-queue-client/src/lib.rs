@@ -11,6 +11,7 @@
 //!   encode/decode path.
 //! - [`credentials`]: sealing and opening secrets with NATS xkeys.
 //! - [`connect`]: connection options and `ensure_connected`.
+//! - [`containers`]: container names, labels and mounts a hive uses in Docker.
 //! - [`limits`]: every bound, in one place.
 //!
 //! Invariants: no payload carries a timestamp (freshness is the KV entry's
@@ -19,6 +20,7 @@
 
 pub mod buckets;
 pub mod connect;
+pub mod containers;
 pub mod credentials;
 pub mod limits;
 pub mod names;

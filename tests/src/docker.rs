@@ -130,3 +130,92 @@ impl Drop for ContainerGuard {
         self.remove_all();
     }
 }
+
+/// Removes an image by reference on drop: for images a test makes the hive
+/// build (their tags are the hive's, not `hhtest-…`).
+pub struct ImageGuard {
+    pub reference: String,
+}
+
+impl Drop for ImageGuard {
+    fn drop(&mut self) {
+        let _ = Command::new("docker")
+            .args(["rmi", "-f", &self.reference])
+            .output();
+    }
+}
+
+/// Removes a container by name on drop: for containers a test plants
+/// without hyperhive labels, which [`ContainerGuard`] does not see.
+pub struct NamedContainerGuard {
+    pub name: String,
+}
+
+impl Drop for NamedContainerGuard {
+    fn drop(&mut self) {
+        let _ = Command::new("docker")
+            .args(["rm", "-f", &self.name])
+            .output();
+    }
+}
+
+/// A unix socket at `path` that forwards every connection to the real
+/// dockerd socket: a Docker that "comes back" for a hive configured with a
+/// socket that did not exist, without stopping the machine's dockerd.
+/// Runs on its own thread; stops and removes the socket on drop.
+pub struct DockerSocketProxy {
+    path: std::path::PathBuf,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Where the machine's dockerd listens.
+pub const DOCKER_SOCKET: &str = "/var/run/docker.sock";
+
+impl DockerSocketProxy {
+    pub fn start(path: &std::path::Path) -> Self {
+        let _ = std::fs::remove_file(path);
+        let listener = std::os::unix::net::UnixListener::bind(path).expect("bind proxy socket");
+        listener.set_nonblocking(true).unwrap();
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::UnixListener::from_std(listener).unwrap();
+                loop {
+                    tokio::select! {
+                        _ = &mut stopped => break,
+                        accepted = listener.accept() => {
+                            let Ok((mut client, _)) = accepted else { continue };
+                            tokio::spawn(async move {
+                                if let Ok(mut docker) = tokio::net::UnixStream::connect(DOCKER_SOCKET).await {
+                                    let _ = tokio::io::copy_bidirectional(&mut client, &mut docker).await;
+                                }
+                            });
+                        }
+                    }
+                }
+            });
+        });
+        DockerSocketProxy {
+            path: path.to_path_buf(),
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for DockerSocketProxy {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}

@@ -11,6 +11,8 @@ pub struct HiveSpec<'a> {
     pub nats_url: Option<&'a str>,
     pub publish_interval_secs: u64,
     pub extra: &'a str,
+    /// Environment for the process (for example a test hook).
+    pub envs: &'a [(&'a str, &'a str)],
 }
 
 impl Default for HiveSpec<'_> {
@@ -20,6 +22,7 @@ impl Default for HiveSpec<'_> {
             nats_url: None,
             publish_interval_secs: 1,
             extra: "",
+            envs: &[],
         }
     }
 }
@@ -64,7 +67,7 @@ impl HiveProc {
         std::fs::write(&config_path, toml).unwrap();
         let log = dir.path().join("hive.log");
         let cfg = config_path.display().to_string();
-        let daemon = Daemon::spawn(&hive_bin(), &["run", "--config", &cfg], &[], &log);
+        let daemon = Daemon::spawn(&hive_bin(), &["run", "--config", &cfg], spec.envs, &log);
         HiveProc {
             daemon,
             state_dir,
@@ -95,6 +98,17 @@ impl HiveProc {
         let code = resp.status().as_u16();
         let body = resp.json().await.expect("readiness JSON");
         (code, body)
+    }
+
+    /// SIGKILL the hive and start it again on the same config and state,
+    /// with `envs` as its environment; the log continues in the same file.
+    pub fn kill_and_restart(&mut self, envs: &[(&str, &str)]) {
+        self.daemon.kill();
+        // The new process picks a new port and writes its own address.
+        let _ = std::fs::remove_file(self.state_dir.join("api.addr"));
+        let log = self.config_path.with_file_name("hive.log");
+        let cfg = self.config_path.display().to_string();
+        self.daemon = Daemon::spawn(&hive_bin(), &["run", "--config", &cfg], envs, &log);
     }
 
     pub fn config_path(&self) -> &Path {

@@ -8,13 +8,17 @@
 //!   It can be stopped and restarted on the same port and store to simulate
 //!   an outage. A missing `nats-server` fails the test with an install hint.
 //! - [`docker`]: images built locally (no registry is reachable), containers
-//!   and images removed by label when the guard drops.
+//!   and images removed by label when the guard drops, and a socket proxy
+//!   to dockerd that lets a test make Docker "come back".
+//! - [`jobs`]: a client of a hive's local job API.
 //! - [`Daemon`]: a `hive` or `swarm-controller` process with its log
 //!   captured, killed by its own pid on drop.
 //! - [`wait_until`]: poll a condition with a deadline; tests never sleep.
 
 pub mod docker;
 pub mod hive;
+pub mod jobs;
+pub mod kv;
 pub mod nats;
 pub mod process;
 

@@ -1,0 +1,487 @@
+//! # The local operator API
+//!
+//! JSON over the hive's loopback HTTP server (the lead's `http` module
+//! merges [`router`] next to the health endpoints). The `hive` operator
+//! verbs ([`crate::ops`]) are its only intended client; it is loopback
+//! only because `purge` deletes data.
+//!
+//! | method | path | does |
+//! |---|---|---|
+//! | GET  | `/api/v1/agents` | wanted power, observed state, image, spec, last job per agent |
+//! | GET  | `/api/v1/jobs?all=&agent=` | jobs with their nodes (unfinished and recent, or all) |
+//! | GET  | `/api/v1/jobs/{id}` | one job |
+//! | POST | `/api/v1/agents/{agent}/deploy` | first deploy, or a rebuild when installed; body `{"spec"?, "revision"?, "relock"?}` |
+//! | POST | `/api/v1/agents/{agent}/rebuild` | body `{"relock": bool}` |
+//! | POST | `/api/v1/agents/{agent}/start` · `/stop` | set power intent, queue a reconcile |
+//! | POST | `/api/v1/agents/{agent}/retire` | stop and remove, keep the data |
+//! | POST | `/api/v1/agents/{agent}/purge` | body `{"confirm": true}`: retire and delete the data |
+//!
+//! Verbs answer `202 {"job", "kind", "coalesced", "agent"}`. Errors answer
+//! `{"error": "…"}` with a status that fits, and every message names the
+//! agent and says what to do. Every request that queues a job wakes the
+//! worker.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use swarm_queue_client::{
+    AgentName, AgentSpec, AgentStatus, HiveName, JobSummary, Observed, Power,
+};
+use tokio::sync::Notify;
+
+use crate::jobs::{now_ms, Enqueued, JobFilter, JobId, JobKind, JobStore, JobView, StoreError};
+use crate::runtime::ContainerRuntime;
+
+/// Finds an agent's spec (and the declaration revision it came from) in
+/// the hive's current declaration. The wanted task owns declarations; this
+/// is how a deploy request reaches them.
+pub type DeclaredFn = Arc<dyn Fn(&AgentName) -> Option<(AgentSpec, Option<u64>)> + Send + Sync>;
+
+/// What the API handlers share.
+pub struct ApiState<R> {
+    pub store: JobStore,
+    /// For the observed state in `agents`; nothing here changes containers.
+    pub runtime: Arc<R>,
+    pub hive: HiveName,
+    /// The worker's wake-up.
+    pub wake: Arc<Notify>,
+    pub declared: DeclaredFn,
+}
+
+impl<R> Clone for ApiState<R> {
+    fn clone(&self) -> Self {
+        Self {
+            store: self.store.clone(),
+            runtime: Arc::clone(&self.runtime),
+            hive: self.hive.clone(),
+            wake: Arc::clone(&self.wake),
+            declared: Arc::clone(&self.declared),
+        }
+    }
+}
+
+/// The API's routes, ready to merge into the hive's HTTP router.
+pub fn router<R: ContainerRuntime>(state: ApiState<R>) -> Router {
+    Router::new()
+        .route("/api/v1/agents", get(list_agents::<R>))
+        .route("/api/v1/jobs", get(list_jobs::<R>))
+        .route("/api/v1/jobs/{id}", get(show_job::<R>))
+        .route("/api/v1/agents/{agent}/deploy", post(deploy::<R>))
+        .route("/api/v1/agents/{agent}/rebuild", post(rebuild::<R>))
+        .route("/api/v1/agents/{agent}/start", post(start::<R>))
+        .route("/api/v1/agents/{agent}/stop", post(stop::<R>))
+        .route("/api/v1/agents/{agent}/retire", post(retire::<R>))
+        .route("/api/v1/agents/{agent}/purge", post(purge::<R>))
+        .with_state(state)
+}
+
+/// An error answer: a status and a message for the operator.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+/// The JSON body of every error answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            error: self.message,
+        };
+        (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        let status = match &e {
+            StoreError::NotInstalled { .. } | StoreError::NoSuchJob { .. } => StatusCode::NOT_FOUND,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        let message = crate::worker::error_chain(&e);
+        if status.is_server_error() {
+            tracing::error!(error = %message, "local API: job store failed");
+        }
+        ApiError::new(status, message)
+    }
+}
+
+fn parse_agent(raw: &str) -> Result<AgentName, ApiError> {
+    AgentName::new(raw).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.to_string()))
+}
+
+/// Parse an optional JSON body; empty means the default.
+fn parse_body<T: Default + for<'de> Deserialize<'de>>(
+    body: &Bytes,
+    what: &str,
+) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("the {what} request body is not valid: {e}"),
+        )
+    })
+}
+
+/// The answer to a verb that queued (or joined) a job.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Queued {
+    pub job: JobId,
+    pub kind: JobKind,
+    pub coalesced: bool,
+    pub agent: AgentName,
+}
+
+fn queued<R>(state: &ApiState<R>, agent: AgentName, q: Enqueued) -> Response {
+    state.wake.notify_one();
+    tracing::info!(agent = %agent, job = %q.job, kind = %q.kind, coalesced = q.coalesced, "local API queued a job");
+    let body = Queued {
+        job: q.job,
+        kind: q.kind,
+        coalesced: q.coalesced,
+        agent,
+    };
+    (StatusCode::ACCEPTED, Json(body)).into_response()
+}
+
+/// One row of `hive agents`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentRow {
+    pub agent: AgentName,
+    /// The power intent; none for an agent that is not installed.
+    pub wanted: Option<Power>,
+    pub observed: Observed,
+    /// The image the installed spec runs.
+    pub image: Option<String>,
+    /// Spec hash of the installed record.
+    pub spec: Option<String>,
+    /// Spec hash on the container Docker shows, when there is one.
+    pub container_spec: Option<String>,
+    pub installed: bool,
+    pub last_job: Option<JobSummary>,
+}
+
+impl AgentRow {
+    /// The row as the published readiness carries it.
+    pub fn status(&self) -> AgentStatus {
+        AgentStatus {
+            wanted: self.wanted.unwrap_or(Power::Up),
+            observed: self.observed,
+            spec: self.container_spec.clone(),
+            declared_spec: None,
+            last_job: self.last_job.clone(),
+        }
+    }
+}
+
+/// The body of `GET /api/v1/agents`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AgentsView {
+    pub hive: HiveName,
+    pub agents: Vec<AgentRow>,
+    /// Set when Docker could not be asked; observed is then `unknown`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub docker_error: Option<String>,
+}
+
+/// Every agent the hive knows of (installed, with a power intent, a job,
+/// or a container with this hive's label), with what Docker shows.
+pub async fn agents_view<R: ContainerRuntime>(
+    store: &JobStore,
+    runtime: &R,
+    hive: &HiveName,
+) -> Result<AgentsView, StoreError> {
+    let (installed, power, last) = store
+        .call(|s| Ok((s.installed_all()?, s.all_power()?, s.last_jobs()?)))
+        .await?;
+    let (containers, docker_error) = match runtime.list().await {
+        Ok(list) => (Some(list), None),
+        Err(e) => (None, Some(crate::worker::error_chain(&e))),
+    };
+    let by_agent: BTreeMap<String, _> = containers
+        .iter()
+        .flatten()
+        .filter_map(|c| c.agent().map(|a| (a.to_string(), c.clone())))
+        .collect();
+    let mut names: BTreeSet<AgentName> = BTreeSet::new();
+    names.extend(installed.keys().cloned());
+    names.extend(power.keys().cloned());
+    names.extend(last.keys().cloned());
+    names.extend(
+        by_agent
+            .keys()
+            .filter_map(|a| AgentName::new(a.as_str()).ok()),
+    );
+    let agents = names
+        .into_iter()
+        .map(|agent| {
+            let container = by_agent.get(agent.as_str());
+            let observed = match (&containers, container) {
+                (None, _) => Observed::Unknown,
+                (Some(_), None) => Observed::Missing,
+                (Some(_), Some(c)) if c.running => Observed::Running,
+                (Some(_), Some(_)) => Observed::Stopped,
+            };
+            let rec = installed.get(&agent);
+            AgentRow {
+                wanted: power.get(&agent).copied(),
+                observed,
+                image: rec.map(|r| r.image.clone()),
+                spec: rec.map(|r| r.spec_hash.clone()),
+                container_spec: container.and_then(|c| c.spec_hash().map(str::to_string)),
+                installed: rec.is_some(),
+                last_job: last.get(&agent).map(|j| JobSummary {
+                    id: j.id.0 as u64,
+                    kind: j.kind.to_string(),
+                    state: j.state.to_string(),
+                    error: j
+                        .error
+                        .as_deref()
+                        .map(swarm_queue_client::payload::sanitize_message),
+                }),
+                agent,
+            }
+        })
+        .collect();
+    Ok(AgentsView {
+        hive: hive.clone(),
+        agents,
+        docker_error,
+    })
+}
+
+async fn list_agents<R: ContainerRuntime>(
+    State(state): State<ApiState<R>>,
+) -> Result<Json<AgentsView>, ApiError> {
+    Ok(Json(
+        agents_view(&state.store, state.runtime.as_ref(), &state.hive).await?,
+    ))
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct JobsQuery {
+    #[serde(default)]
+    all: bool,
+    agent: Option<String>,
+}
+
+/// The body of `GET /api/v1/jobs`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobsView {
+    pub jobs: Vec<JobView>,
+}
+
+async fn list_jobs<R: ContainerRuntime>(
+    State(state): State<ApiState<R>>,
+    Query(q): Query<JobsQuery>,
+) -> Result<Json<JobsView>, ApiError> {
+    let agent = q.agent.as_deref().map(parse_agent).transpose()?;
+    let filter = JobFilter { all: q.all, agent };
+    let jobs = state.store.call(move |s| s.jobs(&filter)).await?;
+    Ok(Json(JobsView { jobs }))
+}
+
+async fn show_job<R: ContainerRuntime>(
+    State(state): State<ApiState<R>>,
+    Path(id): Path<String>,
+) -> Result<Json<JobView>, ApiError> {
+    let id: JobId = id
+        .parse()
+        .map_err(|e: String| ApiError::new(StatusCode::BAD_REQUEST, e))?;
+    Ok(Json(state.store.call(move |s| s.job(id)).await?))
+}
+
+/// Body of a deploy: an explicit spec overrides the declaration.
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+pub struct DeployBody {
+    #[serde(default)]
+    pub spec: Option<AgentSpec>,
+    #[serde(default)]
+    pub revision: Option<u64>,
+    /// When the agent is already installed: re-resolve the image.
+    #[serde(default)]
+    pub relock: bool,
+}
+
+/// Body of a rebuild.
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+pub struct RebuildBody {
+    #[serde(default)]
+    pub relock: bool,
+}
+
+/// Body of a purge: it must say it means it.
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+pub struct PurgeBody {
+    #[serde(default)]
+    pub confirm: bool,
+}
+
+/// The spec to deploy `agent` with: the request's own, else the current
+/// declaration's, else what is installed.
+async fn spec_for<R>(
+    state: &ApiState<R>,
+    agent: &AgentName,
+    given: Option<AgentSpec>,
+    revision: Option<u64>,
+) -> Result<(AgentSpec, Option<u64>), ApiError> {
+    if let Some(spec) = given {
+        spec.validate(agent).map_err(|e| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("the spec given for agent {agent} is not valid: {e}"),
+            )
+        })?;
+        return Ok((spec, revision));
+    }
+    if let Some(found) = (state.declared)(agent) {
+        return Ok(found);
+    }
+    let a = agent.clone();
+    match state.store.call(move |s| s.installed(&a)).await? {
+        Some(rec) => Ok((rec.spec, rec.revision)),
+        None => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!(
+                "agent {agent} is not in hive {}'s declaration and is not installed, so there \
+                 is no spec to deploy; declare it with swarm-controller, or give one with \
+                 `hive deploy {agent} --spec FILE`",
+                state.hive
+            ),
+        )),
+    }
+}
+
+async fn deploy<R: ContainerRuntime>(
+    State(state): State<ApiState<R>>,
+    Path(agent): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let agent = parse_agent(&agent)?;
+    let body: DeployBody = parse_body(&body, "deploy")?;
+    let (spec, revision) = spec_for(&state, &agent, body.spec, body.revision).await?;
+    let a = agent.clone();
+    let q = state
+        .store
+        .call(move |s| s.request_deploy(&a, spec, revision, body.relock, now_ms()))
+        .await?;
+    Ok(queued(&state, agent, q))
+}
+
+async fn rebuild<R: ContainerRuntime>(
+    State(state): State<ApiState<R>>,
+    Path(agent): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let agent = parse_agent(&agent)?;
+    let body: RebuildBody = parse_body(&body, "rebuild")?;
+    let a = agent.clone();
+    let installed = state.store.call(move |s| s.installed(&a)).await?;
+    if installed.is_none() {
+        return Err(StoreError::NotInstalled { agent }.into());
+    }
+    let (spec, revision) = spec_for(&state, &agent, None, None).await?;
+    let a = agent.clone();
+    let request = crate::jobs::JobRequest::Rebuild {
+        spec,
+        relock: body.relock,
+        revision,
+    };
+    let q = state
+        .store
+        .call(move |s| s.enqueue(&a, request, now_ms()))
+        .await?;
+    Ok(queued(&state, agent, q))
+}
+
+async fn set_power<R: ContainerRuntime>(
+    state: ApiState<R>,
+    agent: String,
+    power: Power,
+) -> Result<Response, ApiError> {
+    let agent = parse_agent(&agent)?;
+    let a = agent.clone();
+    let q = state
+        .store
+        .call(move |s| s.set_power(&a, power, now_ms()))
+        .await?;
+    Ok(queued(&state, agent, q))
+}
+
+async fn start<R: ContainerRuntime>(
+    State(state): State<ApiState<R>>,
+    Path(agent): Path<String>,
+) -> Result<Response, ApiError> {
+    set_power(state, agent, Power::Up).await
+}
+
+async fn stop<R: ContainerRuntime>(
+    State(state): State<ApiState<R>>,
+    Path(agent): Path<String>,
+) -> Result<Response, ApiError> {
+    set_power(state, agent, Power::Down).await
+}
+
+async fn retire<R: ContainerRuntime>(
+    State(state): State<ApiState<R>>,
+    Path(agent): Path<String>,
+) -> Result<Response, ApiError> {
+    let agent = parse_agent(&agent)?;
+    let a = agent.clone();
+    let q = state
+        .store
+        .call(move |s| s.request_removal(&a, false, now_ms()))
+        .await?;
+    Ok(queued(&state, agent, q))
+}
+
+async fn purge<R: ContainerRuntime>(
+    State(state): State<ApiState<R>>,
+    Path(agent): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let agent = parse_agent(&agent)?;
+    let body: PurgeBody = parse_body(&body, "purge")?;
+    if !body.confirm {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "purge deletes agent {agent}'s state directory and cannot be undone; \
+                 confirm with `hive purge {agent} --yes`"
+            ),
+        ));
+    }
+    let a = agent.clone();
+    let q = state
+        .store
+        .call(move |s| s.request_removal(&a, true, now_ms()))
+        .await?;
+    Ok(queued(&state, agent, q))
+}
+
+#[cfg(test)]
+mod tests;

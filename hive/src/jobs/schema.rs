@@ -1,0 +1,81 @@
+//! The database schema, as an ordered list of migrations.
+//!
+//! `PRAGMA user_version` is the number of migrations applied. Each migration
+//! runs in its own transaction together with the version bump, so a crash
+//! leaves the file at one version or the next, never between. Migrations are
+//! only ever appended; an applied one is never edited.
+//!
+//! `PRAGMA application_id` marks the file as a hive job database, so opening
+//! some other SQLite file by mistake is refused instead of "migrated".
+
+/// `hive` in ASCII, as a big-endian integer.
+pub const APPLICATION_ID: i32 = 0x6869_7665;
+
+/// Migration `i` takes the schema from version `i` to `i + 1`.
+pub const MIGRATIONS: &[&str] = &[
+    // 1: jobs, nodes, power intent, installed agents, cleanup journal.
+    r#"
+    CREATE TABLE jobs (
+        id             INTEGER PRIMARY KEY AUTOINCREMENT,
+        agent          TEXT    NOT NULL,
+        kind           TEXT    NOT NULL,
+        -- The whole JobRequest as JSON: everything the job needs to finish.
+        request        TEXT    NOT NULL,
+        state          TEXT    NOT NULL,
+        -- The failed node's error chain, when state = 'failed'.
+        error          TEXT,
+        created_at_ms  INTEGER NOT NULL,
+        started_at_ms  INTEGER,
+        finished_at_ms INTEGER
+    );
+    CREATE INDEX jobs_by_agent ON jobs (agent, state, id);
+    CREATE INDEX jobs_by_finish ON jobs (state, finished_at_ms);
+
+    CREATE TABLE nodes (
+        job_id         INTEGER NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+        seq            INTEGER NOT NULL,
+        op             TEXT    NOT NULL,  -- the Op as JSON
+        op_name        TEXT    NOT NULL,  -- Op::name(), for queries and people
+        deps           TEXT    NOT NULL,  -- JSON array of seq
+        state          TEXT    NOT NULL,
+        attempts       INTEGER NOT NULL DEFAULT 0,
+        not_before_ms  INTEGER NOT NULL DEFAULT 0,
+        error          TEXT,
+        detail         TEXT,
+        started_at_ms  INTEGER,
+        finished_at_ms INTEGER,
+        PRIMARY KEY (job_id, seq)
+    );
+    CREATE INDEX nodes_by_state ON nodes (state, not_before_ms);
+
+    CREATE TABLE power (
+        agent         TEXT PRIMARY KEY,
+        wanted        TEXT    NOT NULL,
+        updated_at_ms INTEGER NOT NULL
+    );
+
+    CREATE TABLE installed (
+        agent         TEXT PRIMARY KEY,
+        spec_hash     TEXT    NOT NULL,
+        spec          TEXT    NOT NULL,
+        image         TEXT    NOT NULL,
+        revision      INTEGER,
+        updated_at_ms INTEGER NOT NULL
+    );
+
+    CREATE TABLE cleanup (
+        id            INTEGER PRIMARY KEY AUTOINCREMENT,
+        agent         TEXT    NOT NULL,
+        action        TEXT    NOT NULL,  -- CleanupAction as JSON
+        attempts      INTEGER NOT NULL DEFAULT 0,
+        last_error    TEXT,
+        created_at_ms INTEGER NOT NULL
+    );
+    CREATE INDEX cleanup_by_agent ON cleanup (agent, id);
+    "#,
+];
+
+/// The schema version this build writes.
+pub fn latest() -> u32 {
+    MIGRATIONS.len() as u32
+}

@@ -1,0 +1,454 @@
+//! [`ContainerRuntime`] over Docker's API, with `bollard`.
+//!
+//! The client is made lazily and remade after a failure to make it: bollard
+//! refuses to build a unix-socket client while the socket file is missing,
+//! and a hive that starts before dockerd (or whose dockerd restarts) must
+//! simply see "unreachable" until the socket is back. Bollard keeps no idle
+//! connections on a unix socket, so each request connects afresh and a
+//! dockerd restart needs nothing more.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use bollard::errors::Error as BollardError;
+use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::query_parameters::{
+    BuildImageOptions, CreateContainerOptions, CreateImageOptions, InspectContainerOptions,
+    ListContainersOptions, RemoveContainerOptions, StopContainerOptions,
+};
+use bollard::{Docker, API_DEFAULT_VERSION};
+use futures_util::StreamExt;
+use swarm_queue_client::containers::hive_label_filter;
+use swarm_queue_client::HiveName;
+
+use super::{
+    check_owner, context, split_image_ref, ContainerInfo, ContainerRuntime, ContainerSpec,
+    ProgressFn, RuntimeError,
+};
+
+/// Seconds bollard waits for a response's headers. Streams (pull, build)
+/// are not bounded by it once they have started.
+const REQUEST_TIMEOUT_SECS: u64 = 120;
+
+/// Docker through bollard, for one hive.
+pub struct DockerRuntime {
+    hive: HiveName,
+    /// The address as configured (or Docker's default), for error messages.
+    host: String,
+    /// Made on first use; `None` again only if making it failed.
+    client: Mutex<Option<Docker>>,
+}
+
+impl std::fmt::Debug for DockerRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DockerRuntime")
+            .field("hive", &self.hive)
+            .field("host", &self.host)
+            .finish()
+    }
+}
+
+impl DockerRuntime {
+    /// A runtime for `hive` talking to `docker_host` (`unix:///path`, a bare
+    /// socket path, or `tcp://host:port`); `None` means `$DOCKER_HOST`, else
+    /// `unix:///var/run/docker.sock`. Does not connect yet.
+    pub fn new(hive: HiveName, docker_host: Option<&str>) -> DockerRuntime {
+        let host = docker_host
+            .map(str::to_string)
+            .or_else(|| std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty()))
+            .unwrap_or_else(|| "unix:///var/run/docker.sock".to_string());
+        let host = if host.starts_with('/') {
+            format!("unix://{host}")
+        } else {
+            host
+        };
+        DockerRuntime {
+            hive,
+            host,
+            client: Mutex::new(None),
+        }
+    }
+
+    /// Where this runtime looks for Docker.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    fn client(&self) -> Result<Docker, RuntimeError> {
+        let mut slot = self.client.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(docker) = slot.as_ref() {
+            return Ok(docker.clone());
+        }
+        let made = if let Some(path) = self.host.strip_prefix("unix://") {
+            Docker::connect_with_unix(path, REQUEST_TIMEOUT_SECS, API_DEFAULT_VERSION)
+        } else {
+            Docker::connect_with_host(&self.host)
+                .map(|d| d.with_timeout(Duration::from_secs(REQUEST_TIMEOUT_SECS)))
+        };
+        let docker = made.map_err(|e| self.unreachable(&e))?;
+        *slot = Some(docker.clone());
+        Ok(docker)
+    }
+
+    fn unreachable(&self, e: &BollardError) -> RuntimeError {
+        let reason = match e {
+            BollardError::SocketNotFoundError(path) => format!("the socket {path} does not exist"),
+            other => error_chain(other),
+        };
+        RuntimeError::Unreachable {
+            host: self.host.clone(),
+            reason,
+        }
+    }
+
+    /// Turn a bollard error into a typed one, naming what was attempted.
+    fn classify(&self, op: &'static str, target: &str, e: BollardError) -> RuntimeError {
+        match e {
+            BollardError::RequestTimeoutError => RuntimeError::Timeout {
+                host: self.host.clone(),
+                op,
+                target: target.to_string(),
+                secs: REQUEST_TIMEOUT_SECS,
+            },
+            BollardError::SocketNotFoundError(_)
+            | BollardError::HyperLegacyError { .. }
+            | BollardError::IOError { .. }
+            | BollardError::HttpClientError { .. } => self.unreachable(&e),
+            BollardError::DockerResponseServerError {
+                status_code: 404,
+                message,
+            } => match op {
+                "pull" | "create" | "build" => RuntimeError::NoSuchImage {
+                    image: target.to_string(),
+                    message,
+                },
+                _ => RuntimeError::NoSuchContainer {
+                    container: target.to_string(),
+                },
+            },
+            BollardError::DockerResponseServerError {
+                status_code: 409,
+                message,
+            } if op == "create" => RuntimeError::NameTaken {
+                name: target.to_string(),
+                message,
+            },
+            BollardError::DockerResponseServerError { status_code, .. } => {
+                let transient = status_code == 503 || status_code == 429;
+                RuntimeError::Docker {
+                    op,
+                    target: target.to_string(),
+                    source: Box::new(e),
+                    transient,
+                }
+            }
+            other => RuntimeError::Docker {
+                op,
+                target: target.to_string(),
+                source: Box::new(other),
+                transient: false,
+            },
+        }
+    }
+
+    /// Inspect, and refuse unless the container is this hive's.
+    async fn owned(&self, container: &str) -> Result<Option<ContainerInfo>, RuntimeError> {
+        let info = self.inspect(container).await?;
+        if let Some(info) = &info {
+            check_owner(&self.hive, info)?;
+        }
+        Ok(info)
+    }
+}
+
+/// Every message in an error's source chain, outermost first.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        let text = s.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        cur = s.source();
+    }
+    parts.join(": ")
+}
+
+fn labels_of(map: Option<HashMap<String, String>>) -> BTreeMap<String, String> {
+    map.unwrap_or_default().into_iter().collect()
+}
+
+impl ContainerRuntime for DockerRuntime {
+    fn hive(&self) -> &HiveName {
+        &self.hive
+    }
+
+    async fn ping(&self) -> Result<(), RuntimeError> {
+        let docker = self.client()?;
+        docker
+            .ping()
+            .await
+            .map(|_| ())
+            .map_err(|e| self.classify("ping", &self.host, e))
+    }
+
+    async fn image_exists(&self, image: &str) -> Result<bool, RuntimeError> {
+        let docker = self.client()?;
+        match docker.inspect_image(image).await {
+            Ok(_) => Ok(true),
+            Err(BollardError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(false),
+            Err(e) => Err(self.classify("inspect image", image, e)),
+        }
+    }
+
+    async fn pull(&self, image: &str, progress: ProgressFn<'_>) -> Result<(), RuntimeError> {
+        let docker = self.client()?;
+        let (repo, tag) = split_image_ref(image);
+        let options = CreateImageOptions {
+            from_image: Some(repo),
+            tag,
+            ..Default::default()
+        };
+        let mut stream = docker.create_image(Some(options), None, None);
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(info) => {
+                    let amount = info
+                        .progress_detail
+                        .and_then(|d| match (d.current, d.total) {
+                            (Some(c), Some(t)) if t > 0 => Some(format!("{c}/{t} bytes")),
+                            _ => None,
+                        });
+                    let line = [info.id, info.status, amount]
+                        .into_iter()
+                        .flatten()
+                        .filter(|s| !s.is_empty())
+                        .collect::<Vec<_>>()
+                        .join(" ");
+                    if !line.is_empty() {
+                        progress(&line);
+                    }
+                }
+                Err(BollardError::DockerStreamError { error }) => {
+                    return Err(RuntimeError::Pull {
+                        image: image.to_string(),
+                        message: error,
+                    })
+                }
+                Err(e) => {
+                    return Err(match self.classify("pull", image, e) {
+                        RuntimeError::Docker { source, .. } => RuntimeError::Pull {
+                            image: image.to_string(),
+                            message: error_chain(source.as_ref()),
+                        },
+                        other => other,
+                    })
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn build(
+        &self,
+        context_dir: &Path,
+        dockerfile: &str,
+        tag: &str,
+        no_cache: bool,
+        progress: ProgressFn<'_>,
+    ) -> Result<(), RuntimeError> {
+        let docker = self.client()?;
+        let dir = context_dir.to_path_buf();
+        let tar = tokio::task::spawn_blocking(move || context::tar_directory(&dir))
+            .await
+            .map_err(|e| RuntimeError::Context {
+                context: context_dir.display().to_string(),
+                reason: e.to_string(),
+            })??;
+        progress(&format!("sending build context ({} bytes)", tar.len()));
+        let options = BuildImageOptions {
+            dockerfile: dockerfile.to_string(),
+            t: Some(tag.to_string()),
+            rm: true,
+            forcerm: true,
+            nocache: no_cache,
+            ..Default::default()
+        };
+        let mut stream = docker.build_image(options, None, Some(bollard::body_full(tar.into())));
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(info) => {
+                    let text = info.stream.or(info.status).unwrap_or_default();
+                    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+                        progress(line);
+                    }
+                }
+                Err(BollardError::DockerStreamError { error }) => {
+                    return Err(RuntimeError::Build {
+                        tag: tag.to_string(),
+                        message: error,
+                    })
+                }
+                Err(e) => return Err(self.classify("build", tag, e)),
+            }
+        }
+        Ok(())
+    }
+
+    async fn create(&self, spec: &ContainerSpec) -> Result<String, RuntimeError> {
+        let docker = self.client()?;
+        let host_config = HostConfig {
+            binds: Some(spec.binds.iter().map(|b| b.to_docker()).collect()),
+            memory: spec.memory_bytes,
+            nano_cpus: spec.nano_cpus,
+            // A tiny init as PID 1 forwards SIGTERM to the agent and reaps
+            // zombies, so `stop` is quick and clean for any image.
+            init: Some(true),
+            ..Default::default()
+        };
+        let body = ContainerCreateBody {
+            image: Some(spec.image.clone()),
+            env: Some(spec.env.clone()),
+            cmd: spec.command.clone(),
+            labels: Some(spec.labels.clone().into_iter().collect()),
+            host_config: Some(host_config),
+            ..Default::default()
+        };
+        let options = CreateContainerOptions {
+            name: Some(spec.name.clone()),
+            ..Default::default()
+        };
+        let created = docker
+            .create_container(Some(options), body)
+            .await
+            .map_err(|e| match self.classify("create", &spec.name, e) {
+                RuntimeError::NoSuchImage { message, .. } => RuntimeError::NoSuchImage {
+                    image: spec.image.clone(),
+                    message,
+                },
+                other => other,
+            })?;
+        Ok(created.id)
+    }
+
+    async fn start(&self, container: &str) -> Result<(), RuntimeError> {
+        let info = self
+            .owned(container)
+            .await?
+            .ok_or_else(|| RuntimeError::NoSuchContainer {
+                container: container.to_string(),
+            })?;
+        if info.running {
+            return Ok(());
+        }
+        let docker = self.client()?;
+        docker
+            .start_container(&info.id, None)
+            .await
+            .map_err(|e| self.classify("start", container, e))
+    }
+
+    async fn stop(&self, container: &str, timeout: Duration) -> Result<(), RuntimeError> {
+        let Some(info) = self.owned(container).await? else {
+            return Ok(());
+        };
+        if !info.running {
+            return Ok(());
+        }
+        let docker = self.client()?;
+        let options = StopContainerOptions {
+            t: Some(timeout.as_secs().min(i32::MAX as u64) as i32),
+            ..Default::default()
+        };
+        match docker.stop_container(&info.id, Some(options)).await {
+            // Gone between the inspect and the stop: as stopped as it gets.
+            Err(BollardError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(()),
+            other => other.map_err(|e| self.classify("stop", container, e)),
+        }
+    }
+
+    async fn remove(&self, container: &str) -> Result<(), RuntimeError> {
+        let Some(info) = self.owned(container).await? else {
+            return Ok(());
+        };
+        let docker = self.client()?;
+        let options = RemoveContainerOptions {
+            force: true,
+            ..Default::default()
+        };
+        match docker.remove_container(&info.id, Some(options)).await {
+            Err(BollardError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(()),
+            other => other.map_err(|e| self.classify("remove", container, e)),
+        }
+    }
+
+    async fn inspect(&self, container: &str) -> Result<Option<ContainerInfo>, RuntimeError> {
+        let docker = self.client()?;
+        let found = match docker
+            .inspect_container(container, None::<InspectContainerOptions>)
+            .await
+        {
+            Ok(found) => found,
+            Err(BollardError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => return Ok(None),
+            Err(e) => return Err(self.classify("inspect", container, e)),
+        };
+        let state = found.state.unwrap_or_default();
+        let config = found.config.unwrap_or_default();
+        Ok(Some(ContainerInfo {
+            id: found.id.unwrap_or_default(),
+            name: found
+                .name
+                .unwrap_or_default()
+                .trim_start_matches('/')
+                .to_string(),
+            image: config.image.unwrap_or_default(),
+            running: state.running.unwrap_or(false),
+            status: state.status.map(|s| s.to_string()).unwrap_or_default(),
+            labels: labels_of(config.labels),
+        }))
+    }
+
+    async fn list(&self) -> Result<Vec<ContainerInfo>, RuntimeError> {
+        let docker = self.client()?;
+        let filters = HashMap::from([("label".to_string(), vec![hive_label_filter(&self.hive)])]);
+        let options = ListContainersOptions {
+            all: true,
+            filters: Some(filters),
+            ..Default::default()
+        };
+        let found = docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| self.classify("list", self.hive.as_str(), e))?;
+        Ok(found
+            .into_iter()
+            .map(|c| {
+                let status = c.state.map(|s| s.to_string()).unwrap_or_default();
+                ContainerInfo {
+                    id: c.id.unwrap_or_default(),
+                    name: c
+                        .names
+                        .and_then(|n| n.into_iter().next())
+                        .unwrap_or_default()
+                        .trim_start_matches('/')
+                        .to_string(),
+                    image: c.image.unwrap_or_default(),
+                    running: status == "running",
+                    status,
+                    labels: labels_of(c.labels),
+                }
+            })
+            .collect())
+    }
+}

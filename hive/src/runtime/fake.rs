@@ -1,0 +1,246 @@
+//! An in-memory [`ContainerRuntime`] for unit tests of the worker: it keeps
+//! containers and images in maps, records every call, and can be told to be
+//! unreachable or to fail one operation. It enforces ownership exactly like
+//! the Docker runtime, through the same [`check_owner`].
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use swarm_queue_client::containers::LABEL_HIVE;
+use swarm_queue_client::HiveName;
+
+use super::{
+    check_owner, ContainerInfo, ContainerRuntime, ContainerSpec, ProgressFn, RuntimeError,
+};
+
+#[derive(Debug, Default)]
+pub struct FakeRuntime {
+    hive: Option<HiveName>,
+    pub containers: Mutex<BTreeMap<String, ContainerInfo>>,
+    /// Images present locally.
+    pub images: Mutex<BTreeSet<String>>,
+    /// Images a pull can find.
+    pub registry: Mutex<BTreeSet<String>>,
+    /// `op target` of every call, in order.
+    pub calls: Mutex<Vec<String>>,
+    pub unreachable: AtomicBool,
+    /// Errors to return, once each, from the named op.
+    pub failures: Mutex<VecDeque<(&'static str, RuntimeError)>>,
+    /// The spec of every create, in order.
+    pub created: Mutex<Vec<ContainerSpec>>,
+    next_id: AtomicU64,
+}
+
+impl FakeRuntime {
+    pub fn new(hive: &str) -> FakeRuntime {
+        FakeRuntime {
+            hive: Some(HiveName::new(hive).unwrap()),
+            ..Default::default()
+        }
+    }
+
+    pub fn with_registry(self, images: &[&str]) -> Self {
+        self.registry
+            .lock()
+            .unwrap()
+            .extend(images.iter().map(|s| s.to_string()));
+        self
+    }
+
+    pub fn fail_next(&self, op: &'static str, error: RuntimeError) {
+        self.failures.lock().unwrap().push_back((op, error));
+    }
+
+    /// A container some other party made under `name`.
+    pub fn plant(&self, name: &str, owner: Option<&str>, running: bool) {
+        let labels = owner
+            .map(|o| BTreeMap::from([(LABEL_HIVE.to_string(), o.to_string())]))
+            .unwrap_or_default();
+        self.containers.lock().unwrap().insert(
+            name.to_string(),
+            ContainerInfo {
+                id: format!("planted-{name}"),
+                name: name.to_string(),
+                image: "other".into(),
+                running,
+                status: if running { "running" } else { "created" }.into(),
+                labels,
+            },
+        );
+    }
+
+    pub fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    pub fn container(&self, name: &str) -> Option<ContainerInfo> {
+        self.containers.lock().unwrap().get(name).cloned()
+    }
+
+    fn enter(&self, op: &'static str, target: &str) -> Result<(), RuntimeError> {
+        self.calls.lock().unwrap().push(format!("{op} {target}"));
+        if self.unreachable.load(Ordering::SeqCst) {
+            return Err(RuntimeError::Unreachable {
+                host: "unix:///fake/docker.sock".into(),
+                reason: "the socket /fake/docker.sock does not exist".into(),
+            });
+        }
+        let mut failures = self.failures.lock().unwrap();
+        if let Some(i) = failures.iter().position(|(o, _)| *o == op) {
+            return Err(failures.remove(i).unwrap().1);
+        }
+        Ok(())
+    }
+
+    fn find(&self, container: &str) -> Option<ContainerInfo> {
+        self.containers
+            .lock()
+            .unwrap()
+            .values()
+            .find(|c| c.name == container || c.id == container)
+            .cloned()
+    }
+
+    fn owned(&self, container: &str) -> Result<Option<ContainerInfo>, RuntimeError> {
+        let found = self.find(container);
+        if let Some(info) = &found {
+            check_owner(self.hive(), info)?;
+        }
+        Ok(found)
+    }
+
+    fn set_running(&self, name: &str, running: bool) {
+        if let Some(c) = self.containers.lock().unwrap().get_mut(name) {
+            c.running = running;
+            c.status = if running { "running" } else { "exited" }.into();
+        }
+    }
+}
+
+impl ContainerRuntime for FakeRuntime {
+    fn hive(&self) -> &HiveName {
+        self.hive.as_ref().expect("FakeRuntime::new sets the hive")
+    }
+
+    async fn ping(&self) -> Result<(), RuntimeError> {
+        self.enter("ping", "")
+    }
+
+    async fn image_exists(&self, image: &str) -> Result<bool, RuntimeError> {
+        self.enter("image_exists", image)?;
+        Ok(self.images.lock().unwrap().contains(image))
+    }
+
+    async fn pull(&self, image: &str, progress: ProgressFn<'_>) -> Result<(), RuntimeError> {
+        self.enter("pull", image)?;
+        if !self.registry.lock().unwrap().contains(image) {
+            return Err(RuntimeError::NoSuchImage {
+                image: image.into(),
+                message: "manifest unknown".into(),
+            });
+        }
+        progress(&format!("{image}: Pulling"));
+        progress(&format!("{image}: Pull complete"));
+        self.images.lock().unwrap().insert(image.into());
+        Ok(())
+    }
+
+    async fn build(
+        &self,
+        context: &Path,
+        dockerfile: &str,
+        tag: &str,
+        _no_cache: bool,
+        progress: ProgressFn<'_>,
+    ) -> Result<(), RuntimeError> {
+        self.enter("build", tag)?;
+        if !context.join(dockerfile).is_file() {
+            return Err(RuntimeError::Build {
+                tag: tag.into(),
+                message: format!("no {dockerfile} in {}", context.display()),
+            });
+        }
+        progress("Step 1/1");
+        self.images.lock().unwrap().insert(tag.into());
+        Ok(())
+    }
+
+    async fn create(&self, spec: &ContainerSpec) -> Result<String, RuntimeError> {
+        self.enter("create", &spec.name)?;
+        if !self.images.lock().unwrap().contains(&spec.image) {
+            return Err(RuntimeError::NoSuchImage {
+                image: spec.image.clone(),
+                message: "no such image".into(),
+            });
+        }
+        let mut containers = self.containers.lock().unwrap();
+        if containers.contains_key(&spec.name) {
+            return Err(RuntimeError::NameTaken {
+                name: spec.name.clone(),
+                message: "Conflict".into(),
+            });
+        }
+        let id = format!("c{}", self.next_id.fetch_add(1, Ordering::SeqCst) + 1);
+        containers.insert(
+            spec.name.clone(),
+            ContainerInfo {
+                id: id.clone(),
+                name: spec.name.clone(),
+                image: spec.image.clone(),
+                running: false,
+                status: "created".into(),
+                labels: spec.labels.clone(),
+            },
+        );
+        self.created.lock().unwrap().push(spec.clone());
+        Ok(id)
+    }
+
+    async fn start(&self, container: &str) -> Result<(), RuntimeError> {
+        self.enter("start", container)?;
+        let info = self
+            .owned(container)?
+            .ok_or_else(|| RuntimeError::NoSuchContainer {
+                container: container.into(),
+            })?;
+        self.set_running(&info.name, true);
+        Ok(())
+    }
+
+    async fn stop(&self, container: &str, _timeout: Duration) -> Result<(), RuntimeError> {
+        self.enter("stop", container)?;
+        if let Some(info) = self.owned(container)? {
+            self.set_running(&info.name, false);
+        }
+        Ok(())
+    }
+
+    async fn remove(&self, container: &str) -> Result<(), RuntimeError> {
+        self.enter("remove", container)?;
+        if let Some(info) = self.owned(container)? {
+            self.containers.lock().unwrap().remove(&info.name);
+        }
+        Ok(())
+    }
+
+    async fn inspect(&self, container: &str) -> Result<Option<ContainerInfo>, RuntimeError> {
+        self.enter("inspect", container)?;
+        Ok(self.find(container))
+    }
+
+    async fn list(&self) -> Result<Vec<ContainerInfo>, RuntimeError> {
+        self.enter("list", "")?;
+        let hive = self.hive().as_str();
+        Ok(self
+            .containers
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|c| c.owner() == Some(hive))
+            .cloned()
+            .collect())
+    }
+}

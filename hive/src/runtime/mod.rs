@@ -1,0 +1,394 @@
+//! # The container runtime
+//!
+//! The job worker talks to containers only through [`ContainerRuntime`], a
+//! narrow trait: ping, image exists, pull, build, create, start, stop,
+//! remove, inspect, list. [`DockerRuntime`] implements it over `bollard`;
+//! unit tests use an in-memory fake. Nothing else in the hive calls Docker.
+//!
+//! **Ownership.** A runtime is made for one hive and enforces, inside every
+//! method that changes a container, that the container carries that hive's
+//! `org.hyperhive.hive` label: it inspects first and refuses a foreign
+//! container with [`RuntimeError::Foreign`]. Several hives can share a
+//! dockerd, and an operator's own containers may sit next to ours; nothing
+//! the hive decides can reach them, whatever the bug upstream.
+//!
+//! **Errors** are typed and say whether trying again can help
+//! ([`RuntimeError::is_transient`]): Docker unreachable, a timeout or a
+//! registry hiccup is transient; a missing image, a failed build or a
+//! foreign container is not.
+//!
+//! Build contexts ([`context`]) are a directory on the hive or a git
+//! checkout the hive makes with the `git` CLI; either is sent to Docker as
+//! a tar.
+
+pub mod context;
+mod docker;
+#[cfg(test)]
+pub mod fake;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use swarm_queue_client::containers::{
+    container_name, LABEL_AGENT, LABEL_HIVE, LABEL_MANAGED, LABEL_SPEC, STATE_MOUNT,
+};
+use swarm_queue_client::{AgentName, AgentSpec, HiveName};
+
+pub use docker::DockerRuntime;
+
+/// Receives progress lines of a pull or build, as they come.
+pub type ProgressFn<'a> = &'a (dyn Fn(&str) + Send + Sync);
+
+/// A host path mounted into a container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bind {
+    pub host: PathBuf,
+    pub container: String,
+    pub read_only: bool,
+}
+
+impl Bind {
+    /// Docker's `host:container[:ro]` form.
+    pub fn to_docker(&self) -> String {
+        let ro = if self.read_only { ":ro" } else { "" };
+        format!("{}:{}{ro}", self.host.display(), self.container)
+    }
+}
+
+/// Everything needed to create one agent's container.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerSpec {
+    /// `hyperhive.<hive>.<agent>`.
+    pub name: String,
+    pub image: String,
+    /// The four `org.hyperhive.*` labels.
+    pub labels: BTreeMap<String, String>,
+    /// `KEY=value` pairs.
+    pub env: Vec<String>,
+    /// Replaces the image's command when set.
+    pub command: Option<Vec<String>>,
+    pub memory_bytes: Option<i64>,
+    pub nano_cpus: Option<i64>,
+    /// The state directory at `/state`, then any extra mounts.
+    pub binds: Vec<Bind>,
+}
+
+impl ContainerSpec {
+    /// The container for `agent` running `image` (already resolved: pulled
+    /// or built) with `spec`'s env, command and limits, its state directory
+    /// bind-mounted at `/state`, plus `extra_binds` (the knowledge
+    /// directory, read-only, once the hive has one).
+    pub fn for_agent(
+        hive: &HiveName,
+        agent: &AgentName,
+        spec: &AgentSpec,
+        image: &str,
+        state_dir: &Path,
+        extra_binds: Vec<Bind>,
+    ) -> ContainerSpec {
+        let labels = BTreeMap::from([
+            (LABEL_MANAGED.to_string(), "true".to_string()),
+            (LABEL_HIVE.to_string(), hive.to_string()),
+            (LABEL_AGENT.to_string(), agent.to_string()),
+            (LABEL_SPEC.to_string(), spec.spec_hash()),
+        ]);
+        let mut binds = vec![Bind {
+            host: state_dir.to_path_buf(),
+            container: STATE_MOUNT.to_string(),
+            read_only: false,
+        }];
+        binds.extend(extra_binds);
+        ContainerSpec {
+            name: container_name(hive, agent),
+            image: image.to_string(),
+            labels,
+            env: spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            command: spec.command.clone(),
+            memory_bytes: spec
+                .memory_mb
+                .map(|mb| mb.saturating_mul(1024 * 1024).min(i64::MAX as u64) as i64),
+            nano_cpus: spec.cpus.map(|c| (c * 1e9).round() as i64),
+            binds,
+        }
+    }
+}
+
+/// What the runtime knows about one container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerInfo {
+    pub id: String,
+    /// Without Docker's leading `/`.
+    pub name: String,
+    pub image: String,
+    pub running: bool,
+    /// Docker's word for the state: created, running, exited, …
+    pub status: String,
+    pub labels: BTreeMap<String, String>,
+}
+
+impl ContainerInfo {
+    /// The hive named in the ownership label, if any.
+    pub fn owner(&self) -> Option<&str> {
+        self.labels.get(LABEL_HIVE).map(String::as_str)
+    }
+
+    pub fn agent(&self) -> Option<&str> {
+        self.labels.get(LABEL_AGENT).map(String::as_str)
+    }
+
+    /// The spec hash the container was created from.
+    pub fn spec_hash(&self) -> Option<&str> {
+        self.labels.get(LABEL_SPEC).map(String::as_str)
+    }
+}
+
+/// Refuse a container that does not carry `hive`'s label. Every method
+/// that changes a container calls this on a fresh inspect.
+pub fn check_owner(hive: &HiveName, info: &ContainerInfo) -> Result<(), RuntimeError> {
+    if info.owner() == Some(hive.as_str()) {
+        Ok(())
+    } else {
+        Err(RuntimeError::Foreign {
+            container: info.name.clone(),
+            hive: hive.clone(),
+            owner: info.owner().map(str::to_string),
+        })
+    }
+}
+
+/// A runtime failure, with what was being done to what.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error(
+        "Docker is unreachable at {host}: {reason}. Check that dockerd is running and that \
+         the hive may use that socket (docker_host in the hive config)"
+    )]
+    Unreachable { host: String, reason: String },
+    #[error("Docker at {host} did not answer {op} {target} within {secs} s")]
+    Timeout {
+        host: String,
+        op: &'static str,
+        target: String,
+        secs: u64,
+    },
+    #[error(
+        "container {container} {}, not hive {hive}'s; this hive never touches it. \
+         Rename or remove it yourself if the name is needed",
+        match owner {
+            Some(o) => format!("belongs to hive {o:?}"),
+            None => "has no org.hyperhive.hive label".to_string(),
+        }
+    )]
+    Foreign {
+        container: String,
+        hive: HiveName,
+        owner: Option<String>,
+    },
+    #[error("container {container} does not exist")]
+    NoSuchContainer { container: String },
+    #[error("image {image} is not available: {message}")]
+    NoSuchImage { image: String, message: String },
+    #[error("container name {name} is already taken: {message}")]
+    NameTaken { name: String, message: String },
+    #[error("the pull of {image} failed: {message}")]
+    Pull { image: String, message: String },
+    #[error("the build of {tag} failed: {message}")]
+    Build { tag: String, message: String },
+    #[error("build context {context}: {reason}")]
+    Context { context: String, reason: String },
+    #[error("`git {args}` failed: {reason}")]
+    Git { args: String, reason: String },
+    #[error("Docker {op} {target} failed: {source}")]
+    Docker {
+        op: &'static str,
+        target: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+        transient: bool,
+    },
+}
+
+impl RuntimeError {
+    /// Whether trying the same thing again later can succeed.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            RuntimeError::Unreachable { .. }
+            | RuntimeError::Timeout { .. }
+            | RuntimeError::Pull { .. } => true,
+            RuntimeError::Docker { transient, .. } => *transient,
+            // A git fetch fails on a network hiccup as often as on a bad ref.
+            RuntimeError::Git { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+/// The operations the job worker needs from a container engine. Methods
+/// that change a container refuse one without this runtime's hive label.
+pub trait ContainerRuntime: Send + Sync + 'static {
+    /// The hive whose containers this runtime may touch.
+    fn hive(&self) -> &HiveName;
+
+    /// Is the engine there at all.
+    fn ping(&self) -> impl Future<Output = Result<(), RuntimeError>> + Send;
+
+    fn image_exists(&self, image: &str) -> impl Future<Output = Result<bool, RuntimeError>> + Send;
+
+    /// Pull `image` (a missing tag means `latest`), reporting progress.
+    fn pull(
+        &self,
+        image: &str,
+        progress: ProgressFn<'_>,
+    ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
+
+    /// Build the directory `context` (with `dockerfile` inside it) and tag
+    /// the result `tag`. `no_cache` rebuilds every step (a relock).
+    fn build(
+        &self,
+        context: &Path,
+        dockerfile: &str,
+        tag: &str,
+        no_cache: bool,
+        progress: ProgressFn<'_>,
+    ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
+
+    /// Create (not start) a container; returns its id.
+    fn create(
+        &self,
+        spec: &ContainerSpec,
+    ) -> impl Future<Output = Result<String, RuntimeError>> + Send;
+
+    /// Start an owned container; no-op when it runs.
+    fn start(&self, container: &str) -> impl Future<Output = Result<(), RuntimeError>> + Send;
+
+    /// Stop an owned container, killing it after `timeout`; no-op when it
+    /// does not run.
+    fn stop(
+        &self,
+        container: &str,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
+
+    /// Remove an owned container (forcefully); no-op when it is gone.
+    fn remove(&self, container: &str) -> impl Future<Output = Result<(), RuntimeError>> + Send;
+
+    /// Any container, by name or id, owned or not (so callers can report a
+    /// foreign one); `None` when there is none.
+    fn inspect(
+        &self,
+        container: &str,
+    ) -> impl Future<Output = Result<Option<ContainerInfo>, RuntimeError>> + Send;
+
+    /// Every container carrying this hive's label, running or not.
+    fn list(&self) -> impl Future<Output = Result<Vec<ContainerInfo>, RuntimeError>> + Send;
+}
+
+/// Split an image reference into repository and tag for a pull; a digest
+/// reference is passed whole, a missing tag means `latest` (Docker would
+/// otherwise pull every tag).
+pub fn split_image_ref(image: &str) -> (String, Option<String>) {
+    if image.contains('@') {
+        return (image.to_string(), None);
+    }
+    let last_slash = image.rfind('/').map_or(0, |i| i + 1);
+    match image[last_slash..].rfind(':') {
+        Some(i) => {
+            let at = last_slash + i;
+            (image[..at].to_string(), Some(image[at + 1..].to_string()))
+        }
+        None => (image.to_string(), Some("latest".to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_refs_split_into_repo_and_tag() {
+        let cases = [
+            ("busybox", ("busybox", Some("latest"))),
+            ("busybox:1.36", ("busybox", Some("1.36"))),
+            ("localhost:5000/x/y", ("localhost:5000/x/y", Some("latest"))),
+            ("localhost:5000/x/y:2", ("localhost:5000/x/y", Some("2"))),
+            ("x@sha256:abcd", ("x@sha256:abcd", None)),
+        ];
+        for (input, (repo, tag)) in cases {
+            let (r, t) = split_image_ref(input);
+            assert_eq!((r.as_str(), t.as_deref()), (repo, tag), "{input}");
+        }
+    }
+
+    #[test]
+    fn container_spec_carries_labels_mounts_env_and_limits() {
+        let hive = HiveName::new("alpha").unwrap();
+        let agent = AgentName::new("mail-bot").unwrap();
+        let spec = AgentSpec {
+            image: Some("local/mail:1".into()),
+            command: Some(vec!["mail".into(), "--serve".into()]),
+            env: [("LOG".to_string(), "info".to_string())].into(),
+            memory_mb: Some(256),
+            cpus: Some(0.5),
+            ..Default::default()
+        };
+        let knowledge = Bind {
+            host: "/var/lib/hive/knowledge".into(),
+            container: "/knowledge".into(),
+            read_only: true,
+        };
+        let c = ContainerSpec::for_agent(
+            &hive,
+            &agent,
+            &spec,
+            "local/mail:1",
+            Path::new("/var/lib/hive/agents/mail-bot"),
+            vec![knowledge],
+        );
+        assert_eq!(c.name, "hyperhive.alpha.mail-bot");
+        assert_eq!(c.labels["org.hyperhive.managed"], "true");
+        assert_eq!(c.labels["org.hyperhive.hive"], "alpha");
+        assert_eq!(c.labels["org.hyperhive.agent"], "mail-bot");
+        assert_eq!(c.labels["org.hyperhive.spec"], spec.spec_hash());
+        assert_eq!(c.env, vec!["LOG=info"]);
+        assert_eq!(c.memory_bytes, Some(256 * 1024 * 1024));
+        assert_eq!(c.nano_cpus, Some(500_000_000));
+        let binds: Vec<String> = c.binds.iter().map(Bind::to_docker).collect();
+        assert_eq!(
+            binds,
+            vec![
+                "/var/lib/hive/agents/mail-bot:/state",
+                "/var/lib/hive/knowledge:/knowledge:ro"
+            ]
+        );
+    }
+
+    #[test]
+    fn ownership_is_the_hive_label_and_nothing_else() {
+        let hive = HiveName::new("alpha").unwrap();
+        let info = |owner: Option<&str>| ContainerInfo {
+            id: "c1".into(),
+            name: "hyperhive.alpha.x".into(),
+            image: "i".into(),
+            running: true,
+            status: "running".into(),
+            labels: owner
+                .map(|o| BTreeMap::from([(LABEL_HIVE.to_string(), o.to_string())]))
+                .unwrap_or_default(),
+        };
+        assert!(check_owner(&hive, &info(Some("alpha"))).is_ok());
+        let err = check_owner(&hive, &info(Some("beta"))).unwrap_err();
+        assert!(
+            err.to_string().contains("belongs to hive \"beta\""),
+            "{err}"
+        );
+        assert!(!err.is_transient());
+        let err = check_owner(&hive, &info(None)).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("hyperhive.alpha.x has no org.hyperhive.hive label"),
+            "{err}"
+        );
+    }
+}

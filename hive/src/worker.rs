@@ -1,0 +1,789 @@
+//! # The job worker
+//!
+//! One task, [`run`], that executes the job DAG stored by [`crate::jobs`].
+//! At start it turns nodes a crash left `running` back to `ready`
+//! ([`Store::recover`](crate::jobs::Store::recover)), replays the cleanup
+//! journal, and makes its first pass at once. After that it wakes when a
+//! job is queued (the [`Notify`] in [`WorkerDeps`]), when a node it runs
+//! finishes, when the earliest backoff expires, and at least every
+//! `idle_poll`.
+//!
+//! A pass claims ready nodes (at most one per agent; up to
+//! `max_parallel` at a time) and runs each in its own tokio task inside a
+//! `job_node` span carrying hive, agent, job, node, op and attempt. The
+//! node's outcome goes back to the store, which decides what it means for
+//! the rest of the job. The worker never decides: it does.
+//!
+//! Every node operation looks before it acts (see [`crate::jobs`]'s essay),
+//! so a node cut off by a crash or a shutdown simply runs again. On shutdown
+//! the worker gives running nodes a short grace to finish, then drops them;
+//! the next start recovers them.
+//!
+//! Owns: nothing but the tasks it spawns. Invariant: every container change
+//! goes through the runtime, which refuses containers of other hives.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use swarm_queue_client::containers::{built_image_tag, container_name};
+use swarm_queue_client::{AgentName, AgentSpec, HiveName, Power};
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinSet;
+use tracing::Instrument;
+
+use crate::jobs::model::default_power;
+use crate::jobs::{
+    now_ms, Claim, CleanupAction, InstalledAgent, JobStore, Op, Outcome, RetryPolicy, StoreError,
+};
+use crate::readiness::Health;
+use crate::runtime::context::{self, ContextSource};
+use crate::runtime::{check_owner, Bind, ContainerRuntime, ContainerSpec, RuntimeError};
+use crate::shutdown::Shutdown;
+
+/// Environment variable naming a node op the worker must not claim. A test
+/// hook: it lets an end-to-end test kill the daemon at a chosen point (for
+/// example with `create` done and `start` not yet run). Logged loudly.
+pub const HOLD_ENV: &str = "HYPERHIVE_TEST_HOLD_BEFORE_NODE";
+
+/// How the worker behaves. `Default` is what the daemon ships.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    pub retry: RetryPolicy,
+    /// How long `stop` waits for a container before killing it.
+    pub stop_timeout: Duration,
+    /// Finished jobs older than this are pruned.
+    pub retention: Duration,
+    /// The longest the worker sleeps without being woken.
+    pub idle_poll: Duration,
+    /// Nodes run at once (each of a different agent).
+    pub max_parallel: usize,
+    /// Test hook: never claim nodes with this op name.
+    pub hold_before: Option<String>,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            retry: RetryPolicy::default(),
+            stop_timeout: Duration::from_secs(10),
+            retention: Duration::from_secs(7 * 24 * 3600),
+            idle_poll: Duration::from_secs(30),
+            max_parallel: 4,
+            hold_before: None,
+        }
+    }
+}
+
+impl WorkerConfig {
+    /// Apply [`HOLD_ENV`] when set.
+    pub fn with_env_overrides(mut self) -> Self {
+        if let Some(op) = std::env::var(HOLD_ENV).ok().filter(|s| !s.is_empty()) {
+            tracing::warn!(op = %op, "{HOLD_ENV} is set: nodes of this op will not run (test hook)");
+            self.hold_before = Some(op);
+        }
+        self
+    }
+}
+
+/// What the worker needs.
+pub struct WorkerDeps<R> {
+    pub store: JobStore,
+    pub runtime: Arc<R>,
+    pub hive: HiveName,
+    /// The hive's state dir: agents' dirs are `<state_dir>/agents/<agent>`,
+    /// build checkouts `<state_dir>/checkouts/<agent>`.
+    pub state_dir: PathBuf,
+    /// Notified by whoever queues a job.
+    pub wake: Arc<Notify>,
+    /// Job outcomes are counted here (metrics).
+    pub health: Option<Arc<Health>>,
+    /// Mounted into every container after the state dir (the knowledge
+    /// directory, read-only, once the hive has one).
+    pub extra_binds: Vec<Bind>,
+    pub config: WorkerConfig,
+}
+
+/// The worker's notion of "now" in [`Millis`](crate::jobs::Millis): the
+/// wall clock at start plus tokio's monotonic time since. Backoff deadlines
+/// stored in the database and the worker's sleeps then agree, and unit
+/// tests can drive both with tokio's paused clock.
+#[derive(Debug, Clone, Copy)]
+struct Clock {
+    base_ms: crate::jobs::Millis,
+    base: tokio::time::Instant,
+}
+
+impl Clock {
+    fn start() -> Clock {
+        Clock {
+            base_ms: now_ms(),
+            base: tokio::time::Instant::now(),
+        }
+    }
+
+    fn now(&self) -> crate::jobs::Millis {
+        self.base_ms + self.base.elapsed().as_millis() as crate::jobs::Millis
+    }
+}
+
+/// `<state_dir>/agents/<agent>`: mounted at `/state`; only purge deletes it.
+pub fn agent_dir(state_dir: &Path, agent: &AgentName) -> PathBuf {
+    state_dir.join("agents").join(agent.as_str())
+}
+
+fn checkout_dir(state_dir: &Path, agent: &AgentName) -> PathBuf {
+    state_dir.join("checkouts").join(agent.as_str())
+}
+
+/// The image an agent's container runs: the declared image, or for a build
+/// the declared image name or the hive's own tag for the spec.
+pub fn image_ref(hive: &HiveName, agent: &AgentName, spec: &AgentSpec) -> String {
+    match (&spec.image, &spec.build) {
+        (Some(image), _) => image.clone(),
+        (None, _) => built_image_tag(hive, agent, &spec.spec_hash()),
+    }
+}
+
+/// Why a node failed. Each variant names the agent or container.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("{what}: {source}")]
+    Runtime {
+        what: String,
+        #[source]
+        source: RuntimeError,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("job {job} for agent {agent} carries no spec, but its {op} node needs one")]
+    NoSpec {
+        job: crate::jobs::JobId,
+        agent: AgentName,
+        op: Op,
+    },
+    #[error(
+        "container {container} already exists with spec {found}, but this job deploys spec \
+         {wanted}; run `hive rebuild {agent}` to replace it"
+    )]
+    SpecMismatch {
+        container: String,
+        agent: AgentName,
+        found: String,
+        wanted: String,
+    },
+    #[error("agent {agent} has no container ({container}); deploy it with `hive deploy {agent}`")]
+    NoContainer { agent: AgentName, container: String },
+    #[error("an earlier cleanup of agent {agent} has not finished yet: {detail}")]
+    CleanupPending { agent: AgentName, detail: String },
+}
+
+impl NodeError {
+    fn runtime(what: impl Into<String>) -> impl FnOnce(RuntimeError) -> NodeError {
+        let what = what.into();
+        move |source| NodeError::Runtime { what, source }
+    }
+
+    /// Whether the worker should try the node again later.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            NodeError::Runtime { source, .. } => source.is_transient(),
+            NodeError::Store(_) | NodeError::CleanupPending { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+/// The error and every cause under it, outermost first, joined by ": ".
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        let text = s.to_string();
+        if !parts.last().is_some_and(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        cur = s.source();
+    }
+    parts.join(": ")
+}
+
+/// Run the worker until shutdown.
+pub async fn run<R: ContainerRuntime>(deps: WorkerDeps<R>, mut shutdown: Shutdown) {
+    let deps = Arc::new(deps);
+    let clock = Clock::start();
+    let span = tracing::info_span!("job_worker", hive = %deps.hive);
+    async move {
+        match deps.store.call(|s| s.recover()).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(nodes = n, "resuming nodes cut off by the previous run"),
+            Err(e) => tracing::error!(error = %error_chain(&e), "cannot recover running nodes"),
+        }
+        let in_flight: Arc<Mutex<BTreeSet<AgentName>>> = Arc::default();
+        let mut running: JoinSet<()> = JoinSet::new();
+        let mut last_prune: Option<tokio::time::Instant> = None;
+        loop {
+            replay_idle_cleanups(&deps, &in_flight).await;
+            if last_prune.is_none_or(|t| t.elapsed() > Duration::from_secs(3600)) {
+                let retention = deps.config.retention;
+                let now = clock.now();
+                match deps.store.call(move |s| s.prune(now, retention)).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(jobs = n, "pruned finished jobs"),
+                    Err(e) => {
+                        tracing::warn!(error = %error_chain(&e), "cannot prune finished jobs")
+                    }
+                }
+                last_prune = Some(tokio::time::Instant::now());
+            }
+            while running.len() < deps.config.max_parallel.max(1) {
+                let (hold, now) = (deps.config.hold_before.clone(), clock.now());
+                match deps
+                    .store
+                    .call(move |s| s.claim(now, hold.as_deref()))
+                    .await
+                {
+                    Ok(Some(claim)) => {
+                        let deps = Arc::clone(&deps);
+                        let in_flight = Arc::clone(&in_flight);
+                        lock(&in_flight).insert(claim.agent.clone());
+                        running.spawn(async move {
+                            let agent = claim.agent.clone();
+                            execute(&deps, clock, claim).await;
+                            lock(&in_flight).remove(&agent);
+                        });
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::error!(error = %error_chain(&e), "cannot claim a node");
+                        break;
+                    }
+                }
+            }
+            let now = clock.now();
+            let next_retry = deps
+                .store
+                .call(move |s| s.next_retry_at(now))
+                .await
+                .ok()
+                .flatten();
+            let sleep = next_retry
+                .map(|at| Duration::from_millis(at.saturating_sub(now).max(1) as u64))
+                .unwrap_or(deps.config.idle_poll)
+                .min(deps.config.idle_poll);
+            tokio::select! {
+                // Shutdown::wait is cancel-safe.
+                _ = shutdown.wait() => break,
+                // JoinSet::join_next is cancel-safe: an unjoined task stays in the set.
+                Some(joined) = running.join_next(), if !running.is_empty() => {
+                    if let Err(e) = joined {
+                        tracing::error!(error = %e, "a node task ended abnormally");
+                    }
+                }
+                // Notify::notified is cancel-safe; a notify while we were busy left a permit.
+                _ = deps.wake.notified() => {}
+                // A sleep is cancel-safe; the next pass recomputes it.
+                _ = tokio::time::sleep(sleep) => {}
+            }
+        }
+        if !running.is_empty() {
+            tracing::info!(nodes = running.len(), "waiting briefly for running nodes");
+            let _ = tokio::time::timeout(Duration::from_secs(3), async {
+                while running.join_next().await.is_some() {}
+            })
+            .await;
+            // Whatever is still running stays `running` in the store and is
+            // recovered at the next start.
+            running.abort_all();
+            while running.join_next().await.is_some() {}
+        }
+        tracing::info!("job worker stopped");
+    }
+    .instrument(span)
+    .await
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Run one claimed node and record its outcome.
+async fn execute<R: ContainerRuntime>(deps: &WorkerDeps<R>, clock: Clock, claim: Claim) {
+    let span = tracing::info_span!(
+        "job_node",
+        hive = %deps.hive,
+        agent = %claim.agent,
+        job = %claim.job,
+        node = claim.seq + 1,
+        op = %claim.op,
+        attempt = claim.attempt,
+    );
+    async move {
+        tracing::info!("node started");
+        let outcome = match run_node(deps, &claim).await {
+            Ok(detail) => {
+                tracing::info!(detail = detail.as_deref().unwrap_or(""), "node done");
+                Outcome::Done { detail }
+            }
+            Err(e) => {
+                let error = error_chain(&e);
+                let transient = e.is_transient();
+                tracing::warn!(error = %error, transient, "node failed");
+                Outcome::Failed { error, transient }
+            }
+        };
+        let (job, seq, policy) = (claim.job, claim.seq, deps.config.retry);
+        match deps
+            .store
+            .call(move |s| s.finish(job, seq, outcome, &policy, clock.now()))
+            .await
+        {
+            Ok(Some(state)) => {
+                tracing::info!(state = %state, kind = %claim.request.kind(), "job finished");
+                if let Some(h) = &deps.health {
+                    h.record_job_outcome(claim.request.kind().as_str(), state.as_str());
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::error!(error = %error_chain(&e), "cannot record the node outcome"),
+        }
+        deps.wake.notify_one();
+    }
+    .instrument(span)
+    .await
+}
+
+/// Replay the journal for agents that have no node running. A replay that
+/// fails is kept and tried again on the next pass.
+async fn replay_idle_cleanups<R: ContainerRuntime>(
+    deps: &WorkerDeps<R>,
+    in_flight: &Mutex<BTreeSet<AgentName>>,
+) {
+    let entries = match deps.store.call(|s| s.pending_cleanups(None)).await {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::warn!(error = %error_chain(&e), "cannot read the cleanup journal");
+            return;
+        }
+    };
+    let agents: BTreeSet<AgentName> = entries
+        .into_iter()
+        .map(|e| e.agent)
+        .filter(|a| !lock(in_flight).contains(a))
+        .collect();
+    for agent in agents {
+        if let Err(e) = replay_cleanups(deps, &agent).await {
+            tracing::warn!(agent = %agent, error = %error_chain(&e), "cleanup still outstanding");
+        }
+    }
+}
+
+/// Finish every journalled cleanup of `agent`; error if any remains.
+async fn replay_cleanups<R: ContainerRuntime>(
+    deps: &WorkerDeps<R>,
+    agent: &AgentName,
+) -> Result<(), NodeError> {
+    let who = agent.clone();
+    let entries = deps
+        .store
+        .call(move |s| s.pending_cleanups(Some(&who)))
+        .await?;
+    let mut failed = Vec::new();
+    for entry in entries {
+        let result = match &entry.action {
+            CleanupAction::RemoveContainer { id, name } => {
+                deps.runtime
+                    .remove(id)
+                    .await
+                    .map_err(NodeError::runtime(format!(
+                        "remove container {name} ({id})"
+                    )))
+            }
+            CleanupAction::DeleteDir { path } => delete_dir(path).await,
+        };
+        let id = entry.id;
+        match result {
+            Ok(()) => {
+                tracing::info!(agent = %agent, action = ?entry.action, "journalled cleanup done");
+                deps.store.call(move |s| s.cleanup_done(id)).await?;
+            }
+            Err(e) => {
+                let msg = error_chain(&e);
+                failed.push(msg.clone());
+                deps.store.call(move |s| s.cleanup_failed(id, &msg)).await?;
+            }
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(NodeError::CleanupPending {
+            agent: agent.clone(),
+            detail: failed.join("; "),
+        })
+    }
+}
+
+async fn delete_dir(path: &Path) -> Result<(), NodeError> {
+    match tokio::fs::remove_dir_all(path).await {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(NodeError::Io {
+            what: "cannot delete",
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+async fn make_dir(path: &Path) -> Result<(), NodeError> {
+    tokio::fs::create_dir_all(path)
+        .await
+        .map_err(|source| NodeError::Io {
+            what: "cannot create the agent state directory",
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+fn need_spec(claim: &Claim) -> Result<&AgentSpec, NodeError> {
+    claim.request.spec().ok_or_else(|| NodeError::NoSpec {
+        job: claim.job,
+        agent: claim.agent.clone(),
+        op: claim.op,
+    })
+}
+
+/// Do what one node says. Returns a note for the operator.
+async fn run_node<R: ContainerRuntime>(
+    deps: &WorkerDeps<R>,
+    claim: &Claim,
+) -> Result<Option<String>, NodeError> {
+    // Nothing of an agent runs while a destructive step of it is still
+    // outstanding: a retried purge must not delete a new deploy's data.
+    replay_cleanups(deps, &claim.agent).await?;
+    let agent = &claim.agent;
+    let name = container_name(&deps.hive, agent);
+    let store = &deps.store;
+    match claim.op {
+        Op::SeedPower => {
+            let (a, seed) = (agent.clone(), default_power(need_spec(claim)?));
+            let power = store
+                .call(move |s| s.seed_power(&a, seed, now_ms()))
+                .await?;
+            Ok(Some(format!("power intent is {power}")))
+        }
+        Op::StateDir => {
+            let dir = agent_dir(&deps.state_dir, agent);
+            make_dir(&dir).await?;
+            Ok(Some(dir.display().to_string()))
+        }
+        Op::Image { relock } => ensure_image(deps, claim, need_spec(claim)?, relock).await,
+        Op::Create => create(deps, claim, need_spec(claim)?, &name).await,
+        Op::Start => {
+            let a = agent.clone();
+            let recorded = store.call(move |s| s.power(&a)).await?;
+            let wanted = recorded
+                .or(claim.request.spec().map(default_power))
+                .unwrap_or(Power::Up);
+            if wanted == Power::Down {
+                return Ok(Some("left stopped: power intent is down".into()));
+            }
+            start(deps, agent, &name).await
+        }
+        Op::Stop => {
+            let was = deps
+                .runtime
+                .inspect(&name)
+                .await
+                .map_err(NodeError::runtime(format!("inspect {name}")))?;
+            deps.runtime
+                .stop(&name, deps.config.stop_timeout)
+                .await
+                .map_err(NodeError::runtime(format!("stop {name}")))?;
+            Ok(Some(match was {
+                Some(c) if c.running => "stopped".into(),
+                Some(_) => "was not running".into(),
+                None => "no container".into(),
+            }))
+        }
+        Op::Remove { forget } => {
+            let note = remove(deps, agent, &name).await?;
+            if forget {
+                let a = agent.clone();
+                store.call(move |s| s.forget_agent(&a)).await?;
+            }
+            Ok(Some(note))
+        }
+        Op::Reconcile => {
+            let a = agent.clone();
+            let wanted = store.call(move |s| s.power(&a)).await?.unwrap_or(Power::Up);
+            let info = deps
+                .runtime
+                .inspect(&name)
+                .await
+                .map_err(NodeError::runtime(format!("inspect {name}")))?
+                .ok_or_else(|| NodeError::NoContainer {
+                    agent: agent.clone(),
+                    container: name.clone(),
+                })?;
+            check_owner(&deps.hive, &info)
+                .map_err(NodeError::runtime(format!("reconcile {name}")))?;
+            match (wanted, info.running) {
+                (Power::Up, false) => start(deps, agent, &name).await,
+                (Power::Down, true) => {
+                    deps.runtime
+                        .stop(&name, deps.config.stop_timeout)
+                        .await
+                        .map_err(NodeError::runtime(format!("stop {name}")))?;
+                    Ok(Some("stopped (power intent is down)".into()))
+                }
+                (Power::Up, true) => Ok(Some("running, as wanted".into())),
+                (Power::Down, false) => Ok(Some("stopped, as wanted".into())),
+            }
+        }
+        Op::PurgeData => {
+            for dir in [
+                agent_dir(&deps.state_dir, agent),
+                checkout_dir(&deps.state_dir, agent),
+            ] {
+                let (a, action) = (
+                    agent.clone(),
+                    CleanupAction::DeleteDir { path: dir.clone() },
+                );
+                let id = store
+                    .call(move |s| s.journal_cleanup(&a, &action, now_ms()))
+                    .await?;
+                delete_dir(&dir).await?;
+                store.call(move |s| s.cleanup_done(id)).await?;
+            }
+            let a = agent.clone();
+            store.call(move |s| s.forget_agent(&a)).await?;
+            Ok(Some(format!(
+                "deleted {}",
+                agent_dir(&deps.state_dir, agent).display()
+            )))
+        }
+    }
+}
+
+async fn start<R: ContainerRuntime>(
+    deps: &WorkerDeps<R>,
+    agent: &AgentName,
+    name: &str,
+) -> Result<Option<String>, NodeError> {
+    match deps.runtime.start(name).await {
+        Ok(()) => Ok(Some("running".into())),
+        Err(RuntimeError::NoSuchContainer { .. }) => Err(NodeError::NoContainer {
+            agent: agent.clone(),
+            container: name.to_string(),
+        }),
+        Err(e) => Err(NodeError::runtime(format!("start {name}"))(e)),
+    }
+}
+
+/// Remove the agent's container if there is one, journalling it by id first.
+async fn remove<R: ContainerRuntime>(
+    deps: &WorkerDeps<R>,
+    agent: &AgentName,
+    name: &str,
+) -> Result<String, NodeError> {
+    let Some(info) = deps
+        .runtime
+        .inspect(name)
+        .await
+        .map_err(NodeError::runtime(format!("inspect {name}")))?
+    else {
+        return Ok("no container".into());
+    };
+    check_owner(&deps.hive, &info).map_err(NodeError::runtime(format!("remove {name}")))?;
+    let action = CleanupAction::RemoveContainer {
+        id: info.id.clone(),
+        name: name.to_string(),
+    };
+    let a = agent.clone();
+    let entry = deps
+        .store
+        .call(move |s| s.journal_cleanup(&a, &action, now_ms()))
+        .await?;
+    match deps.runtime.remove(&info.id).await {
+        Ok(()) => {
+            deps.store.call(move |s| s.cleanup_done(entry)).await?;
+            Ok(format!("removed {}", short_id(&info.id)))
+        }
+        Err(e) => {
+            let err = NodeError::runtime(format!("remove {name}"))(e);
+            let msg = error_chain(&err);
+            deps.store
+                .call(move |s| s.cleanup_failed(entry, &msg))
+                .await?;
+            Err(err)
+        }
+    }
+}
+
+fn short_id(id: &str) -> &str {
+    &id[..id.len().min(12)]
+}
+
+/// Create the container unless one with this spec exists. The installed
+/// record is written first, so no container the hive made is ever missing
+/// from it.
+async fn create<R: ContainerRuntime>(
+    deps: &WorkerDeps<R>,
+    claim: &Claim,
+    spec: &AgentSpec,
+    name: &str,
+) -> Result<Option<String>, NodeError> {
+    let agent = &claim.agent;
+    let spec_hash = spec.spec_hash();
+    let image = image_ref(&deps.hive, agent, spec);
+    let existing = deps
+        .runtime
+        .inspect(name)
+        .await
+        .map_err(NodeError::runtime(format!("inspect {name}")))?;
+    if let Some(info) = &existing {
+        check_owner(&deps.hive, info).map_err(NodeError::runtime(format!("create {name}")))?;
+        if info.spec_hash() != Some(spec_hash.as_str()) {
+            return Err(NodeError::SpecMismatch {
+                container: name.to_string(),
+                agent: agent.clone(),
+                found: info.spec_hash().unwrap_or("(none)").to_string(),
+                wanted: spec_hash,
+            });
+        }
+    }
+    let record = InstalledAgent {
+        agent: agent.clone(),
+        spec_hash: spec_hash.clone(),
+        spec: spec.clone(),
+        image: image.clone(),
+        revision: claim.request.revision(),
+        updated_at_ms: now_ms(),
+    };
+    deps.store
+        .call(move |s| s.record_installed(&record))
+        .await?;
+    if let Some(info) = existing {
+        return Ok(Some(format!(
+            "container {} already exists with this spec",
+            short_id(&info.id)
+        )));
+    }
+    let dir = agent_dir(&deps.state_dir, agent);
+    make_dir(&dir).await?;
+    let container = ContainerSpec::for_agent(
+        &deps.hive,
+        agent,
+        spec,
+        &image,
+        &dir,
+        deps.extra_binds.clone(),
+    );
+    let id = deps
+        .runtime
+        .create(&container)
+        .await
+        .map_err(NodeError::runtime(format!("create {name}")))?;
+    Ok(Some(format!("created {}", short_id(&id))))
+}
+
+/// Pull or build the spec's image unless it is there (or `relock` says to
+/// resolve it again). Progress lines go to the log and to the node's
+/// detail, where `hive job` and `deploy --wait` show them.
+async fn ensure_image<R: ContainerRuntime>(
+    deps: &WorkerDeps<R>,
+    claim: &Claim,
+    spec: &AgentSpec,
+    relock: bool,
+) -> Result<Option<String>, NodeError> {
+    let agent = &claim.agent;
+    let image = image_ref(&deps.hive, agent, spec);
+    let present = deps
+        .runtime
+        .image_exists(&image)
+        .await
+        .map_err(NodeError::runtime(format!("look up image {image}")))?;
+    if present && !relock {
+        return Ok(Some(format!("{image} is present")));
+    }
+
+    let (tx, mut rx) = watch::channel(String::new());
+    let progress = move |line: &str| {
+        tracing::debug!(progress = line);
+        tx.send_replace(line.to_string());
+    };
+    // Show the latest line on the node, at most a few times a second.
+    let (store, job, seq) = (deps.store.clone(), claim.job, claim.seq);
+    let writer = tokio::spawn(async move {
+        while rx.changed().await.is_ok() {
+            let line = rx.borrow_and_update().clone();
+            let _ = store.call(move |s| s.set_detail(job, seq, &line)).await;
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    });
+    let result = match &spec.build {
+        None => match deps.runtime.pull(&image, &progress).await {
+            Ok(()) => Ok(format!("pulled {image}")),
+            // Re-resolving a tag the hive already has: when the registry
+            // cannot be reached (an air-gapped hive, an outage), the local
+            // image is still a valid answer, and failing the deploy would
+            // leave the agent worse off than keeping it.
+            Err(e) if present => {
+                let why = crate::publisher::chain(&e);
+                tracing::warn!(%agent, %image, error = %why, "re-resolving the image failed; keeping the local one");
+                Ok(format!(
+                    "kept the local {image}: re-resolving it failed ({why})"
+                ))
+            }
+            Err(e) => Err(NodeError::runtime(format!("image for agent {agent}"))(e)),
+        },
+        Some(build) => build_image(deps, agent, build, &image, relock, &progress).await,
+    };
+    drop(progress);
+    let _ = writer.await;
+    if result.is_ok() {
+        tracing::info!(image = %image, "image ready");
+    }
+    result.map(Some)
+}
+
+async fn build_image<R: ContainerRuntime>(
+    deps: &WorkerDeps<R>,
+    agent: &AgentName,
+    build: &swarm_queue_client::BuildSpec,
+    tag: &str,
+    relock: bool,
+    progress: &(dyn Fn(&str) + Send + Sync),
+) -> Result<String, NodeError> {
+    let what = format!("image for agent {agent}");
+    let dockerfile = context::dockerfile_path(build).map_err(NodeError::runtime(&what))?;
+    let (dir, from) = match context::classify(build).map_err(NodeError::runtime(&what))? {
+        ContextSource::Dir(dir) => (dir.clone(), dir.display().to_string()),
+        ContextSource::Git { url, git_ref } => {
+            let dir = checkout_dir(&deps.state_dir, agent);
+            progress(&format!("checking out {url}"));
+            let commit = context::checkout(&url, git_ref.as_deref(), &dir, relock)
+                .await
+                .map_err(NodeError::runtime(&what))?;
+            (dir, format!("{url} at {}", short_id(&commit)))
+        }
+    };
+    deps.runtime
+        .build(&dir, &dockerfile, tag, relock, progress)
+        .await
+        .map_err(NodeError::runtime(&what))?;
+    Ok(format!("built {tag} from {from}"))
+}
+
+#[cfg(test)]
+mod tests;

@@ -74,11 +74,18 @@ pub async fn connect(config: &NatsConfig, wait: Duration) -> Result<Connection, 
 pub async fn open_buckets(conn: &Connection, config: &NatsConfig) -> Result<Buckets, NatsError> {
     ensure_connected(&conn.client)?;
     let js = jetstream::new(conn.client.clone());
-    let open = |bucket| open_or_create(&js, bucket, config.buckets.get(bucket));
+    let open = |bucket| {
+        let settings = config.buckets.get(bucket);
+        let js = &js;
+        async move { open_or_create(js, bucket, &settings).await }
+    };
+    let status = open(Bucket::Status).await?;
+    let wanted = open(Bucket::Wanted).await?;
+    let credentials = open(Bucket::Credentials).await?;
     Ok(Buckets {
-        status: open(Bucket::Status).await?,
-        wanted: open(Bucket::Wanted).await?,
-        credentials: open(Bucket::Credentials).await?,
+        status,
+        wanted,
+        credentials,
     })
 }
 

@@ -16,14 +16,21 @@
 //!   revision is declared that it never reads.
 //! - `unknown` (stale): the same, once the status is older than stale_after.
 //! - freshness `stopped`: a clean shutdown.
+//!
+//! A second test sends `deploy` and `credential put` to a real hive: the
+//! hive queues the job and answers with its id (or its own refusal), and
+//! opens the sealed credential and writes it under its state dir.
 
 mod controller_support;
+
+use std::os::unix::fs::PermissionsExt;
 
 use controller_support::*;
 use hyperhive_tests::docker::{docker, ContainerGuard, TestImage};
 use hyperhive_tests::hive::{HiveProc, HiveSpec};
 use hyperhive_tests::jobs::{node, JobApi};
 use hyperhive_tests::{unique_name, wait_until};
+use swarm_queue_client::credentials::XKey;
 
 const HOLD: (&str, &str) = ("HYPERHIVE_TEST_HOLD_BEFORE_NODE", "start");
 
@@ -188,5 +195,82 @@ async fn a_real_hive_goes_through_every_convergence_state() {
         .await;
     assert_eq!(row["convergence"], "unknown");
     println!("    stopped: {}", row["freshness_reason"]);
+    drop(image);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_and_credential_put_reach_a_real_hive() {
+    let hive = unique_name("ctlev");
+    let env = Env::new(&[&hive], "xkey_seed_file = \"controller.xkey\"").await;
+    // The controller's key exists first, so the hive can be told to trust it.
+    let controller = XKey::new();
+    let seed_path = env.path("controller.xkey");
+    std::fs::write(&seed_path, controller.seed().unwrap()).unwrap();
+    std::fs::set_permissions(&seed_path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let _containers = ContainerGuard::new(&hive);
+    let image = TestImage::busybox("ctlev");
+    let url = env.nats.url();
+    let extra = format!(
+        "trusted_controller_xkeys = [\"{}\"]",
+        controller.public_key()
+    );
+    let h = HiveProc::start(HiveSpec {
+        name: Some(&hive),
+        nats_url: Some(&url),
+        extra: &extra,
+        ..Default::default()
+    });
+    declare(
+        &env,
+        "v1.toml",
+        &swarm_file(&hive, &image.reference, false, 1),
+    )
+    .await;
+    wait_convergence(&env, &hive, "converged").await;
+
+    // deploy: the real hive queues a job and answers with its id.
+    let r = env.run(&["deploy", &hive, "web", "--json"]).await;
+    println!("deploy web: {}", r.stdout.trim());
+    assert_eq!(r.code, 0, "{r:?}");
+    let job = r.json()["job"].as_u64().expect("a job id");
+    let api = JobApi::new(&h.api().await);
+    wait_until(T, "the deployed job to finish", || async {
+        let j = api.job(job as i64).await?;
+        matches!(j["state"].as_str(), Some("done" | "failed")).then_some(())
+    })
+    .await;
+    // An agent the hive does not declare: the hive's own refusal, printed.
+    let r = env.run(&["deploy", &hive, "nobody"]).await;
+    println!("deploy nobody: {}", r.stdout.trim());
+    assert_eq!(r.code, 1);
+    assert!(
+        r.stdout.contains("refused") && r.stdout.contains("not declared"),
+        "{r:?}"
+    );
+
+    // credential put: the hive opens it and writes it under its state dir.
+    let secret = "s3cret for the real hive";
+    let file = env.write("pw", secret);
+    let r = env
+        .run(&[
+            "credential",
+            "put",
+            &hive,
+            "web",
+            "smtp",
+            "--from-file",
+            file.to_str().unwrap(),
+        ])
+        .await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let delivered = h.state_dir.join("agents/web/credentials/smtp");
+    let got = wait_until(T, "the hive to deliver the credential", || async {
+        std::fs::read_to_string(&delivered).ok()
+    })
+    .await;
+    assert_eq!(got, secret);
+    let mode = std::fs::metadata(&delivered).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    println!("delivered to {} (mode {mode:o})", delivered.display());
     drop(image);
 }

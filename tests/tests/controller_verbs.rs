@@ -177,9 +177,10 @@ async fn declare_refuses_bad_files_with_the_line() {
     assert_eq!(r.code, 2, "no file and no swarm_file: usage");
 }
 
-/// A stand-in for a hive's deploy listener: answers every request with
-/// `reply` (or never, when `None`). The hive daemon wires its own listener
-/// in a later change; this exercises the controller's side of the subject.
+/// A stand-in for a hive's deploy listener that answers every request with
+/// `reply`, or never (`None`): the one way to make "no reply in time"
+/// happen on purpose. The real hive's answers are tested in
+/// `controller_converge.rs`.
 async fn responder(
     env: &Env,
     hive: &str,

@@ -182,10 +182,13 @@ async fn a_hive_turns_stale_on_the_page_without_a_reload() {
         .await;
     assert_eq!(ghost, "unknown");
     let summary = page
-        .eval("document.getElementById('summary').textContent")
+        .wait_for(
+            "the summary to count alpha fresh",
+            "document.getElementById('summary').textContent.includes('1 fresh') \
+             && document.getElementById('summary').textContent",
+        )
         .await;
     println!("page summary while alpha runs: {summary}");
-    assert!(summary.as_str().unwrap().contains("1 fresh"), "{summary}");
 
     // Mark this document; a reload would lose the mark.
     let origin = page

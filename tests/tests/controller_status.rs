@@ -169,7 +169,8 @@ async fn expect_convergence(env: &Env, want: &str, reason: &str) -> serde_json::
 
 #[tokio::test]
 async fn every_convergence_state_from_a_real_declaration() {
-    let env = Env::new(&["alpha", "beta"], "stale_after_secs = 2").await;
+    // Long enough that a slow machine reads each state before it is stale.
+    let env = Env::new(&["alpha", "beta"], "stale_after_secs = 5").await;
     let swarm = env.write(
         "swarm.toml",
         "[hives.alpha.agents.bot]\nimage = \"local/bot:1\"\nenv = { LOG = \"info\" }\n",

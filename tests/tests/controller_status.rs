@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use controller_support::*;
 use hyperhive_tests::hive::{HiveProc, HiveSpec};
-use swarm_queue_client::{HiveState, Observed};
+use swarm_queue_client::{AgentStatus, HiveState, Observed};
 use tokio::io::AsyncBufReadExt;
 
 #[tokio::test]
@@ -182,94 +182,105 @@ async fn every_convergence_state_from_a_real_declaration() {
     spec.env.insert("LOG".into(), "info".into());
 
     expect_convergence(&env, "unknown", "no status").await;
-    env.put_status(&readiness("alpha", HiveState::Ok, None, None, vec![]))
-        .await;
-    expect_convergence(&env, "published", "not read any declaration").await;
-    env.put_status(&readiness(
-        "alpha",
-        HiveState::Ok,
-        Some(declared),
-        None,
-        vec![(
-            "bot",
-            agent_status(&spec, Observed::Missing, Some(("running", None))),
-        )],
-    ))
-    .await;
-    expect_convergence(&env, "progressing", "job 42 (first_deploy) running").await;
-    env.put_status(&readiness(
-        "alpha",
-        HiveState::Degraded,
-        Some(declared),
-        None,
-        vec![(
-            "bot",
-            agent_status(
-                &spec,
-                Observed::Missing,
-                Some(("failed", Some("image local/bot:1 not found"))),
-            ),
-        )],
-    ))
-    .await;
-    expect_convergence(&env, "failed", "image local/bot:1 not found").await;
-    env.put_status(&readiness(
-        "alpha",
-        HiveState::Ok,
-        Some(declared),
-        Some(declared),
-        vec![(
-            "bot",
-            agent_status(&spec, Observed::Running, Some(("done", None))),
-        )],
-    ))
-    .await;
-    let row = expect_convergence(&env, "converged", "1 agent as declared").await;
-    assert_eq!(row["agents"][0]["spec_matches"], true);
-    // Converged, but reporting nothing about a declared agent is not evidence.
-    env.put_status(&readiness(
-        "alpha",
-        HiveState::Ok,
-        Some(declared),
-        Some(declared),
-        vec![],
-    ))
-    .await;
-    expect_convergence(&env, "unknown", "reports nothing about bot").await;
-    env.put_status(&readiness(
-        "alpha",
-        HiveState::Ok,
-        Some(declared),
-        Some(declared),
-        vec![("bot", agent_status(&spec, Observed::Stopped, None))],
-    ))
-    .await;
-    expect_convergence(&env, "degraded", "bot stopped (wanted up)").await;
-    // The hive's spec hash is checked against the declared spec: a different
-    // env is a different spec.
-    env.put_status(&readiness(
-        "alpha",
-        HiveState::Ok,
-        Some(declared),
-        Some(declared),
-        vec![(
-            "bot",
-            agent_status(&image_spec("local/bot:1"), Observed::Running, None),
-        )],
-    ))
-    .await;
-    expect_convergence(&env, "degraded", "runs spec").await;
+    let d = Some(declared);
+    let running = |job| agent_status(&spec, Observed::Running, job);
+    let failed_job = ("failed", Some("image local/bot:1 not found"));
+    // (hive state, seen, converged, agents reported) -> (convergence, reason)
+    type Step<'a> = (
+        HiveState,
+        Option<u64>,
+        Option<u64>,
+        Vec<(&'a str, AgentStatus)>,
+        &'a str,
+        &'a str,
+    );
+    let steps: Vec<Step> = vec![
+        (
+            HiveState::Ok,
+            None,
+            None,
+            vec![],
+            "published",
+            "not read any declaration",
+        ),
+        (
+            HiveState::Ok,
+            d,
+            None,
+            vec![(
+                "bot",
+                agent_status(&spec, Observed::Missing, Some(("running", None))),
+            )],
+            "progressing",
+            "job 42 (first_deploy) running",
+        ),
+        (
+            HiveState::Degraded,
+            d,
+            None,
+            vec![(
+                "bot",
+                agent_status(&spec, Observed::Missing, Some(failed_job)),
+            )],
+            "failed",
+            "image local/bot:1 not found",
+        ),
+        (
+            HiveState::Ok,
+            d,
+            d,
+            vec![("bot", running(Some(("done", None))))],
+            "converged",
+            "1 agent as declared",
+        ),
+        // Converged, but reporting nothing about a declared agent is no evidence.
+        (
+            HiveState::Ok,
+            d,
+            d,
+            vec![],
+            "unknown",
+            "reports nothing about bot",
+        ),
+        (
+            HiveState::Ok,
+            d,
+            d,
+            vec![("bot", agent_status(&spec, Observed::Stopped, None))],
+            "degraded",
+            "bot stopped (wanted up)",
+        ),
+        // The spec hash is checked: without the declared env it is another spec.
+        (
+            HiveState::Ok,
+            d,
+            d,
+            vec![(
+                "bot",
+                agent_status(&image_spec("local/bot:1"), Observed::Running, None),
+            )],
+            "degraded",
+            "runs spec",
+        ),
+        (
+            HiveState::Ok,
+            d,
+            d,
+            vec![("bot", running(None))],
+            "converged",
+            "as declared",
+        ),
+    ];
+    for (state, seen, converged, agents, want, reason) in steps {
+        env.put_status(&readiness("alpha", state, seen, converged, agents))
+            .await;
+        let row = expect_convergence(&env, want, reason).await;
+        if want == "converged" {
+            assert_eq!(row["agents"][0]["spec_matches"], true, "{row}");
+        }
+    }
 
     // Converged, then silent: stale is no evidence.
-    env.put_status(&readiness(
-        "alpha",
-        HiveState::Ok,
-        Some(declared),
-        Some(declared),
-        vec![("bot", agent_status(&spec, Observed::Running, None))],
-    ))
-    .await;
-    expect_convergence(&env, "converged", "as declared").await;
     env.wait_row("alpha", "alpha stale", |r| r["freshness"] == "stale")
         .await;
     expect_convergence(&env, "unknown", "stale").await;

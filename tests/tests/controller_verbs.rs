@@ -256,6 +256,20 @@ async fn deploy_queued_refused_no_responders_and_unknown() {
     assert!(r.stderr.contains("not on the roster"), "{r:?}");
 }
 
+/// `credential put <hive> mail smtp --from-file <file>`.
+async fn put_credential(env: &Env, hive: &str, file: &str) -> Run {
+    env.run(&[
+        "credential",
+        "put",
+        hive,
+        "mail",
+        "smtp",
+        "--from-file",
+        file,
+    ])
+    .await
+}
+
 #[tokio::test]
 async fn credential_put_seals_to_the_real_hive_and_never_stores_the_secret() {
     let env = Env::new(&["alpha", "quiet"], "xkey_seed_file = \"controller.xkey\"").await;
@@ -276,17 +290,7 @@ async fn credential_put_seals_to_the_real_hive_and_never_stores_the_secret() {
 
     let secret = "correct horse battery staple 7f3a";
     let secret_file = env.write("smtp.pw", secret);
-    let r = env
-        .run(&[
-            "credential",
-            "put",
-            "alpha",
-            "mail",
-            "smtp",
-            "--from-file",
-            secret_file.to_str().unwrap(),
-        ])
-        .await;
+    let r = put_credential(&env, "alpha", secret_file.to_str().unwrap()).await;
     println!("{}", r.stdout.trim());
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stdout.contains("stored alpha.mail.smtp"), "{r:?}");
@@ -343,17 +347,7 @@ async fn credential_put_seals_to_the_real_hive_and_never_stores_the_secret() {
     );
 
     // A hive that never reported has no known key: refused, nothing stored.
-    let r = env
-        .run(&[
-            "credential",
-            "put",
-            "quiet",
-            "mail",
-            "smtp",
-            "--from-file",
-            secret_file.to_str().unwrap(),
-        ])
-        .await;
+    let r = put_credential(&env, "quiet", secret_file.to_str().unwrap()).await;
     assert_eq!(r.code, 1);
     assert!(r.stderr.contains("has never reported"), "{r:?}");
     assert!(env
@@ -371,31 +365,11 @@ async fn credential_put_seals_to_the_real_hive_and_never_stores_the_secret() {
         vec![],
     ))
     .await;
-    let r = env
-        .run(&[
-            "credential",
-            "put",
-            "quiet",
-            "mail",
-            "smtp",
-            "--from-file",
-            secret_file.to_str().unwrap(),
-        ])
-        .await;
+    let r = put_credential(&env, "quiet", secret_file.to_str().unwrap()).await;
     assert_eq!(r.code, 1);
     assert!(r.stderr.contains("has not published an xkey"), "{r:?}");
     // A missing secret file names the file.
-    let r = env
-        .run(&[
-            "credential",
-            "put",
-            "alpha",
-            "mail",
-            "smtp",
-            "--from-file",
-            "/nonexistent/pw",
-        ])
-        .await;
+    let r = put_credential(&env, "alpha", "/nonexistent/pw").await;
     assert_eq!(r.code, 1);
     assert!(r.stderr.contains("/nonexistent/pw"), "{r:?}");
     drop(hive);

@@ -460,3 +460,45 @@ async fn two_controllers_at_once_agree_and_declare_once() {
     println!("both see: {view:?}");
     assert_eq!(view.len(), 3, "alpha, beta and the unrostered stray");
 }
+
+#[tokio::test]
+async fn serve_keeps_following_across_a_nats_server_restart() {
+    let mut env = Env::new(&["alpha"], "").await;
+    env.put_status(&readiness("alpha", HiveState::Ok, None, None, vec![]))
+        .await;
+    let (_serve, base) = env.serve("serve.log").await;
+    let mut events = Events::open(&base).await;
+    let (name, snapshot) = events.next().await;
+    assert_eq!(name, "snapshot");
+    let before = hive_row(&snapshot, "alpha").unwrap()["status_revision"]
+        .as_u64()
+        .unwrap();
+
+    env.nats.restart();
+    // The test's own client reconnects too; put once it can.
+    let revision = wait_until(T, "a put after the restart", || async {
+        let bytes = swarm_queue_client::encode_pretty(&readiness(
+            "alpha",
+            HiveState::Degraded,
+            None,
+            None,
+            vec![],
+        ))
+        .unwrap();
+        env.status.put("alpha", Bytes::from(bytes)).await.ok()
+    })
+    .await;
+    assert!(revision > before);
+    loop {
+        let (name, push) = events.next().await;
+        if name == "row" && push["row"]["status_revision"] == revision {
+            assert_eq!(push["row"]["state"], "degraded");
+            break;
+        }
+    }
+    let api = get_json(&format!("{base}/api/status")).await;
+    assert_eq!(
+        hive_row(&api, "alpha").unwrap()["status_revision"],
+        revision
+    );
+}

@@ -390,6 +390,30 @@ mod tests {
     }
 
     #[test]
+    fn the_swarm_file_is_checked_against_the_roster() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("swarm.toml"),
+            "[hives.alpha]\nagents = {}\n\n[hives.zeta]\nagents = {}\n",
+        )
+        .unwrap();
+        let text = format!("swarm_file = \"swarm.toml\"\n{MINIMAL}[hives.alpha]\n");
+        let err = Config::parse(&dir.path().join("c.toml"), &text, None).unwrap_err();
+        assert_eq!(err.len(), 1, "{err:?}");
+        assert!(
+            err[0].contains("swarm_file: line 4: hive zeta is not on the roster"),
+            "{err:?}"
+        );
+        std::fs::write(
+            dir.path().join("swarm.toml"),
+            "[hives.alpha.agents.bot]\nimgae = 1\n",
+        )
+        .unwrap();
+        let err = Config::parse(&dir.path().join("c.toml"), &text, None).unwrap_err();
+        assert!(err[0].contains("unknown key `imgae`"), "{err:?}");
+    }
+
+    #[test]
     fn line_numbers() {
         let lines = Lines::new("a\nbb\n\nc");
         for (at, line) in [(0, 1), (1, 1), (2, 2), (4, 2), (5, 3), (6, 4), (99, 4)] {

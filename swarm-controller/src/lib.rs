@@ -22,6 +22,8 @@
 //! - [`deploy`], [`credential`], [`knowledge`]: the event verbs.
 //! - [`webhook`]: forge push signatures and what a push means (pure).
 //! - [`serve`]: the dashboard, JSON API and webhook over HTTP.
+//! - [`nats_config`]: the nkey users and authorization blocks of a swarm
+//!   with per-hive NATS identities (see `docs/security.md`).
 //! - [`cli`]: the command line; `main.rs` only calls [`cli::main`].
 
 pub mod cli;
@@ -33,6 +35,7 @@ pub mod evaluate;
 pub mod fleet;
 pub mod knowledge;
 pub mod nats;
+pub mod nats_config;
 pub mod render;
 pub mod serve;
 pub mod swarm_file;

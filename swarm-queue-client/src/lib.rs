@@ -13,21 +13,28 @@
 //! - [`connect`]: connection options and `ensure_connected`.
 //! - [`containers`]: container names, labels and mounts a hive uses in Docker.
 //! - [`limits`]: every bound, in one place.
+//! - [`permissions`]: the per-identity nats-server authorization (which
+//!   subjects each hive and the controller may use).
 //!
 //! Invariants: no payload carries a timestamp (freshness is the KV entry's
 //! own time); a declaration's KV revision is its identity; decoders never
 //! panic on arbitrary bytes.
 
 pub mod buckets;
+#[cfg(feature = "nats")]
 pub mod connect;
 pub mod containers;
 pub mod credentials;
 pub mod limits;
 pub mod names;
 pub mod payload;
+pub mod permissions;
 pub mod subjects;
 
-pub use buckets::{open_or_create, Bucket, BucketSettings, Storage};
+#[cfg(feature = "nats")]
+pub use buckets::open_or_create;
+pub use buckets::{Bucket, BucketSettings, Storage};
+#[cfg(feature = "nats")]
 pub use connect::{connect, ensure_connected, Connection, NatsConfig, NotConnected};
 pub use names::{AccountName, AgentName, HiveName, NameError};
 pub use payload::{

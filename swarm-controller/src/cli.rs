@@ -45,14 +45,16 @@ const LOAD_WAIT: Duration = Duration::from_secs(120);
         (fresh, stale, unknown, unrostered, stopped). Convergence compares the declared \
         revision with what the hive reports (published, progressing, converged, degraded, \
         failed, unknown).\n\n\
-        Exit codes: 0 ok, 1 runtime failure, 2 usage, 64 invalid config.",
+        Exit codes: 0 ok, 1 runtime failure, 2 usage, 64 invalid config (also: a verb that \
+        needs NATS with no server configured, nats-config with a key missing).",
     after_help = "Examples:\n  \
         swarm-controller --check-config /etc/hyperhive/controller.toml\n  \
         swarm-controller --config controller.toml status --json\n  \
         swarm-controller --config controller.toml declare swarm.toml --dry-run\n  \
         swarm-controller --config controller.toml deploy alpha mail-bot\n  \
         swarm-controller --config controller.toml credential put alpha mail-bot smtp --from-file smtp.pw\n  \
-        swarm-controller --config controller.toml serve"
+        swarm-controller --config controller.toml serve\n  \
+        swarm-controller --config roster.toml nats-config > authorization.conf"
 )]
 struct Cli {
     /// The controller's config file (TOML): roster, [nats], stale_after_secs, http_listen, …
@@ -123,6 +125,21 @@ enum Command {
         #[arg(long, value_name = "ADDR")]
         http_listen: Option<SocketAddr>,
     },
+    /// Print nats-server's `authorization` block for the roster: one nkey user
+    /// per hive ([hives.<name>] nkey) and the controller's ([controller] nkey).
+    /// Needs only the roster; connects to nothing.
+    NatsConfig {
+        /// Print the same permissions as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+impl Command {
+    /// Whether the verb talks to NATS (and so needs a server configured).
+    fn needs_nats(&self) -> bool {
+        !matches!(self, Command::Roster { .. } | Command::NatsConfig { .. })
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -156,7 +173,7 @@ pub fn main() -> i32 {
     };
 
     if let Some(path) = &cli.check_config {
-        return match Config::load(path, cli.nats_url.as_deref()) {
+        return match Config::check_file(path, cli.nats_url.as_deref()) {
             Ok(c) => {
                 println!(
                     "{}: ok ({} rostered hive{})",
@@ -188,6 +205,13 @@ pub fn main() -> i32 {
             return EXIT_CONFIG;
         }
     };
+
+    if command.needs_nats() {
+        if let Some(problem) = config.nats_missing() {
+            eprintln!("{problem}");
+            return EXIT_CONFIG;
+        }
+    }
 
     init_tracing(matches!(command, Command::Serve { .. }));
     let runtime = match tokio::runtime::Runtime::new() {
@@ -330,6 +354,39 @@ async fn run(config: Config, command: Command) -> anyhow::Result<i32> {
             Ok(EXIT_OK)
         }
         Command::Serve { http_listen } => serve_cmd(&config, http_listen).await,
+        Command::NatsConfig { json } => Ok(nats_config_cmd(&config, json)),
+    }
+}
+
+fn nats_config_cmd(config: &Config, json: bool) -> i32 {
+    let Some(controller) = &config.controller.nkey else {
+        eprintln!(
+            "{}: no [controller] nkey; nats-config needs the controller's public user nkey \
+             (nkey = \"U…\" under [controller])",
+            config.path.display()
+        );
+        return EXIT_CONFIG;
+    };
+    let hives: Vec<(HiveName, Option<String>)> = config
+        .hives
+        .iter()
+        .map(|(name, entry)| (name.clone(), entry.nkey.clone()))
+        .collect();
+    let rendered = if json {
+        crate::nats_config::render_json(controller, &hives)
+            .map(|v| serde_json::to_string_pretty(&v).unwrap_or_default() + "\n")
+    } else {
+        crate::nats_config::render(controller, &hives)
+    };
+    match rendered {
+        Ok(text) => {
+            print!("{text}");
+            EXIT_OK
+        }
+        Err(e) => {
+            eprintln!("{}: {e}", config.path.display());
+            EXIT_CONFIG
+        }
     }
 }
 

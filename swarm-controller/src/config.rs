@@ -59,6 +59,15 @@ pub struct RosterEntry {
 /// The hives this controller knows, by name.
 pub type Roster = BTreeMap<HiveName, RosterEntry>;
 
+/// The `[controller]` table: the controller's own identity.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControllerEntry {
+    /// The controller's public NATS user nkey (`U…`), for `nats-config`.
+    #[serde(default)]
+    pub nkey: Option<String>,
+}
+
 /// The loaded, checked configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -78,6 +87,7 @@ pub struct Config {
     /// Default swarm file for `declare`.
     pub swarm_file: Option<PathBuf>,
     pub nats: NatsConfig,
+    pub controller: ControllerEntry,
     pub hives: Roster,
 }
 
@@ -106,6 +116,8 @@ struct RawConfig {
     swarm_file: Option<PathBuf>,
     #[serde(default)]
     nats: NatsConfig,
+    #[serde(default)]
+    controller: ControllerEntry,
     /// Kept raw so that each hive table is checked on its own and every bad
     /// one is reported, not only the first.
     #[serde(default)]
@@ -166,6 +178,31 @@ impl Config {
         Self::parse(path, &text, nats_url).map_err(fail)
     }
 
+    /// Why the verbs that talk to NATS cannot run with this config, if so.
+    /// (`nats-config` and `roster` need only the roster, so a roster-only
+    /// file without `[nats]` is a valid config.)
+    pub fn nats_missing(&self) -> Option<String> {
+        (!self.nats.is_configured()).then(|| {
+            format!(
+                "{}: no NATS server: set [nats] url = \"nats://host:4222\" or pass --nats-url",
+                self.path.display()
+            )
+        })
+    }
+
+    /// `--check-config`: every problem of the file, and a missing NATS
+    /// server counts as one (every daemon verb needs it).
+    pub fn check_file(path: &Path, nats_url: Option<&str>) -> Result<Config, ConfigError> {
+        let config = Self::load(path, nats_url)?;
+        match config.nats_missing() {
+            Some(problem) => Err(ConfigError {
+                path: path.to_path_buf(),
+                problems: vec![problem],
+            }),
+            None => Ok(config),
+        }
+    }
+
     /// Parse and check config text; `path` locates relative paths.
     pub fn parse(path: &Path, text: &str, nats_url: Option<&str>) -> Result<Config, Vec<String>> {
         let raw: RawConfig =
@@ -193,12 +230,12 @@ impl Config {
             nats.url = Some(url.to_string());
             nats.servers.clear();
         }
-        if !nats.is_configured() {
-            problems.push(
-                "no NATS server: set [nats] url = \"nats://host:4222\" or pass --nats-url".into(),
-            );
-        }
         problems.extend(nats.check());
+        if let Some(nkey) = &raw.controller.nkey {
+            if let Some(p) = check_user_nkey(nkey) {
+                problems.push(format!("controller.{p}"));
+            }
+        }
 
         let xkey_seed_file = resolve(raw.xkey_seed_file);
         if let Some(p) = &xkey_seed_file {
@@ -266,6 +303,7 @@ impl Config {
             knowledge_repo,
             swarm_file,
             nats,
+            controller: raw.controller,
             hives,
         })
     }
@@ -286,14 +324,16 @@ fn check_roster_entry(entry: &RosterEntry) -> Vec<String> {
         }
     }
     if let Some(nkey) = &entry.nkey {
-        let valid = nkey.starts_with('U') && nkeys::KeyPair::from_public_key(nkey).is_ok();
-        if !valid {
-            problems.push(format!(
-                "nkey {nkey:?} is not a public user nkey (U… as printed by `nk -gen user -pubout`)"
-            ));
-        }
+        problems.extend(check_user_nkey(nkey));
     }
     problems
+}
+
+fn check_user_nkey(nkey: &str) -> Option<String> {
+    let valid = nkey.starts_with('U') && nkeys::KeyPair::from_public_key(nkey).is_ok();
+    (!valid).then(|| {
+        format!("nkey {nkey:?} is not a public user nkey (U… as printed by `nk -gen user -pubout`)")
+    })
 }
 
 #[cfg(test)]
@@ -359,12 +399,26 @@ mod tests {
         for needle in [
             "stale_after_secs",
             "http_listen \"localhost\"",
-            "no NATS server",
             "missing.secret",
             "knowledge_repo",
         ] {
             assert!(all.contains(needle), "{needle}: {all}");
         }
+    }
+
+    #[test]
+    fn a_roster_only_file_is_valid_but_cannot_reach_nats() {
+        let nkey = nkeys::KeyPair::new_user().public_key();
+        let c = parse(&format!(
+            "[controller]\nnkey = \"{nkey}\"\n[hives.alpha]\nnkey = \"{nkey}\"\n"
+        ))
+        .unwrap();
+        assert_eq!(c.controller.nkey.as_deref(), Some(nkey.as_str()));
+        assert!(c.nats_missing().unwrap().contains("no NATS server"));
+        let err = parse("[controller]\nnkey = \"Xnope\"\nextra = 1\n").unwrap_err();
+        assert!(err[0].contains("extra"), "{err:?}");
+        let err = parse("[controller]\nnkey = \"Xnope\"\n").unwrap_err();
+        assert!(err[0].starts_with("controller.nkey \"Xnope\""), "{err:?}");
     }
 
     #[test]

@@ -385,3 +385,64 @@ async fn knowledge_changed_publishes_the_empty_event() {
     let msg = tokio::time::timeout(T, sub.next()).await.unwrap().unwrap();
     assert!(msg.payload.is_empty());
 }
+
+#[tokio::test]
+async fn nats_config_renders_the_roster_without_nats() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = || nkeys::KeyPair::new_user().public_key();
+    let (controller, alpha, beta) = (key(), key(), key());
+    // The roster-only file the NixOS module writes: no [nats], no secrets.
+    let roster = dir.path().join("roster.toml");
+    std::fs::write(
+        &roster,
+        format!(
+            "stale_after_secs = 120\n[controller]\nnkey = \"{controller}\"\n\
+             [hives.alpha]\nnkey = \"{alpha}\"\n[hives.beta]\nnkey = \"{beta}\"\n"
+        ),
+    )
+    .unwrap();
+    let r = run_controller(Some(&roster), &["nats-config"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("authorization {"), "{}", r.stdout);
+    for k in [&controller, &alpha, &beta] {
+        assert!(r.stdout.contains(k.as_str()), "{k} missing");
+    }
+    // nats-server itself accepts what was printed.
+    let conf = dir.path().join("auth.conf");
+    std::fs::write(&conf, &r.stdout).unwrap();
+    let check = std::process::Command::new("nats-server")
+        .arg("-t")
+        .arg("-c")
+        .arg(&conf)
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let r = run_controller(Some(&roster), &["nats-config", "--json"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    r.json();
+
+    // A verb that needs NATS refuses the roster-only file: 64, saying why.
+    let r = run_controller(Some(&roster), &["status"]).await;
+    assert_eq!(r.code, 64, "{r:?}");
+    assert!(r.stderr.contains("no NATS server"), "{r:?}");
+    let r = run_controller(None, &["--check-config", roster.to_str().unwrap()]).await;
+    assert_eq!(r.code, 64, "{r:?}");
+
+    // A hive without a key, or no controller key: 64, named.
+    std::fs::write(
+        &roster,
+        format!("[controller]\nnkey = \"{controller}\"\n[hives.alpha]\n"),
+    )
+    .unwrap();
+    let r = run_controller(Some(&roster), &["nats-config"]).await;
+    assert_eq!(r.code, 64, "{r:?}");
+    assert!(r.stderr.contains("hive alpha has no nkey"), "{r:?}");
+    std::fs::write(&roster, format!("[hives.alpha]\nnkey = \"{alpha}\"\n")).unwrap();
+    let r = run_controller(Some(&roster), &["nats-config"]).await;
+    assert_eq!(r.code, 64, "{r:?}");
+    assert!(r.stderr.contains("no [controller] nkey"), "{r:?}");
+}

@@ -74,36 +74,30 @@ pub struct Stored {
     pub hive_not_fresh: Option<String>,
 }
 
-/// Problems with a configured seed file, for `--check-config`.
+/// Problems with a configured seed file, for `--check-config`: only what
+/// can be known before the controller runs. The file need not exist (it is
+/// created on first use) but its directory must; its content and mode are
+/// checked when it is used, because a deployment may check the config
+/// against a stand-in (the NixOS modules check it at build time, with empty
+/// files in place of the secrets systemd provides at run time).
 pub fn check_seed_file(path: &Path) -> Vec<String> {
-    let mut problems = Vec::new();
     match std::fs::metadata(path) {
-        Ok(meta) => {
-            if meta.permissions().mode() & 0o077 != 0 {
-                problems.push(format!(
-                    "xkey_seed_file {} has mode {:o}; others could read the controller's key \
-                     (chmod 600 it)",
-                    path.display(),
-                    meta.permissions().mode() & 0o777
-                ));
-            }
-            if let Err(e) = read_seed(path) {
-                problems.push(format!("xkey_seed_file {}: {e}", path.display()));
-            }
-        }
+        Ok(meta) if meta.is_file() => Vec::new(),
+        Ok(_) => vec![format!("xkey_seed_file {} is not a file", path.display())],
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let parent = path.parent().unwrap_or(Path::new("."));
-            if !parent.is_dir() {
-                problems.push(format!(
+            if parent.is_dir() {
+                Vec::new()
+            } else {
+                vec![format!(
                     "xkey_seed_file {} does not exist and cannot be created: {} is not a directory",
                     path.display(),
                     parent.display()
-                ));
+                )]
             }
         }
-        Err(e) => problems.push(format!("xkey_seed_file {}: {e}", path.display())),
+        Err(e) => vec![format!("xkey_seed_file {}: {e}", path.display())],
     }
-    problems
 }
 
 fn read_seed(path: &Path) -> Result<XKey, String> {
@@ -121,7 +115,14 @@ pub fn load_or_create_seed(path: &Path) -> Result<XKey, CredentialPutError> {
         path: path.to_path_buf(),
         reason,
     };
-    if path.exists() {
+    if let Ok(meta) = std::fs::metadata(path) {
+        if meta.permissions().mode() & 0o077 != 0 {
+            tracing::warn!(
+                path = %path.display(),
+                mode = format!("{:o}", meta.permissions().mode() & 0o777),
+                "the controller's xkey seed is readable by others; chmod 600 it"
+            );
+        }
         return read_seed(path).map_err(fail);
     }
     let key = XKey::new();
@@ -273,17 +274,21 @@ mod tests {
     }
 
     #[test]
-    fn bad_seed_files_are_reported() {
+    fn bad_seed_files_are_refused_when_used_not_when_checked() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("k");
+        // An empty stand-in (as a build-time check sees it) passes the check.
+        std::fs::write(&path, "").unwrap();
+        assert!(check_seed_file(&path).is_empty());
         std::fs::write(&path, "not a seed").unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let problems = check_seed_file(&path);
-        assert_eq!(problems.len(), 2, "{problems:?}");
-        assert!(problems[0].contains("mode 644"), "{problems:?}");
-        assert!(problems[1].contains("not an xkey seed"), "{problems:?}");
-        assert!(!problems[1].contains("not a seed\""), "{problems:?}");
+        let err = load_or_create_seed(&path).unwrap_err().to_string();
+        assert!(err.contains("not an xkey seed"), "{err}");
+        assert!(
+            !err.contains("not a seed\""),
+            "the content is never echoed: {err}"
+        );
         let missing_dir = dir.path().join("nope/k");
         assert!(check_seed_file(&missing_dir)[0].contains("not a directory"));
+        assert!(check_seed_file(dir.path())[0].contains("is not a file"));
     }
 }

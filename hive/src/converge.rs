@@ -309,12 +309,13 @@ mod tests {
             agent: a("web"),
             relock: false,
         }];
-        let cases: Vec<(
-            &str,
+        type Case<'a> = (
+            &'a str,
             BTreeMap<AgentName, Seen>,
-            &BTreeMap<AgentName, Power>,
+            &'a BTreeMap<AgentName, Power>,
             Vec<Action>,
-        )> = vec![
+        );
+        let cases: Vec<Case> = vec![
             ("healthy", seen(true, Some(&h)), &up, vec![]),
             (
                 "missing container is recreated",

@@ -163,3 +163,99 @@ impl Deliverer {
         Ok((written, failures))
     }
 }
+
+/// What the boot delivery task needs.
+pub struct BootDeps {
+    pub nats: swarm_queue_client::Connection,
+    pub hive: HiveName,
+    pub health: Arc<crate::readiness::Health>,
+    pub bucket: swarm_queue_client::BucketSettings,
+    pub xkey: Arc<XKey>,
+    pub trusted: Arc<Vec<String>>,
+    pub agents_dir: PathBuf,
+    /// Filled once the credentials bucket is open; the event listener
+    /// delivers through it.
+    pub slot: Arc<std::sync::OnceLock<Deliverer>>,
+}
+
+/// Open the credentials bucket as soon as NATS is reachable, then deliver
+/// everything under this hive's prefix; again after every reconnect, since
+/// notices sent during an outage were missed.
+pub async fn run_boot_delivery(deps: BootDeps, mut shutdown: crate::shutdown::Shutdown) {
+    use crate::readiness::keys;
+    use swarm_queue_client::Level;
+    let mut connects = deps.nats.connects.clone();
+    let mut backoff = Duration::from_millis(500);
+    loop {
+        tokio::select! {
+            _ = shutdown.wait() => return,
+            _ = connects.wait_for(|n| *n > 0) => {}
+        }
+        connects.mark_unchanged();
+        let deliverer = match deps.slot.get() {
+            Some(d) => d.clone(),
+            None => {
+                let js = async_nats::jetstream::new(deps.nats.client.clone());
+                match swarm_queue_client::open_or_create(
+                    &js,
+                    swarm_queue_client::Bucket::Credentials,
+                    &deps.bucket,
+                )
+                .await
+                {
+                    Ok(store) => {
+                        let d = Deliverer {
+                            client: deps.nats.client.clone(),
+                            store,
+                            hive: deps.hive.clone(),
+                            xkey: deps.xkey.clone(),
+                            trusted: deps.trusted.clone(),
+                            agents_dir: deps.agents_dir.clone(),
+                        };
+                        let _ = deps.slot.set(d.clone());
+                        d
+                    }
+                    Err(e) => {
+                        tracing::warn!(hive = %deps.hive, error = %crate::publisher::chain(&e), retry_in = ?backoff, "cannot open the credentials bucket");
+                        tokio::select! {
+                            _ = shutdown.wait() => return,
+                            _ = tokio::time::sleep(backoff) => {}
+                        }
+                        backoff = (backoff * 2).min(Duration::from_secs(60));
+                        continue;
+                    }
+                }
+            }
+        };
+        match deliverer.deliver_all().await {
+            Ok((_, failures)) if failures.is_empty() => deps.health.clear(keys::CREDENTIALS),
+            Ok((written, failures)) => {
+                let first = crate::publisher::chain(&failures[0]);
+                deps.health.raise(
+                    keys::CREDENTIALS,
+                    Level::Warn,
+                    format!(
+                        "{} of {} credentials could not be delivered (first: {first})",
+                        failures.len(),
+                        written + failures.len()
+                    ),
+                );
+            }
+            Err(e) => {
+                tracing::warn!(hive = %deps.hive, error = %crate::publisher::chain(&e), "boot credential delivery failed; retrying");
+                tokio::select! {
+                    _ = shutdown.wait() => return,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(60));
+                continue;
+            }
+        }
+        backoff = Duration::from_millis(500);
+        // Wait for the next reconnect.
+        tokio::select! {
+            _ = shutdown.wait() => return,
+            _ = connects.changed() => {}
+        }
+    }
+}

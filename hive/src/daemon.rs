@@ -13,10 +13,14 @@ use swarm_queue_client::{Bucket, Level};
 use tokio::task::JoinSet;
 
 use crate::config::HiveConfig;
+use crate::jobs::{now_ms, JobStore};
 use crate::readiness::{keys, Health};
 use crate::runtime::DockerRuntime;
 use crate::shutdown::Shutdown;
-use crate::{api, http, publisher, systemd, worker, xkey};
+use crate::wanted::WantedRx;
+use crate::{
+    api, converger, credentials, events, http, knowledge, publisher, systemd, wanted, worker, xkey,
+};
 
 /// File under the state dir holding the local API's bound address.
 pub const API_ADDR_FILE: &str = "api.addr";
@@ -73,40 +77,6 @@ pub async fn run(config: HiveConfig, shutdown: Shutdown) -> Result<(), DaemonErr
 
     let mut tasks = JoinSet::new();
     let mut router = http::health_router(health.clone());
-    // Containers carry the hive's name, so without one nothing is deployed.
-    if let Some(name) = config.name.clone() {
-        let runtime = Arc::new(DockerRuntime::new(
-            name.clone(),
-            config.docker_host.as_deref(),
-        ));
-        let wake = Arc::new(tokio::sync::Notify::new());
-        let state_dir = config.state_dir.clone();
-        router = router.merge(api::router(api::ApiState {
-            store: store.clone(),
-            runtime: Arc::clone(&runtime),
-            hive: name.clone(),
-            wake: Arc::clone(&wake),
-            declared: Arc::new(move |agent| {
-                let wanted = crate::wanted::load_saved(&state_dir)?;
-                let spec = wanted.declaration.agents.get(agent)?.clone();
-                Some((spec, Some(wanted.revision)))
-            }),
-        }));
-        tasks.spawn(worker::run(
-            worker::WorkerDeps {
-                store: store.clone(),
-                runtime,
-                hive: name,
-                state_dir: config.state_dir.clone(),
-                wake,
-                health: Some(health.clone()),
-                extra_binds: vec![],
-                config: worker::WorkerConfig::default().with_env_overrides(),
-            },
-            shutdown.clone(),
-        ));
-    }
-    tasks.spawn(http::serve(listener, router, shutdown.clone()));
 
     let nats = if !config.nats.is_configured() {
         health.raise(
@@ -142,18 +112,133 @@ pub async fn run(config: HiveConfig, shutdown: Shutdown) -> Result<(), DaemonErr
         );
     }
 
-    if let (Some(conn), Some(name)) = (nats.clone(), config.name.clone()) {
-        tasks.spawn(publisher::run(
-            publisher::PublisherDeps {
-                nats: conn,
-                health: health.clone(),
-                hive: name,
-                interval: config.publish_interval,
-                bucket: config.nats.buckets.get(Bucket::Status),
+    // The last valid declaration, kept on disk, so the hive knows what is
+    // wanted while NATS is away; the wanted task replaces it when the swarm's
+    // is newer. The sender lives until shutdown, also without NATS.
+    let saved = wanted::load_saved(&config.state_dir).map(Arc::new);
+    let (wanted_tx, wanted_rx) = tokio::sync::watch::channel(saved);
+    let knowledge_trigger = config
+        .knowledge_repo
+        .as_ref()
+        .map(|_| Arc::new(tokio::sync::Notify::new()));
+
+    // Containers carry the hive's name, so without one nothing is deployed.
+    if let Some(name) = config.name.clone() {
+        let runtime = Arc::new(DockerRuntime::new(
+            name.clone(),
+            config.docker_host.as_deref(),
+        ));
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let declared_rx = wanted_rx.clone();
+        router = router.merge(api::router(api::ApiState {
+            store: store.clone(),
+            runtime: Arc::clone(&runtime),
+            hive: name.clone(),
+            wake: Arc::clone(&wake),
+            declared: Arc::new(move |agent| {
+                let wanted = declared_rx.borrow().clone()?;
+                let spec = wanted.declaration.agents.get(agent)?.clone();
+                Some((spec, Some(wanted.revision)))
+            }),
+        }));
+        let extra_binds = match &config.knowledge_repo {
+            Some(_) => vec![crate::runtime::Bind {
+                host: config.knowledge_dir(),
+                container: swarm_queue_client::containers::KNOWLEDGE_MOUNT.to_string(),
+                read_only: true,
+            }],
+            None => vec![],
+        };
+        tasks.spawn(worker::run(
+            worker::WorkerDeps {
+                store: store.clone(),
+                runtime: Arc::clone(&runtime),
+                hive: name.clone(),
+                state_dir: config.state_dir.clone(),
+                wake: Arc::clone(&wake),
+                health: Some(health.clone()),
+                extra_binds,
+                config: worker::WorkerConfig::default().with_env_overrides(),
             },
             shutdown.clone(),
         ));
+        tasks.spawn(converger::run(
+            converger::ConvergerDeps {
+                store: store.clone(),
+                runtime,
+                hive: name.clone(),
+                health: health.clone(),
+                wake: Arc::clone(&wake),
+                wanted: wanted_rx.clone(),
+                reconcile_interval: config.reconcile_interval,
+                orphan_grace: config.orphan_grace,
+            },
+            shutdown.clone(),
+        ));
+
+        if let Some(conn) = nats.clone() {
+            tasks.spawn(publisher::run(
+                publisher::PublisherDeps {
+                    nats: conn.clone(),
+                    health: health.clone(),
+                    hive: name.clone(),
+                    interval: config.publish_interval,
+                    bucket: config.nats.buckets.get(Bucket::Status),
+                },
+                shutdown.clone(),
+            ));
+            tasks.spawn(wanted::run(
+                wanted::WantedDeps {
+                    nats: conn.clone(),
+                    hive: name.clone(),
+                    health: health.clone(),
+                    bucket: config.nats.buckets.get(Bucket::Wanted),
+                    state_dir: config.state_dir.clone(),
+                    tx: wanted_tx.clone(),
+                },
+                shutdown.clone(),
+            ));
+            let deliverer = Arc::new(std::sync::OnceLock::new());
+            tasks.spawn(credentials::run_boot_delivery(
+                credentials::BootDeps {
+                    nats: conn.clone(),
+                    hive: name.clone(),
+                    health: health.clone(),
+                    bucket: config.nats.buckets.get(Bucket::Credentials),
+                    xkey: Arc::new(xkey),
+                    trusted: Arc::new(config.trusted_controller_xkeys.clone()),
+                    agents_dir: config.agents_dir(),
+                    slot: Arc::clone(&deliverer),
+                },
+                shutdown.clone(),
+            ));
+            let deploy = deploy_fn(store.clone(), wake, wanted_rx.clone(), name.clone());
+            let events_deps = events::EventDeps {
+                client: conn.client.clone(),
+                hive: name,
+                health: health.clone(),
+                knowledge: knowledge_trigger.clone(),
+                credentials: deliverer,
+                deploy,
+            };
+            let events_shutdown = shutdown.clone();
+            tasks.spawn(async move {
+                if let Err(e) = events::run(events_deps, events_shutdown).await {
+                    tracing::error!(error = %publisher::chain(&e), "event listener stopped");
+                }
+            });
+        }
     }
+    if let (Some(repo), Some(trigger)) = (config.knowledge_repo.clone(), knowledge_trigger) {
+        tasks.spawn(knowledge::run(
+            repo,
+            config.knowledge_dir(),
+            trigger,
+            health.clone(),
+            shutdown.clone(),
+        ));
+    }
+    tasks.spawn(http::serve(listener, router, shutdown.clone()));
 
     systemd::notify_ready();
     if let Some(interval) = systemd::watchdog_interval() {
@@ -184,7 +269,53 @@ pub async fn run(config: HiveConfig, shutdown: Shutdown) -> Result<(), DaemonErr
     if let Some(conn) = nats {
         let _ = tokio::time::timeout(Duration::from_secs(2), conn.client.flush()).await;
     }
+    drop(wanted_tx);
     Ok(())
+}
+
+/// The deploy subject's handler: deploy a declared agent (a first deploy,
+/// or a rebuild that re-resolves its image). Fails closed: an agent that is
+/// not declared, or a job store that cannot be read, gets an error reply.
+fn deploy_fn(
+    store: JobStore,
+    wake: Arc<tokio::sync::Notify>,
+    wanted: WantedRx,
+    hive: swarm_queue_client::HiveName,
+) -> events::DeployFn {
+    Arc::new(move |agent| {
+        let (store, wake, hive) = (store.clone(), wake.clone(), hive.clone());
+        let current = wanted.borrow().clone();
+        Box::pin(async move {
+            let Some(w) = current else {
+                return Err(format!(
+                    "hive {hive} has no declaration yet, so agent {agent} is not declared; \
+                     declare it first (swarm-controller declare)"
+                ));
+            };
+            let Some(spec) = w.declaration.agents.get(&agent).cloned() else {
+                return Err(format!(
+                    "agent {agent} is not declared on hive {hive} (declaration revision {}); \
+                     add it to the swarm file and run swarm-controller declare",
+                    w.revision
+                ));
+            };
+            let revision = w.revision;
+            let a = agent.clone();
+            match store
+                .call(move |s| s.request_deploy(&a, spec, Some(revision), true, now_ms()))
+                .await
+            {
+                Ok(q) => {
+                    wake.notify_one();
+                    Ok(q.job.0 as u64)
+                }
+                Err(e) => Err(format!(
+                    "cannot queue the deploy of {agent} on hive {hive}: {}",
+                    publisher::chain(&e)
+                )),
+            }
+        })
+    })
 }
 
 fn connection_name(config: &HiveConfig) -> String {

@@ -36,7 +36,8 @@ pub struct EventDeps {
     pub hive: HiveName,
     pub health: Arc<Health>,
     pub knowledge: Option<Arc<Notify>>,
-    pub credentials: Option<Deliverer>,
+    /// Set once the credentials bucket is open.
+    pub credentials: Arc<std::sync::OnceLock<Deliverer>>,
     pub deploy: DeployFn,
 }
 
@@ -123,7 +124,7 @@ async fn on_credential(deps: &EventDeps, msg: async_nats::Message) {
             return;
         }
     };
-    let Some(deliverer) = &deps.credentials else {
+    let Some(deliverer) = deps.credentials.get() else {
         tracing::warn!(hive = %deps.hive, "credential notice ignored: credentials bucket not open");
         return;
     };

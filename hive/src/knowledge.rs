@@ -91,6 +91,42 @@ pub async fn pull(repo: &str, dir: &Path) -> Result<String, KnowledgeError> {
     git(dir, &["rev-parse", "HEAD"]).await
 }
 
+/// The knowledge task: pull at start, then on every trigger (knowledge
+/// events coalesce: several events during one pull cause one more pull).
+pub async fn run(
+    repo: String,
+    dir: PathBuf,
+    trigger: std::sync::Arc<tokio::sync::Notify>,
+    health: std::sync::Arc<crate::readiness::Health>,
+    mut shutdown: crate::shutdown::Shutdown,
+) {
+    use crate::readiness::keys;
+    loop {
+        match pull(&repo, &dir).await {
+            Ok(commit) => {
+                tracing::info!(%repo, %commit, dir = %dir.display(), "knowledge repo up to date");
+                health.clear(keys::KNOWLEDGE);
+            }
+            Err(e) => {
+                let msg = crate::publisher::chain(&e);
+                tracing::warn!(%repo, error = %msg, "knowledge pull failed");
+                health.raise(
+                    keys::KNOWLEDGE,
+                    swarm_queue_client::Level::Warn,
+                    format!(
+                        "knowledge pull from {repo} failed: {msg}; agents keep the last checkout"
+                    ),
+                );
+            }
+        }
+        tokio::select! {
+            // Both cancel-safe.
+            _ = shutdown.wait() => return,
+            _ = trigger.notified() => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,41 +183,5 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("/nonexistent/repo.git"), "{e}");
-    }
-}
-
-/// The knowledge task: pull at start, then on every trigger (knowledge
-/// events coalesce: several events during one pull cause one more pull).
-pub async fn run(
-    repo: String,
-    dir: PathBuf,
-    trigger: std::sync::Arc<tokio::sync::Notify>,
-    health: std::sync::Arc<crate::readiness::Health>,
-    mut shutdown: crate::shutdown::Shutdown,
-) {
-    use crate::readiness::keys;
-    loop {
-        match pull(&repo, &dir).await {
-            Ok(commit) => {
-                tracing::info!(%repo, %commit, dir = %dir.display(), "knowledge repo up to date");
-                health.clear(keys::KNOWLEDGE);
-            }
-            Err(e) => {
-                let msg = crate::publisher::chain(&e);
-                tracing::warn!(%repo, error = %msg, "knowledge pull failed");
-                health.raise(
-                    keys::KNOWLEDGE,
-                    swarm_queue_client::Level::Warn,
-                    format!(
-                        "knowledge pull from {repo} failed: {msg}; agents keep the last checkout"
-                    ),
-                );
-            }
-        }
-        tokio::select! {
-            // Both cancel-safe.
-            _ = shutdown.wait() => return,
-            _ = trigger.notified() => {}
-        }
     }
 }

@@ -22,6 +22,7 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod converge;
+pub mod converger;
 pub mod credentials;
 pub mod daemon;
 pub mod events;

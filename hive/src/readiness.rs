@@ -61,6 +61,8 @@ pub struct Health {
     /// Woken whenever something that is published changes, so the publisher
     /// can send a fresh status without waiting a full interval.
     pub changed: Notify,
+    /// Woken when a job finishes, so the converger looks again at once.
+    pub job_progress: Notify,
 }
 
 /// Figures that go to `/metrics`, from the same lock as the `Readiness`.
@@ -93,6 +95,7 @@ impl Health {
             xkey,
             inner: Mutex::new(Inner::default()),
             changed: Notify::new(),
+            job_progress: Notify::new(),
         }
     }
 
@@ -187,6 +190,7 @@ impl Health {
             .job_outcomes
             .entry((kind.to_string(), state.to_string()))
             .or_default() += 1;
+        self.job_progress.notify_one();
     }
 
     /// From now on the hive reports `stopped`.

@@ -19,6 +19,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, kv};
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
+use swarm_queue_client::buckets::{watch_key, WatchFrom};
 use swarm_queue_client::{
     decode, ensure_connected, open_or_create, Bucket, BucketSettings, Connection, Declaration,
     HiveName, Level,
@@ -189,11 +190,14 @@ impl Session<'_> {
             Some(e) => self.handle(e),
             None => tracing::info!(hive = %deps.hive, "no declaration for this hive yet"),
         }
-        // Watch: the fast path, from just after what the pull saw.
-        let watch = match from {
-            Some(rev) => store.watch_from_revision(key, rev + 1).await,
-            None => store.watch_with_history(key).await,
+        // Watch: the fast path, from just after what the pull saw. A named
+        // consumer (watch_key), because a hive's NATS identity may create
+        // only consumers whose subject names its own key.
+        let start = match from {
+            Some(rev) => WatchFrom::Revision(rev + 1),
+            None => WatchFrom::Current,
         };
+        let watch = watch_key(client, &store, key, start).await;
         let mut watch = match watch {
             Ok(w) => w,
             Err(e) => return SessionEnd::Failed(format!("watch of {key} failed: {e}")),

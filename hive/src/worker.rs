@@ -732,12 +732,21 @@ async fn ensure_image<R: ContainerRuntime>(
         }
     });
     let result = match &spec.build {
-        None => deps
-            .runtime
-            .pull(&image, &progress)
-            .await
-            .map(|()| format!("pulled {image}"))
-            .map_err(NodeError::runtime(format!("image for agent {agent}"))),
+        None => match deps.runtime.pull(&image, &progress).await {
+            Ok(()) => Ok(format!("pulled {image}")),
+            // Re-resolving a tag the hive already has: when the registry
+            // cannot be reached (an air-gapped hive, an outage), the local
+            // image is still a valid answer, and failing the deploy would
+            // leave the agent worse off than keeping it.
+            Err(e) if present => {
+                let why = crate::publisher::chain(&e);
+                tracing::warn!(%agent, %image, error = %why, "re-resolving the image failed; keeping the local one");
+                Ok(format!(
+                    "kept the local {image}: re-resolving it failed ({why})"
+                ))
+            }
+            Err(e) => Err(NodeError::runtime(format!("image for agent {agent}"))(e)),
+        },
         Some(build) => build_image(deps, agent, build, &image, relock, &progress).await,
     };
     drop(progress);

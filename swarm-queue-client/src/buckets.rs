@@ -32,6 +32,20 @@ impl Bucket {
         }
     }
 
+    /// Every bucket, in a fixed order.
+    pub const ALL: [Bucket; 3] = [Bucket::Status, Bucket::Wanted, Bucket::Credentials];
+
+    /// The JetStream stream that backs the bucket: `KV_<bucket>`.
+    pub fn stream_name(self) -> String {
+        format!("KV_{}", self.name())
+    }
+
+    /// The subject one key is stored under: `$KV.<bucket>.<key>`. `key` may
+    /// be a filter such as `alpha.>`.
+    pub fn key_subject(self, key: &str) -> String {
+        format!("$KV.{}.{key}", self.name())
+    }
+
     fn description(self) -> &'static str {
         match self {
             Bucket::Status => "hyperhive: each hive's readiness, keyed by hive name",
@@ -93,7 +107,11 @@ pub enum BucketError {
         bucket: &'static str,
         reason: String,
     },
-    #[error("could not create KV bucket {bucket} (history {history}, {replicas} replicas)")]
+    #[error(
+        "KV bucket {bucket} does not exist and could not be created (history {history}, \
+         {replicas} replicas); an identity that may not create buckets (a hive under \
+         per-hive permissions) needs the controller to create it first"
+    )]
     Create {
         bucket: &'static str,
         history: i64,
@@ -218,6 +236,7 @@ pub async fn read_prefix(
     let consumer = store
         .stream
         .create_consumer(jetstream::consumer::push::OrderedConfig {
+            name: Some(consumer_name(client)),
             deliver_subject: client.new_inbox(),
             description: Some("hyperhive prefix read".to_string()),
             filter_subject: filter,
@@ -295,4 +314,144 @@ pub async fn read_prefix(
             })
         }
     }
+}
+
+/// A fresh consumer name. Named consumers are created on
+/// `$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>`, the one form whose
+/// subject carries the filter (the server refuses a body whose filter
+/// differs), so per-identity permissions can allow reading one key and no
+/// other. An unnamed consumer is created on `…CREATE.<stream>`, which says
+/// nothing about what it reads.
+fn consumer_name(client: &async_nats::Client) -> String {
+    let inbox = client.new_inbox();
+    let unique = inbox.rsplit('.').next().unwrap_or(inbox.as_str());
+    format!("hh-{unique}")
+}
+
+/// Where a [`watch_key`] starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchFrom {
+    /// The key's current value (if any), then every update.
+    Current,
+    /// Every value from this revision on (use the pulled revision + 1).
+    Revision(u64),
+    /// Only updates written after the watch starts.
+    New,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WatchKeyError {
+    #[error("cannot watch {key:?} in {bucket}")]
+    Consumer {
+        bucket: String,
+        key: String,
+        #[source]
+        source: jetstream::stream::ConsumerError,
+    },
+    #[error("cannot watch {key:?} in {bucket}")]
+    Subscribe {
+        bucket: String,
+        key: String,
+        #[source]
+        source: jetstream::consumer::StreamError,
+    },
+    #[error("watch of {key:?} in {bucket} failed; it keeps going")]
+    Message {
+        bucket: String,
+        key: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// A stream of a key's entries from [`watch_key`]. An `Err` item (for
+/// example a missed heartbeat) does not end it: the ordered consumer
+/// recreates itself and the stream goes on.
+pub type KeyWatch =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<kv::Entry, WatchKeyError>> + Send>>;
+
+/// Watch one key (or a key filter such as `alpha.>`) of `store`.
+///
+/// The same as `Store::watch*` except that the consumer is named, so its
+/// create request carries the filter in its subject and per-identity
+/// permissions can allow it (see [`crate::permissions`]); `Store::watch`
+/// creates an unnamed consumer, which a hive identity may not.
+pub async fn watch_key(
+    client: &async_nats::Client,
+    store: &kv::Store,
+    key: &str,
+    from: WatchFrom,
+) -> Result<KeyWatch, WatchKeyError> {
+    use futures_util::StreamExt;
+    use jetstream::consumer::DeliverPolicy;
+    let deliver_policy = match from {
+        WatchFrom::Current => DeliverPolicy::LastPerSubject,
+        WatchFrom::Revision(start_sequence) => DeliverPolicy::ByStartSequence { start_sequence },
+        WatchFrom::New => DeliverPolicy::New,
+    };
+    let bucket = store.name.clone();
+    let consumer = store
+        .stream
+        .create_consumer(jetstream::consumer::push::OrderedConfig {
+            name: Some(consumer_name(client)),
+            deliver_subject: client.new_inbox(),
+            description: Some("hyperhive key watch".to_string()),
+            filter_subject: format!("{}{key}", store.prefix),
+            replay_policy: jetstream::consumer::ReplayPolicy::Instant,
+            deliver_policy,
+            ..Default::default()
+        })
+        .await
+        .map_err(|source| WatchKeyError::Consumer {
+            bucket: bucket.clone(),
+            key: key.to_string(),
+            source,
+        })?;
+    let messages = consumer
+        .messages()
+        .await
+        .map_err(|source| WatchKeyError::Subscribe {
+            bucket: bucket.clone(),
+            key: key.to_string(),
+            source,
+        })?;
+    let prefix = store.prefix.clone();
+    let key = key.to_string();
+    let mut seen_current = false;
+    Ok(Box::pin(messages.map(move |message| {
+        let fail = |source: Box<dyn std::error::Error + Send + Sync>| WatchKeyError::Message {
+            bucket: bucket.clone(),
+            key: key.clone(),
+            source,
+        };
+        let message = message.map_err(|e| fail(Box::new(e)))?;
+        let info = message.info().map_err(|e| fail(e.to_string().into()))?;
+        let operation = match message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get("KV-Operation"))
+            .map(|v| v.as_str())
+        {
+            Some("DEL") => kv::Operation::Delete,
+            Some("PURGE") => kv::Operation::Purge,
+            _ => kv::Operation::Put,
+        };
+        let entry_key = message
+            .subject
+            .as_str()
+            .strip_prefix(prefix.as_str())
+            .unwrap_or(message.subject.as_str())
+            .to_string();
+        seen_current |= info.pending == 0;
+        Ok(kv::Entry {
+            bucket: bucket.clone(),
+            key: entry_key,
+            value: message.payload.clone(),
+            revision: info.stream_sequence,
+            delta: info.pending,
+            created: info.published,
+            operation,
+            seen_current,
+        })
+    })))
 }

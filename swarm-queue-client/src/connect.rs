@@ -82,6 +82,10 @@ pub struct NatsConfig {
     pub servers: Vec<String>,
     /// A `.creds` file (JWT + nkey seed) or an nkey seed file.
     pub credentials_file: Option<PathBuf>,
+    /// A file holding this identity's nkey user seed (`SU…`), for servers
+    /// configured with the per-identity authorization from
+    /// [`crate::permissions`]. On NixOS it comes from `LoadCredential`.
+    pub nkey_seed_file: Option<PathBuf>,
     pub tls: TlsConfig,
     /// Connection name shown by the server (`nats server report connections`).
     pub name: Option<String>,
@@ -101,6 +105,8 @@ pub enum ConnectError {
         #[source]
         source: std::io::Error,
     },
+    #[error("nkey seed file {path}: {reason}")]
+    NkeySeed { path: PathBuf, reason: String },
     #[error("TLS: {0}")]
     Tls(String),
     #[error("cannot connect to NATS at {servers}")]
@@ -162,6 +168,17 @@ impl NatsConfig {
                 ));
             }
         }
+        if let Some(p) = &self.nkey_seed_file {
+            if let Err(e) = read_nkey_seed(p) {
+                problems.push(format!("nats.nkey_seed_file: {e}"));
+            }
+            if self.credentials_file.is_some() {
+                problems.push(
+                    "nats: credentials_file and nkey_seed_file are two ways to authenticate; give one"
+                        .into(),
+                );
+            }
+        }
         let tls = &self.tls;
         if tls.cert_file.is_some() != tls.key_file.is_some() {
             problems
@@ -199,6 +216,34 @@ impl NatsConfig {
     }
 }
 
+/// Read and check an nkey user seed file. The seed itself never appears in
+/// an error: only the path and what is wrong with it.
+pub fn read_nkey_seed(path: &std::path::Path) -> Result<String, ConnectError> {
+    let fail = |reason: String| ConnectError::NkeySeed {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| fail(format!("cannot read it: {e}")))?;
+    if !meta.is_file() {
+        return Err(fail("it is not a file".into()));
+    }
+    // A seed is 58 characters; anything much longer is not a seed file.
+    if meta.len() > 4096 {
+        return Err(fail(format!("it is {} bytes, not a seed", meta.len())));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| fail(format!("cannot read it: {e}")))?;
+    let seed = nkey_seed(&text).ok_or_else(|| {
+        fail(
+            "it does not hold an nkey user seed (a line starting with SU, as written by `nk -gen user`)"
+                .into(),
+        )
+    })?;
+    nkeys::KeyPair::from_seed(&seed).map_err(|_| {
+        fail("its SU… line is not a valid nkey seed (bad checksum or length)".into())
+    })?;
+    Ok(seed)
+}
+
 /// One process's NATS connection, shared by all its tasks.
 #[derive(Clone, Debug)]
 pub struct Connection {
@@ -212,7 +257,11 @@ pub struct Connection {
 
 /// Connect with the hyperhive defaults: reconnect forever, retry the initial
 /// connect in the background (so a daemon starts while NATS is down), and
-/// count connects. `name` is the connection name shown by the server.
+/// count connects. `name` is the connection name shown by the server
+/// (`hive-<hive>` or `swarm-controller`, see [`crate::subjects`]); replies
+/// come to the inbox prefix derived from it
+/// ([`crate::subjects::inbox_prefix`]), the only inbox its identity may
+/// read. `config.name` changes what the server shows, never the inbox.
 pub async fn connect(config: &NatsConfig, name: &str) -> Result<Connection, ConnectError> {
     let addrs = config.server_addrs()?;
     let servers = addrs
@@ -233,6 +282,9 @@ pub async fn connect(config: &NatsConfig, name: &str) -> Result<Connection, Conn
             Some(seed) => opts.nkey(seed),
             None => opts.credentials(&contents).map_err(credentials_error)?,
         };
+    }
+    if let Some(path) = &config.nkey_seed_file {
+        opts = opts.nkey(read_nkey_seed(path)?);
     }
     let tls = &config.tls;
     if tls.required {
@@ -257,6 +309,7 @@ pub async fn connect(config: &NatsConfig, name: &str) -> Result<Connection, Conn
     let log_servers = servers.clone();
     opts = opts
         .name(conn_name)
+        .custom_inbox_prefix(crate::subjects::inbox_prefix(name))
         .max_reconnects(None)
         .retry_on_initial_connect()
         .connection_timeout(Duration::from_secs(5))
@@ -276,6 +329,11 @@ pub async fn connect(config: &NatsConfig, name: &str) -> Result<Connection, Conn
                     }
                     async_nats::Event::Disconnected => {
                         tracing::warn!(%servers, "disconnected from NATS; reconnecting")
+                    }
+                    // A refused publish or subscription: under per-identity
+                    // permissions this is the only sign the server gives.
+                    async_nats::Event::ServerError(error) => {
+                        tracing::warn!(%servers, %error, "the NATS server reported an error (a permissions violation names the subject)")
                     }
                     other => tracing::info!(%servers, event = %other, "NATS connection event"),
                 }
@@ -386,6 +444,64 @@ mod tests {
             problems.iter().any(|p| p.contains("cert.pem")),
             "{problems:?}"
         );
+    }
+
+    #[test]
+    fn nkey_seed_file_is_checked_and_never_echoed() {
+        let dir = tempfile_dir();
+        let good = dir.join("good.seed");
+        let seed = nkeys::KeyPair::new_user().seed().unwrap();
+        let public = nkeys::KeyPair::from_seed(&seed).unwrap().public_key();
+        // As `nk -gen user -pubout` writes it: the seed, then the public key.
+        std::fs::write(&good, format!("{seed}\n{public}\n")).unwrap();
+        assert_eq!(read_nkey_seed(&good).unwrap(), seed);
+        let cfg = |p: &std::path::Path| NatsConfig {
+            nkey_seed_file: Some(p.to_path_buf()),
+            ..Default::default()
+        };
+        assert!(cfg(&good).check().is_empty(), "{:?}", cfg(&good).check());
+
+        let account = dir.join("account.seed");
+        let account_seed = nkeys::KeyPair::new_account().seed().unwrap();
+        std::fs::write(&account, &account_seed).unwrap();
+        let corrupt = dir.join("corrupt.seed");
+        let mut broken = seed.clone();
+        broken.replace_range(10..12, "AA");
+        std::fs::write(&corrupt, &broken).unwrap();
+        let cases = [
+            (dir.join("missing.seed"), "cannot read"),
+            (account.clone(), "user seed"),
+            (corrupt.clone(), "not a valid nkey seed"),
+            (dir.clone(), "not a file"),
+        ];
+        for (path, why) in cases {
+            let problems = cfg(&path).check();
+            assert_eq!(problems.len(), 1, "{problems:?}");
+            let p = &problems[0];
+            assert!(
+                p.contains(why) && p.contains(&path.display().to_string()),
+                "{p}"
+            );
+            assert!(!p.contains(&account_seed) && !p.contains(&broken), "{p}");
+        }
+        let both = NatsConfig {
+            credentials_file: Some(good.clone()),
+            ..cfg(&good)
+        };
+        assert!(both.check().iter().any(|p| p.contains("give one")));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "sqc-connect-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
     }
 
     #[test]

@@ -13,6 +13,8 @@
 //! - [`connect`]: connection options and `ensure_connected`.
 //! - [`containers`]: container names, labels and mounts a hive uses in Docker.
 //! - [`limits`]: every bound, in one place.
+//! - [`permissions`]: the per-identity nats-server authorization (which
+//!   subjects each hive and the controller may use).
 //!
 //! Invariants: no payload carries a timestamp (freshness is the KV entry's
 //! own time); a declaration's KV revision is its identity; decoders never
@@ -25,6 +27,7 @@ pub mod credentials;
 pub mod limits;
 pub mod names;
 pub mod payload;
+pub mod permissions;
 pub mod subjects;
 
 pub use buckets::{open_or_create, Bucket, BucketSettings, Storage};

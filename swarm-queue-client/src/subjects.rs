@@ -36,6 +36,42 @@ pub fn all_credential_subjects() -> String {
     format!("{HIVE_PREFIX}.*.credential")
 }
 
+/// Connection name of the controller; its inbox prefix derives from it.
+pub const CONTROLLER_CONNECTION_NAME: &str = "swarm-controller";
+
+/// Connection name of one hive's daemon: `hive-<hive>`.
+pub fn hive_connection_name(hive: &HiveName) -> String {
+    format!("hive-{hive}")
+}
+
+/// The reply-inbox prefix a connection named `connection_name` uses:
+/// `_INBOX_<name>` with every character outside `A-Za-z0-9_-` turned into
+/// `_`. Each identity may subscribe only under its own prefix, so no client
+/// can read the replies (JetStream answers, KV values) sent to another.
+pub fn inbox_prefix(connection_name: &str) -> String {
+    let token: String = connection_name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("_INBOX_{token}")
+}
+
+/// The inbox prefix of one hive's daemon: `_INBOX_hive-<hive>`.
+pub fn hive_inbox_prefix(hive: &HiveName) -> String {
+    inbox_prefix(&hive_connection_name(hive))
+}
+
+/// The inbox prefix of the controller: `_INBOX_swarm-controller`.
+pub fn controller_inbox_prefix() -> String {
+    inbox_prefix(CONTROLLER_CONNECTION_NAME)
+}
+
 /// Key of one sealed credential in the credentials bucket: `<hive>.<agent>.<account>`.
 pub fn credential_key(hive: &HiveName, agent: &AgentName, account: &AccountName) -> String {
     format!("{hive}.{agent}.{account}")
@@ -70,6 +106,18 @@ mod tests {
         assert_eq!(s.credential, "hyperhive.hive.alpha.credential");
         assert_eq!(KNOWLEDGE, "hyperhive.knowledge");
         assert_eq!(all_deploy_subjects(), "hyperhive.hive.*.deploy");
+    }
+
+    #[test]
+    fn inbox_prefixes_are_one_token_per_identity() {
+        let hive = HiveName::new("alpha").unwrap();
+        assert_eq!(hive_inbox_prefix(&hive), "_INBOX_hive-alpha");
+        assert_eq!(controller_inbox_prefix(), "_INBOX_swarm-controller");
+        assert_eq!(inbox_prefix("a.b *>c"), "_INBOX_a_b___c");
+        assert_ne!(
+            hive_inbox_prefix(&HiveName::new("controller").unwrap()),
+            controller_inbox_prefix()
+        );
     }
 
     #[test]

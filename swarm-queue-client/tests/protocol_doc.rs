@@ -408,6 +408,13 @@ fn built_by(item: &str) -> Option<String> {
         "HiveSubjects::new(<hive>).credential" => HiveSubjects::new(&hive).credential,
         "subjects::all_deploy_subjects()" => subjects::all_deploy_subjects(),
         "subjects::all_credential_subjects()" => subjects::all_credential_subjects(),
+        "subjects::hive_connection_name" => subjects::hive_connection_name(&hive),
+        "subjects::CONTROLLER_CONNECTION_NAME" => subjects::CONTROLLER_CONNECTION_NAME.to_string(),
+        "subjects::hive_inbox_prefix" => subjects::hive_inbox_prefix(&hive),
+        "subjects::controller_inbox_prefix()" => subjects::controller_inbox_prefix(),
+        "subjects::inbox_prefix(<connection name>)" => {
+            subjects::inbox_prefix(&subjects::hive_connection_name(&hive))
+        }
         _ => return None,
     })
 }
@@ -477,7 +484,12 @@ fn reference_table_matches_the_crate() {
         }
     }
     // Every name-building item of the crate has a row.
-    let not_names = ["open_or_create", "read_prefix", "parse_credential_key"];
+    let not_names = [
+        "open_or_create",
+        "read_prefix",
+        "watch_key",
+        "parse_credential_key",
+    ];
     let mut items = public_items(&crate_file("src/buckets.rs"), false);
     items.extend(public_items(&crate_file("src/subjects.rs"), true));
     for item in items {

@@ -17,9 +17,12 @@
 
 pub mod docker;
 pub mod hive;
+pub mod identity;
 pub mod jobs;
+pub mod kv;
 pub mod nats;
 pub mod process;
+pub mod trace_log;
 
 pub use nats::NatsServer;
 pub use process::{controller_bin, hive_bin, Daemon};

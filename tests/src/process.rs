@@ -85,6 +85,14 @@ impl Daemon {
         self.child.as_ref().map(|c| c.id())
     }
 
+    /// Whether the process is still alive (it has not exited by itself).
+    pub fn is_running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
     /// SIGKILL and reap.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {

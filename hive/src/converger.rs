@@ -1,0 +1,438 @@
+//! The converger: one task that turns declarations into jobs, repairs drift
+//! (the reconciler), and reports what it sees.
+//!
+//! Each pass:
+//! 1. **observe**: list this hive's containers. When Docker cannot be asked
+//!    the hive raises an error-level readiness warning (it is not ready) and
+//!    decides nothing destructive: "I could not look" is never "nothing is
+//!    there".
+//! 2. **apply** a new declaration (from the wanted task): plan against the
+//!    durable installed record ([`converge::plan_declaration`]) and queue the
+//!    jobs, remembering which jobs belong to the revision.
+//! 3. **reconcile**, at start and every `reconcile_interval`: repair drift
+//!    ([`converge::plan_round`]); a failing round backs off from the interval
+//!    doubling to an hour and resets after a clean round. Orphans (labelled
+//!    containers not in the installed record) are reaped only after the grace
+//!    period, and never when the record cannot be read.
+//! 4. **report**: the agents' wanted and observed state, spec hashes and last
+//!    jobs go into [`Health`], and the revision becomes `converged_revision`
+//!    only when [`converge::convergence_gap`] finds nothing missing.
+//!
+//! It wakes on a new declaration, on job progress, on a short observation
+//! timer and on shutdown. Deciding is in [`crate::converge`]; this module
+//! only reads inputs and queues what was decided.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use swarm_queue_client::{AgentName, AgentStatus, HiveName, JobSummary, Level, Observed, Power};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::converge::{self, Action, Installed, JobOutcome, Seen};
+use crate::jobs::{now_ms, JobFilter, JobId, JobRequest, JobStore, JobView, StoreError};
+use crate::readiness::{keys, Health};
+use crate::runtime::ContainerRuntime;
+use crate::shutdown::Shutdown;
+use crate::wanted::{Wanted, WantedRx};
+
+/// How often Docker is looked at when nothing else wakes the converger.
+pub const OBSERVE_EVERY: Duration = Duration::from_secs(5);
+/// The longest a failing reconcile round backs off.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(3600);
+
+pub struct ConvergerDeps<R> {
+    pub store: JobStore,
+    pub runtime: Arc<R>,
+    pub hive: HiveName,
+    pub health: Arc<Health>,
+    /// Wakes the job worker after queueing.
+    pub wake: Arc<Notify>,
+    pub wanted: WantedRx,
+    pub reconcile_interval: Duration,
+    pub orphan_grace: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum PassError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("Docker could not be asked: {0}")]
+    Docker(String),
+}
+
+/// What one look at Docker showed; `None` when Docker could not be asked.
+type Observation = Option<BTreeMap<AgentName, Seen>>;
+
+struct Converger<R> {
+    deps: ConvergerDeps<R>,
+    /// The revision whose jobs have been queued.
+    applied: Option<u64>,
+    /// Jobs queued for `applied`.
+    revision_jobs: Vec<(AgentName, JobId)>,
+    converged: Option<u64>,
+    orphan_first_seen: BTreeMap<AgentName, Instant>,
+    next_round: Instant,
+    backoff: Duration,
+}
+
+fn summary(job: &JobView) -> JobSummary {
+    JobSummary {
+        id: job.id.0 as u64,
+        kind: job.kind.as_str().to_string(),
+        state: job.state.as_str().to_string(),
+        error: job
+            .error
+            .as_deref()
+            .map(swarm_queue_client::payload::sanitize_message),
+    }
+}
+
+impl<R: ContainerRuntime> Converger<R> {
+    async fn observe(&self) -> Result<BTreeMap<AgentName, Seen>, PassError> {
+        let containers = self
+            .deps
+            .runtime
+            .list()
+            .await
+            .map_err(|e| PassError::Docker(crate::publisher::chain(&e)))?;
+        let mut seen = BTreeMap::new();
+        for c in containers {
+            if c.owner() != Some(self.deps.hive.as_str()) {
+                continue;
+            }
+            let Some(agent) = c.agent().and_then(|a| AgentName::new(a).ok()) else {
+                tracing::warn!(container = %c.name, "container with this hive's label but no valid agent label; leaving it alone");
+                continue;
+            };
+            seen.insert(
+                agent,
+                Seen {
+                    running: c.running,
+                    spec: c.spec_hash().map(str::to_string),
+                },
+            );
+        }
+        Ok(seen)
+    }
+
+    async fn installed(&self) -> Result<BTreeMap<AgentName, Installed>, StoreError> {
+        let all = self.deps.store.call(|s| s.installed_all()).await?;
+        Ok(all
+            .into_iter()
+            .map(|(a, i)| (a, Installed { spec: i.spec_hash }))
+            .collect())
+    }
+
+    async fn busy(&self) -> Result<BTreeSet<AgentName>, StoreError> {
+        let jobs = self
+            .deps
+            .store
+            .call(|s| s.jobs(&JobFilter::default()))
+            .await?;
+        Ok(jobs
+            .into_iter()
+            .filter(|j| !j.state.is_finished())
+            .map(|j| j.agent)
+            .collect())
+    }
+
+    async fn queue(&self, agent: &AgentName, request: JobRequest) -> Result<JobId, StoreError> {
+        let a = agent.clone();
+        let kind = request.kind();
+        let q = self
+            .deps
+            .store
+            .call(move |s| s.enqueue(&a, request, now_ms()))
+            .await?;
+        tracing::info!(hive = %self.deps.hive, %agent, job = q.job.0, kind = kind.as_str(), coalesced = q.coalesced, "job queued");
+        Ok(q.job)
+    }
+
+    /// Queue what a decided action needs. `wanted` gives specs for deploys.
+    async fn carry_out(
+        &self,
+        action: &Action,
+        wanted: Option<&Wanted>,
+    ) -> Result<Option<JobId>, StoreError> {
+        let agent = action.agent();
+        let spec = || wanted.and_then(|w| w.declaration.agents.get(agent).cloned());
+        let revision = wanted.map(|w| w.revision);
+        let request = match action {
+            Action::FirstDeploy(_) => match spec() {
+                Some(spec) => JobRequest::FirstDeploy { spec, revision },
+                None => return Ok(None),
+            },
+            Action::Rebuild { relock, .. } => {
+                // Repairs use the installed spec; a changed declaration the
+                // declared one.
+                let spec = match spec() {
+                    Some(s) => s,
+                    None => {
+                        let a = agent.clone();
+                        match self.deps.store.call(move |s| s.installed(&a)).await? {
+                            Some(i) => i.spec,
+                            None => return Ok(None),
+                        }
+                    }
+                };
+                JobRequest::Rebuild {
+                    spec,
+                    relock: *relock,
+                    revision,
+                }
+            }
+            Action::Retire(_) | Action::ReapOrphan(_) => JobRequest::Retire,
+            Action::Reconcile(_) => JobRequest::Reconcile,
+        };
+        self.queue(agent, request).await.map(Some)
+    }
+
+    async fn apply(&mut self, wanted: &Wanted) -> Result<(), PassError> {
+        let installed = self.installed().await?;
+        let actions = converge::plan_declaration(&wanted.declaration.agents, &installed);
+        tracing::info!(hive = %self.deps.hive, revision = wanted.revision, actions = actions.len(), "applying declaration");
+        let mut jobs = Vec::new();
+        for action in &actions {
+            if let Some(job) = self.carry_out(action, Some(wanted)).await? {
+                jobs.push((action.agent().clone(), job));
+            }
+        }
+        self.applied = Some(wanted.revision);
+        self.revision_jobs = jobs;
+        self.deps.wake.notify_one();
+        Ok(())
+    }
+
+    async fn round(
+        &mut self,
+        seen: &BTreeMap<AgentName, Seen>,
+        wanted: Option<&Wanted>,
+    ) -> Result<usize, PassError> {
+        // Without a readable record nothing is reaped or repaired.
+        let installed = self.installed().await?;
+        let power = self.deps.store.call(|s| s.all_power()).await?;
+        let busy = self.busy().await?;
+        let now = Instant::now();
+        let orphans = converge::orphans(&installed, seen, &busy);
+        self.orphan_first_seen.retain(|a, _| orphans.contains(a));
+        for o in &orphans {
+            self.orphan_first_seen.entry(o.clone()).or_insert_with(|| {
+                tracing::warn!(hive = %self.deps.hive, agent = %o, grace = ?self.deps.orphan_grace, "container with this hive's label is not in the installed record; it will be reaped after the grace period");
+                now
+            });
+        }
+        let past_grace: BTreeSet<AgentName> = self
+            .orphan_first_seen
+            .iter()
+            .filter(|(_, t)| now.duration_since(**t) >= self.deps.orphan_grace)
+            .map(|(a, _)| a.clone())
+            .collect();
+        let actions = converge::plan_round(&converge::RoundInput {
+            installed: &installed,
+            power: &power,
+            seen,
+            busy: &busy,
+            orphans_past_grace: &past_grace,
+        });
+        for action in &actions {
+            tracing::info!(hive = %self.deps.hive, agent = %action.agent(), ?action, "reconciler repair");
+            self.carry_out(action, wanted).await?;
+        }
+        if !actions.is_empty() {
+            self.deps.wake.notify_one();
+        }
+        Ok(actions.len())
+    }
+
+    async fn report(
+        &mut self,
+        observation: &Observation,
+        wanted: Option<&Wanted>,
+    ) -> Result<(), PassError> {
+        let installed = self.deps.store.call(|s| s.installed_all()).await?;
+        let power = self.deps.store.call(|s| s.all_power()).await?;
+        let last = self.deps.store.call(|s| s.last_jobs()).await?;
+        let declared = wanted.map(|w| &w.declaration.agents);
+        let mut names: BTreeSet<AgentName> = installed.keys().cloned().collect();
+        if let Some(d) = declared {
+            names.extend(d.keys().cloned());
+        }
+        if let Some(seen) = observation {
+            names.extend(seen.keys().cloned());
+        }
+        let mut agents = BTreeMap::new();
+        for name in names {
+            let spec_decl = declared.and_then(|d| d.get(&name));
+            let wanted_power = power
+                .get(&name)
+                .copied()
+                .or(spec_decl.and_then(|s| s.power))
+                .unwrap_or(Power::Up);
+            let (observed, spec) = match observation {
+                None => (Observed::Unknown, None),
+                Some(seen) => match seen.get(&name) {
+                    None => (Observed::Missing, None),
+                    Some(s) => (
+                        if s.running {
+                            Observed::Running
+                        } else {
+                            Observed::Stopped
+                        },
+                        s.spec.clone(),
+                    ),
+                },
+            };
+            agents.insert(
+                name.clone(),
+                AgentStatus {
+                    wanted: wanted_power,
+                    observed,
+                    spec,
+                    declared_spec: spec_decl.map(|s| s.spec_hash()),
+                    last_job: last.get(&name).map(summary),
+                },
+            );
+        }
+        self.deps.health.set_agents(agents);
+
+        if let (Some(w), Some(seen)) = (wanted, observation) {
+            if self.applied == Some(w.revision) {
+                let mut outcomes = Vec::new();
+                for (agent, id) in &self.revision_jobs {
+                    let id = *id;
+                    let outcome = match self.deps.store.call(move |s| s.job(id)).await {
+                        Ok(j) => match j.state {
+                            crate::jobs::JobState::Done => JobOutcome::Done,
+                            crate::jobs::JobState::Failed => JobOutcome::Failed,
+                            _ => JobOutcome::Active,
+                        },
+                        // Pruned: its effect is judged from Docker below.
+                        Err(StoreError::NoSuchJob { .. }) => JobOutcome::Done,
+                        Err(e) => return Err(e.into()),
+                    };
+                    outcomes.push((agent.clone(), outcome));
+                }
+                let inst: BTreeMap<AgentName, Installed> = installed
+                    .iter()
+                    .map(|(a, i)| {
+                        (
+                            a.clone(),
+                            Installed {
+                                spec: i.spec_hash.clone(),
+                            },
+                        )
+                    })
+                    .collect();
+                match converge::convergence_gap(
+                    &w.declaration.agents,
+                    &power,
+                    seen,
+                    &inst,
+                    &outcomes,
+                ) {
+                    None => {
+                        if self.converged != Some(w.revision) {
+                            tracing::info!(hive = %self.deps.hive, revision = w.revision, "converged");
+                        }
+                        self.converged = Some(w.revision);
+                    }
+                    Some(gap) => {
+                        tracing::debug!(hive = %self.deps.hive, revision = w.revision, %gap, "not converged yet")
+                    }
+                }
+            }
+        }
+        self.deps
+            .health
+            .set_revisions(wanted.map(|w| w.revision), self.converged);
+        Ok(())
+    }
+
+    async fn pass(&mut self) {
+        let wanted = self.deps.wanted.borrow().clone();
+        let observation: Observation = match self.observe().await {
+            Ok(seen) => {
+                self.deps.health.clear(keys::DOCKER);
+                Some(seen)
+            }
+            Err(e) => {
+                tracing::warn!(hive = %self.deps.hive, error = %e, "cannot observe containers");
+                self.deps.health.raise(
+                    keys::DOCKER,
+                    Level::Error,
+                    format!(
+                        "{e}; agents may still be running, but this hive cannot see or change them"
+                    ),
+                );
+                None
+            }
+        };
+        if let Some(w) = wanted.as_deref() {
+            if self.applied != Some(w.revision) {
+                if let Err(e) = self.apply(w).await {
+                    tracing::warn!(hive = %self.deps.hive, revision = w.revision, error = %e, "cannot apply the declaration; will retry");
+                }
+            }
+        }
+        if Instant::now() >= self.next_round {
+            let result = match &observation {
+                Some(seen) => self.round(seen, wanted.as_deref()).await,
+                None => Err(PassError::Docker("see the docker warning".into())),
+            };
+            match result {
+                Ok(n) => {
+                    self.backoff = self.deps.reconcile_interval;
+                    self.deps.health.clear(keys::RECONCILER);
+                    if n > 0 {
+                        tracing::info!(hive = %self.deps.hive, repairs = n, "reconcile round queued repairs");
+                    }
+                }
+                Err(e) => {
+                    self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+                    tracing::warn!(hive = %self.deps.hive, error = %e, next_in = ?self.backoff, "reconcile round failed; backing off");
+                    self.deps.health.raise(
+                        keys::RECONCILER,
+                        Level::Warn,
+                        format!(
+                            "reconcile round failed ({e}); next try in {}s",
+                            self.backoff.as_secs()
+                        ),
+                    );
+                }
+            }
+            self.next_round = Instant::now() + self.backoff;
+        }
+        if let Err(e) = self.report(&observation, wanted.as_deref()).await {
+            tracing::warn!(hive = %self.deps.hive, error = %e, "cannot compute the agents' status");
+        }
+    }
+}
+
+/// Run until shutdown.
+pub async fn run<R: ContainerRuntime>(deps: ConvergerDeps<R>, mut shutdown: Shutdown) {
+    let interval = deps.reconcile_interval;
+    let mut c = Converger {
+        deps,
+        applied: None,
+        revision_jobs: Vec::new(),
+        converged: None,
+        orphan_first_seen: BTreeMap::new(),
+        next_round: Instant::now(),
+        backoff: interval,
+    };
+    let mut wanted = c.deps.wanted.clone();
+    let health = c.deps.health.clone();
+    loop {
+        c.pass().await;
+        let until_round = c.next_round.saturating_duration_since(Instant::now());
+        tokio::select! {
+            // All cancel-safe: watch::changed, Notify::notified, sleep.
+            _ = shutdown.wait() => return,
+            _ = wanted.changed() => {}
+            _ = health.job_progress.notified() => {}
+            _ = tokio::time::sleep(OBSERVE_EVERY.min(until_round)) => {}
+        }
+    }
+}

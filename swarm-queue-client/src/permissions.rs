@@ -1,0 +1,561 @@
+//! Per-identity NATS permissions: who may publish and subscribe to what.
+//!
+//! Each hive connects as its own nkey user and the controller as another.
+//! This module turns the roster (hive name -> public user nkey, plus the
+//! controller's key) into the nats-server `authorization { users = [...] }`
+//! block, so that a hive reaches only what is its own:
+//!
+//! - it writes only its own status key, reads only its own wanted key and
+//!   its own credential keys;
+//! - it subscribes only to its own deploy and credential subjects, the
+//!   knowledge subject and its own reply inbox;
+//! - it publishes nothing else, except replies to requests it received
+//!   (`allow_responses`), which is how it answers a deploy request.
+//!
+//! The controller is the only identity that creates buckets, declares,
+//! seals credentials and publishes events.
+//!
+//! It lives in the contract crate because every line is a subject, bucket or
+//! key format. Each grant carries the reason it exists; the rendered config
+//! prints it as a comment and `docs/security.md` explains each one.
+//!
+//! How async-nats 0.51 uses the JetStream API, and so what the grants are
+//! (checked against nats-server 2.15.1 by `tests/tests/isolation_*.rs`):
+//!
+//! | operation | request subject |
+//! |---|---|
+//! | open a bucket (`get_key_value`) | `$JS.API.STREAM.INFO.KV_<bucket>` |
+//! | `Store::entry`/`get` (buckets allow direct get) | `$JS.API.DIRECT.GET.KV_<bucket>.$KV.<bucket>.<key>` |
+//! | `Store::put` | publish to `$KV.<bucket>.<key>`, the ack comes to the inbox |
+//! | [`watch_key`], [`read_prefix`] (named ordered consumer) | `$JS.API.CONSUMER.CREATE.KV_<bucket>.<name>.$KV.<bucket>.<filter>` |
+//! | ordered consumer recreated after a gap | `$JS.API.CONSUMER.DELETE.KV_<bucket>.<old name>`, then a create as above |
+//!
+//! `Store::watch*` creates an *unnamed* consumer on
+//! `$JS.API.CONSUMER.CREATE.KV_<bucket>`, whose subject does not say what
+//! it reads; no hive is granted that subject, which is why hives watch with
+//! [`watch_key`].
+//!
+//! Invariant: no hive grant contains another hive's name or a wildcard in
+//! the position of a hive name (tested below).
+//!
+//! [`watch_key`]: crate::buckets::watch_key
+//! [`read_prefix`]: crate::buckets::read_prefix
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::buckets::Bucket;
+use crate::names::HiveName;
+use crate::subjects::{
+    all_credential_subjects, all_deploy_subjects, controller_inbox_prefix, hive_inbox_prefix,
+    HiveSubjects, KNOWLEDGE,
+};
+
+/// The JetStream API request subjects the grants are made of (the `$JS.API`
+/// prefix of the default domain). Tests use them to name what the server
+/// refused.
+pub mod js_api {
+    use crate::buckets::Bucket;
+
+    /// `$JS.API.STREAM.INFO.KV_<bucket>`: what opening a bucket asks.
+    pub fn stream_info(bucket: Bucket) -> String {
+        format!("$JS.API.STREAM.INFO.{}", bucket.stream_name())
+    }
+
+    /// `$JS.API.STREAM.CREATE.KV_<bucket>`: creating a bucket.
+    pub fn stream_create(bucket: Bucket) -> String {
+        format!("$JS.API.STREAM.CREATE.{}", bucket.stream_name())
+    }
+
+    /// `$JS.API.DIRECT.GET.KV_<bucket>.$KV.<bucket>.<key>`: the last value
+    /// of a key (`key` may be a filter such as `alpha.>`).
+    pub fn direct_get(bucket: Bucket, key: &str) -> String {
+        format!(
+            "$JS.API.DIRECT.GET.{}.{}",
+            bucket.stream_name(),
+            bucket.key_subject(key)
+        )
+    }
+
+    /// `$JS.API.CONSUMER.CREATE.KV_<bucket>`: an unnamed consumer; the
+    /// subject does not say what it reads.
+    pub fn consumer_create_unnamed(bucket: Bucket) -> String {
+        format!("$JS.API.CONSUMER.CREATE.{}", bucket.stream_name())
+    }
+
+    /// `$JS.API.CONSUMER.CREATE.KV_<bucket>.<name>.$KV.<bucket>.<key>`: a
+    /// named consumer reading `key` (`name` may be `*`).
+    pub fn consumer_create(bucket: Bucket, name: &str, key: &str) -> String {
+        format!(
+            "{}.{name}.{}",
+            consumer_create_unnamed(bucket),
+            bucket.key_subject(key)
+        )
+    }
+
+    /// `$JS.API.CONSUMER.DELETE.KV_<bucket>.<name>`.
+    pub fn consumer_delete(bucket: Bucket, name: &str) -> String {
+        format!("$JS.API.CONSUMER.DELETE.{}.{name}", bucket.stream_name())
+    }
+
+    /// `$JS.API.CONSUMER.INFO.KV_<bucket>.<name>`.
+    pub fn consumer_info(bucket: Bucket, name: &str) -> String {
+        format!("$JS.API.CONSUMER.INFO.{}.{name}", bucket.stream_name())
+    }
+}
+
+/// One allowed subject and why it is allowed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Grant {
+    pub subject: String,
+    /// One line for the rendered config's comment and the docs.
+    pub why: String,
+}
+
+fn grant(subject: impl Into<String>, why: impl Into<String>) -> Grant {
+    Grant {
+        subject: subject.into(),
+        why: why.into(),
+    }
+}
+
+/// What one identity may publish and subscribe to. Anything not listed is
+/// refused by the server with a permissions violation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Permissions {
+    pub publish: Vec<Grant>,
+    pub subscribe: Vec<Grant>,
+    /// May publish to the reply subject of a request it received (once per
+    /// request), whatever that subject is.
+    pub allow_responses: bool,
+}
+
+/// Who a user is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "role", content = "hive", rename_all = "lowercase")]
+pub enum Role {
+    Controller,
+    Hive(HiveName),
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Role::Controller => f.write_str("controller"),
+            Role::Hive(h) => write!(f, "hive {h}"),
+        }
+    }
+}
+
+/// One nkey user of the generated authorization.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct User {
+    #[serde(flatten)]
+    pub role: Role,
+    /// Public user nkey (`U…`).
+    pub nkey: String,
+    pub permissions: Permissions,
+}
+
+/// The `authorization` block for a whole roster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Authorization {
+    pub users: Vec<User>,
+}
+
+/// The roster cannot be turned into an authorization.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RosterError {
+    #[error("the nkey of the {role} ({key:?}) is not a public user nkey: it must start with U, as printed by `nk -gen user -pubout`")]
+    NotUserKey { role: String, key: String },
+    #[error("the {first} and the {second} have the same nkey {key}; every identity needs its own")]
+    SharedKey {
+        first: String,
+        second: String,
+        key: String,
+    },
+    #[error("hive {0} is listed twice")]
+    DuplicateHive(HiveName),
+}
+
+fn check_user_key(role: &Role, key: &str) -> Result<(), RosterError> {
+    let valid = key.starts_with('U') && nkeys::KeyPair::from_public_key(key).is_ok();
+    if valid {
+        Ok(())
+    } else {
+        // A seed pasted by mistake must not be echoed back into a log.
+        let shown = if key.starts_with('S') {
+            "S… (a seed, not shown; give the public key)".to_string()
+        } else {
+            key.chars().take(80).collect()
+        };
+        Err(RosterError::NotUserKey {
+            role: role.to_string(),
+            key: shown,
+        })
+    }
+}
+
+/// The permissions of one hive.
+pub fn hive_permissions(hive: &HiveName) -> Permissions {
+    let status = Bucket::Status;
+    let wanted = Bucket::Wanted;
+    let creds = Bucket::Credentials;
+    let own_creds = format!("{hive}.>");
+    let subjects = HiveSubjects::new(hive);
+    let mut publish = Vec::new();
+    for b in Bucket::ALL {
+        publish.push(grant(
+            js_api::stream_info(b),
+            format!("open the {} bucket (it may not create it)", b.name()),
+        ));
+    }
+    publish.extend([
+        grant(
+            status.key_subject(hive.as_str()),
+            "put its own status, and nothing else in the status bucket",
+        ),
+        grant(
+            js_api::direct_get(wanted, hive.as_str()),
+            "read its own declaration (the boot pull)",
+        ),
+        grant(
+            js_api::consumer_create(wanted, "*", hive.as_str()),
+            "watch its own declaration (a named consumer whose filter is its own key)",
+        ),
+        grant(
+            js_api::direct_get(creds, &own_creds),
+            "read one of its own sealed credentials after a notice",
+        ),
+        grant(
+            js_api::consumer_create(creds, "*", &own_creds),
+            "list its own sealed credentials at boot (a named consumer filtered to its prefix)",
+        ),
+    ]);
+    for b in [wanted, creds] {
+        publish.push(grant(
+            js_api::consumer_delete(b, "*"),
+            format!(
+                "delete the consumer an ordered read of {} replaces after a gap \
+                 (names are random; listing them is not granted)",
+                b.name()
+            ),
+        ));
+    }
+    let subscribe = vec![
+        grant(KNOWLEDGE, "hear that the knowledge repo changed"),
+        grant(subjects.deploy, "its own deploy requests"),
+        grant(subjects.credential, "its own credential notices"),
+        grant(
+            format!("{}.>", hive_inbox_prefix(hive)),
+            "its own reply inbox: JetStream answers, KV put acks and watch deliveries",
+        ),
+    ];
+    Permissions {
+        publish,
+        subscribe,
+        allow_responses: true,
+    }
+}
+
+/// The permissions of the controller: everything hyperhive needs of the
+/// three buckets and the event subjects, and nothing outside them.
+pub fn controller_permissions() -> Permissions {
+    let mut publish = vec![grant(
+        "$JS.API.INFO",
+        "JetStream account info (what `nats` tooling and health checks ask first)",
+    )];
+    for b in Bucket::ALL {
+        let stream = b.stream_name();
+        let name = b.name();
+        publish.extend([
+            grant(js_api::stream_info(b), format!("open {name}")),
+            grant(
+                js_api::stream_create(b),
+                format!("create {name} (only the controller creates buckets)"),
+            ),
+            grant(
+                js_api::direct_get(b, ">"),
+                format!("read any key of {name}"),
+            ),
+            grant(
+                format!("$JS.API.DIRECT.GET.{stream}"),
+                format!("read {name} by revision"),
+            ),
+            grant(
+                format!("$JS.API.STREAM.MSG.GET.{stream}"),
+                format!("read {name} by revision, older servers' form"),
+            ),
+            grant(
+                js_api::consumer_create_unnamed(b),
+                format!("watch or list all of {name} (unnamed consumer)"),
+            ),
+            grant(
+                format!("{}.>", js_api::consumer_create_unnamed(b)),
+                format!("watch or list {name} (named consumer)"),
+            ),
+            grant(
+                js_api::consumer_info(b, "*"),
+                format!("follow a watch or history read of {name}"),
+            ),
+            grant(
+                js_api::consumer_delete(b, "*"),
+                format!("clean up its own consumers on {name}"),
+            ),
+        ]);
+    }
+    publish.extend([
+        grant(
+            Bucket::Wanted.key_subject(">"),
+            "declare: put (or delete) any hive's declaration",
+        ),
+        grant(
+            Bucket::Credentials.key_subject(">"),
+            "store sealed credentials for any hive",
+        ),
+        grant(KNOWLEDGE, "announce a knowledge repo change"),
+        grant(all_deploy_subjects(), "ask any hive to deploy an agent"),
+        grant(
+            all_credential_subjects(),
+            "tell any hive a credential is waiting",
+        ),
+    ]);
+    let subscribe = vec![grant(
+        format!("{}.>", controller_inbox_prefix()),
+        "its own reply inbox: deploy replies, JetStream answers, watch deliveries",
+    )];
+    Permissions {
+        publish,
+        subscribe,
+        allow_responses: false,
+    }
+}
+
+/// Build the authorization for a roster: the controller's public user nkey
+/// and each hive's. Every key must be a valid public user key and no two
+/// identities may share one.
+pub fn authorization(
+    controller_nkey: &str,
+    hives: &[(HiveName, String)],
+) -> Result<Authorization, RosterError> {
+    let mut users = Vec::with_capacity(hives.len() + 1);
+    let controller = Role::Controller;
+    check_user_key(&controller, controller_nkey)?;
+    users.push(User {
+        role: controller,
+        nkey: controller_nkey.to_string(),
+        permissions: controller_permissions(),
+    });
+    let mut seen = BTreeSet::new();
+    let mut sorted: Vec<&(HiveName, String)> = hives.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    for (hive, key) in sorted {
+        if !seen.insert(hive.clone()) {
+            return Err(RosterError::DuplicateHive(hive.clone()));
+        }
+        let role = Role::Hive(hive.clone());
+        check_user_key(&role, key)?;
+        if let Some(other) = users.iter().find(|u| &u.nkey == key) {
+            return Err(RosterError::SharedKey {
+                first: other.role.to_string(),
+                second: role.to_string(),
+                key: key.clone(),
+            });
+        }
+        users.push(User {
+            role,
+            nkey: key.clone(),
+            permissions: hive_permissions(hive),
+        });
+    }
+    Ok(Authorization { users })
+}
+
+/// Quote a string for the nats-server config format. Subjects and keys are
+/// plain ASCII without quotes or backslashes, but escape anyway.
+fn quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn render_grants(out: &mut String, what: &str, grants: &[Grant]) {
+    let width = grants
+        .iter()
+        .map(|g| g.subject.len() + 2)
+        .max()
+        .unwrap_or(0);
+    let _ = writeln!(out, "        {what}: {{");
+    let _ = writeln!(out, "          allow: [");
+    for g in grants {
+        let _ = writeln!(
+            out,
+            "            {:<width$}  # {}",
+            quote(&g.subject),
+            g.why
+        );
+    }
+    let _ = writeln!(out, "          ]");
+    let _ = writeln!(out, "        }}");
+}
+
+impl Authorization {
+    /// The nats-server config text: an `authorization` block to include in
+    /// (or paste into) the server's config. It sets nothing else (no
+    /// listen address, no JetStream settings).
+    pub fn to_server_config(&self) -> String {
+        let mut out = String::new();
+        out.push_str(
+            "# hyperhive: one nkey user per identity. Generated from the roster by\n\
+             # `swarm-controller nats-config`; regenerate it when the roster changes.\n\
+             # Anything not allowed below is refused with a permissions violation.\n",
+        );
+        out.push_str("authorization {\n  users = [\n");
+        for user in &self.users {
+            let _ = writeln!(out, "    # {}", user.role);
+            out.push_str("    {\n");
+            let _ = writeln!(out, "      nkey: {}", quote(&user.nkey));
+            out.push_str("      permissions: {\n");
+            render_grants(&mut out, "publish", &user.permissions.publish);
+            render_grants(&mut out, "subscribe", &user.permissions.subscribe);
+            if user.permissions.allow_responses {
+                out.push_str(
+                    "        # may answer a request it received (a deploy reply), once per request\n",
+                );
+                out.push_str("        allow_responses: true\n");
+            }
+            out.push_str("      }\n    }\n");
+        }
+        out.push_str("  ]\n}\n");
+        out
+    }
+
+    /// The same, as JSON (for tooling that builds its own server config).
+    pub fn to_json(&self) -> serde_json::Value {
+        // Serializing plain strings, vectors and bools cannot fail.
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user_key() -> String {
+        nkeys::KeyPair::new_user().public_key()
+    }
+
+    fn roster() -> (String, Vec<(HiveName, String)>) {
+        (
+            user_key(),
+            vec![
+                (HiveName::new("beta").unwrap(), user_key()),
+                (HiveName::new("alpha").unwrap(), user_key()),
+            ],
+        )
+    }
+
+    #[test]
+    fn hive_grants_name_only_that_hive() {
+        let alpha = HiveName::new("alpha").unwrap();
+        let p = hive_permissions(&alpha);
+        for g in p.publish.iter().chain(&p.subscribe) {
+            assert!(!g.subject.contains("beta"), "{g:?}");
+            // A wildcard may stand for a consumer name, never for a hive.
+            for (i, token) in g.subject.split('.').enumerate() {
+                if token == "*" {
+                    assert!(
+                        g.subject.starts_with("$JS.API.CONSUMER.") && i == 5,
+                        "wildcard outside the consumer-name position: {g:?}"
+                    );
+                }
+            }
+            if g.subject.ends_with('>') {
+                assert!(
+                    g.subject.contains(".alpha.") || g.subject.starts_with("_INBOX_hive-alpha."),
+                    "{g:?}"
+                );
+            }
+        }
+        let publish: Vec<&str> = p.publish.iter().map(|g| g.subject.as_str()).collect();
+        assert!(publish.contains(&"$KV.hyperhive-status.alpha"));
+        assert!(!publish
+            .iter()
+            .any(|s| s.starts_with("$KV.hyperhive-wanted")));
+        assert!(!publish.iter().any(|s| s.starts_with("hyperhive.")));
+        assert!(!publish.iter().any(|s| s.contains("STREAM.CREATE")));
+        assert!(!publish.contains(&"$JS.API.CONSUMER.CREATE.KV_hyperhive-wanted"));
+        assert!(p.allow_responses);
+    }
+
+    #[test]
+    fn controller_grants_cover_events_and_declarations() {
+        let p = controller_permissions();
+        let publish: Vec<&str> = p.publish.iter().map(|g| g.subject.as_str()).collect();
+        for s in [
+            "$KV.hyperhive-wanted.>",
+            "$KV.hyperhive-credentials.>",
+            "hyperhive.knowledge",
+            "hyperhive.hive.*.deploy",
+            "hyperhive.hive.*.credential",
+            "$JS.API.STREAM.CREATE.KV_hyperhive-status",
+        ] {
+            assert!(publish.contains(&s), "{s} missing");
+        }
+        assert!(!publish
+            .iter()
+            .any(|s| s.starts_with("$KV.hyperhive-status")));
+        assert_eq!(p.subscribe.len(), 1);
+    }
+
+    #[test]
+    fn render_lists_every_user_sorted() {
+        let (controller, hives) = roster();
+        let auth = authorization(&controller, &hives).unwrap();
+        let text = auth.to_server_config();
+        let c = text.find(&controller).unwrap();
+        let a = text.find(&hives[1].1).unwrap();
+        let b = text.find(&hives[0].1).unwrap();
+        assert!(c < a && a < b, "controller, then hives by name:\n{text}");
+        assert!(text.contains("\"$KV.hyperhive-status.alpha\""));
+        assert!(text.contains("allow_responses: true"));
+        assert_eq!(text.matches("nkey:").count(), 3);
+        let json = auth.to_json();
+        assert_eq!(json["users"][1]["role"], "hive");
+        assert_eq!(json["users"][1]["hive"], "alpha");
+        assert_eq!(json["users"][0]["role"], "controller");
+    }
+
+    #[test]
+    fn bad_rosters_are_refused_by_name() {
+        let (controller, hives) = roster();
+        let seed = nkeys::KeyPair::new_user().seed().unwrap();
+        let err = authorization(&seed, &hives).unwrap_err().to_string();
+        assert!(err.contains("controller") && !err.contains(&seed), "{err}");
+        let account = nkeys::KeyPair::new_account().public_key();
+        let bad = vec![(HiveName::new("alpha").unwrap(), account.clone())];
+        let err = authorization(&controller, &bad).unwrap_err().to_string();
+        assert!(
+            err.contains("hive alpha") && err.contains(&account),
+            "{err}"
+        );
+        let shared = vec![(HiveName::new("alpha").unwrap(), controller.clone())];
+        let err = authorization(&controller, &shared).unwrap_err().to_string();
+        assert!(err.contains("same nkey"), "{err}");
+        let twice = vec![hives[0].clone(), hives[0].clone()];
+        assert!(matches!(
+            authorization(&controller, &twice),
+            Err(RosterError::DuplicateHive(_))
+        ));
+    }
+}

@@ -1,0 +1,131 @@
+//! Talking to the swarm's buckets directly, as the controller (or an
+//! operator with the `nats` CLI) would: put declarations, read statuses.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, kv};
+use serde_json::Value;
+
+/// A plain client on the swarm's buckets.
+#[derive(Clone)]
+pub struct Swarm {
+    pub client: async_nats::Client,
+    pub js: jetstream::Context,
+}
+
+impl Swarm {
+    pub async fn connect(url: &str) -> Swarm {
+        let client = async_nats::connect(url).await.expect("connect to nats");
+        let js = jetstream::new(client.clone());
+        Swarm { client, js }
+    }
+
+    pub async fn bucket(&self, name: &str) -> kv::Store {
+        match self.js.get_key_value(name).await {
+            Ok(s) => s,
+            Err(_) => self
+                .js
+                .create_key_value(kv::Config {
+                    bucket: name.into(),
+                    history: 10,
+                    ..Default::default()
+                })
+                .await
+                .unwrap_or_else(|e| panic!("create {name}: {e}")),
+        }
+    }
+
+    /// Put a declaration (any JSON text, valid or not); its revision.
+    pub async fn declare(&self, hive: &str, json: &str) -> u64 {
+        self.bucket("hyperhive-wanted")
+            .await
+            .put(hive, json.to_string().into())
+            .await
+            .expect("put declaration")
+    }
+
+    pub async fn delete_declaration(&self, hive: &str) {
+        self.bucket("hyperhive-wanted")
+            .await
+            .delete(hive)
+            .await
+            .expect("delete declaration");
+    }
+
+    /// The hive's current status document and its KV revision.
+    pub async fn status(&self, hive: &str) -> Option<(u64, Value)> {
+        let store = self.js.get_key_value("hyperhive-status").await.ok()?;
+        let e = store.entry(hive).await.ok()??;
+        if e.operation != kv::Operation::Put {
+            return None;
+        }
+        Some((e.revision, serde_json::from_slice(&e.value).ok()?))
+    }
+
+    /// Wait until the hive reports `converged_revision >= revision`; the
+    /// status document that showed it.
+    pub async fn converged(&self, hive: &str, revision: u64, timeout: Duration) -> Value {
+        crate::wait_until(
+            timeout,
+            &format!("{hive} converged on revision {revision}"),
+            || async {
+                let (_, s) = self.status(hive).await?;
+                (s["converged_revision"].as_u64()? >= revision).then_some(s)
+            },
+        )
+        .await
+    }
+
+    /// Wait until the hive's status satisfies `check`.
+    pub async fn status_until(
+        &self,
+        hive: &str,
+        what: &str,
+        timeout: Duration,
+        check: impl Fn(&Value) -> bool,
+    ) -> Value {
+        crate::wait_until(timeout, what, || async {
+            let (_, s) = self.status(hive).await?;
+            check(&s).then_some(s)
+        })
+        .await
+    }
+}
+
+/// `(id, running, spec label)` of `hyperhive.<hive>.<agent>`, if it exists.
+pub fn container(hive: &str, agent: &str) -> Option<(String, bool, String)> {
+    let out = std::process::Command::new("docker")
+        .args([
+            "inspect",
+            "--format",
+            "{{.Id}} {{.State.Running}} {{index .Config.Labels \"org.hyperhive.spec\"}}",
+            &format!("hyperhive.{hive}.{agent}"),
+        ])
+        .output()
+        .expect("docker inspect");
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut parts = text.split_whitespace();
+    Some((
+        parts.next()?.to_string(),
+        parts.next()? == "true",
+        parts.next().unwrap_or_default().to_string(),
+    ))
+}
+
+/// Containers labelled for `hive`.
+pub fn containers_of(hive: &str) -> Vec<String> {
+    crate::docker::docker(&[
+        "ps",
+        "-a",
+        "--format",
+        "{{.Names}}",
+        "--filter",
+        &format!("label=org.hyperhive.hive={hive}"),
+    ])
+    .lines()
+    .map(str::to_string)
+    .collect()
+}

@@ -77,14 +77,37 @@ pub async fn run(deps: EventDeps, mut shutdown: Shutdown) -> Result<(), Subscrib
                     None => tracing::info!(hive = %deps.hive, "knowledge event ignored: no knowledge_repo configured"),
                 }
             }
-            Some(msg) = deploy.next() => on_deploy(&deps, msg).await,
-            Some(msg) = credential.next() => on_credential(&deps, msg).await,
+            Some(msg) = deploy.next() => {
+                if !is_redirected_stream_message(&deps, &msg) {
+                    on_deploy(&deps, msg).await
+                }
+            }
+            Some(msg) = credential.next() => {
+                if !is_redirected_stream_message(&deps, &msg) {
+                    on_credential(&deps, msg).await
+                }
+            }
         }
     }
     let _ = knowledge.unsubscribe().await;
     let _ = deploy.unsubscribe().await;
     let _ = credential.unsubscribe().await;
     Ok(())
+}
+
+/// A JetStream consumer can be pointed at any deliver subject (the server
+/// does not check it), so another identity could push stored KV values onto
+/// this hive's subjects. Those carry a `$JS.ACK.` reply; real requests and
+/// notices never do. Dropped with a warning.
+fn is_redirected_stream_message(deps: &EventDeps, msg: &async_nats::Message) -> bool {
+    let redirected = msg
+        .reply
+        .as_ref()
+        .is_some_and(|r| r.as_str().starts_with("$JS.ACK."));
+    if redirected {
+        tracing::warn!(hive = %deps.hive, subject = %msg.subject, "dropped a JetStream message delivered onto an event subject");
+    }
+    redirected
 }
 
 async fn on_deploy(deps: &EventDeps, msg: async_nats::Message) {

@@ -27,6 +27,9 @@ use crate::shutdown::Shutdown;
 
 /// Time allowed for one publish (bucket open + put).
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time allowed for opening (or creating) the bucket, which may take
+/// several JetStream requests.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(15);
 /// Shortest gap between two publishes triggered by changes.
 const MIN_CHANGE_GAP: Duration = Duration::from_millis(100);
 
@@ -89,12 +92,19 @@ impl Publisher {
             return Err(e.into());
         }
         self.deps.health.clear(keys::NATS_UNREACHABLE);
-        let attempt = async {
-            if self.store.is_none() {
-                let js = jetstream::new(client.clone());
-                self.store = Some(open_or_create(&js, Bucket::Status, &self.deps.bucket).await?);
+        if self.store.is_none() {
+            // Opened outside the put's timeout: when the bucket is missing
+            // and this identity may not create it, the error names the
+            // bucket instead of reading "timed out".
+            let js = jetstream::new(client.clone());
+            let open = open_or_create(&js, Bucket::Status, &self.deps.bucket);
+            match tokio::time::timeout(OPEN_TIMEOUT, open).await {
+                Ok(r) => self.store = Some(r?),
+                Err(_) => return Err(PublishError::Timeout(OPEN_TIMEOUT)),
             }
-            let store = self.store.as_ref().expect("set just above");
+        }
+        let attempt = async {
+            let store = self.store.as_ref().expect("opened just above");
             let snapshot = self.deps.health.snapshot();
             let bytes = encode_pretty(&snapshot.readiness)?;
             store

@@ -47,6 +47,9 @@ use crate::shutdown::Shutdown;
 /// example with `create` done and `start` not yet run). Logged loudly.
 pub const HOLD_ENV: &str = "HYPERHIVE_TEST_HOLD_BEFORE_NODE";
 
+/// Tries to record one node's outcome before leaving it to crash recovery.
+const FINISH_ATTEMPTS: u32 = 3;
+
 /// How the worker behaves. `Default` is what the daemon ships.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
@@ -341,19 +344,31 @@ async fn execute<R: ContainerRuntime>(deps: &WorkerDeps<R>, clock: Clock, claim:
             }
         };
         let (job, seq, policy) = (claim.job, claim.seq, deps.config.retry);
-        match deps
-            .store
-            .call(move |s| s.finish(job, seq, outcome, &policy, clock.now()))
-            .await
-        {
-            Ok(Some(state)) => {
-                tracing::info!(state = %state, kind = %claim.request.kind(), "job finished");
-                if let Some(h) = &deps.health {
-                    h.record_job_outcome(claim.request.kind().as_str(), state.as_str());
+        // A failed write is tried a few times: until the outcome is
+        // recorded the node stays `running` and holds its agent's queue
+        // (a restart would recover it, and run it once more).
+        for attempt in 1..=FINISH_ATTEMPTS {
+            let outcome = outcome.clone();
+            match deps
+                .store
+                .call(move |s| s.finish(job, seq, outcome, &policy, clock.now()))
+                .await
+            {
+                Ok(Some(state)) => {
+                    tracing::info!(state = %state, kind = %claim.request.kind(), "job finished");
+                    if let Some(h) = &deps.health {
+                        h.record_job_outcome(claim.request.kind().as_str(), state.as_str());
+                    }
+                    break;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::error!(error = %error_chain(&e), attempt, "cannot record the node outcome");
+                    if attempt < FINISH_ATTEMPTS {
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
                 }
             }
-            Ok(None) => {}
-            Err(e) => tracing::error!(error = %error_chain(&e), "cannot record the node outcome"),
         }
         deps.wake.notify_one();
     }

@@ -1,7 +1,549 @@
-//! Command line entry point.
+//! Command line entry point: parse arguments, load the config, run one verb,
+//! return the exit code (0 ok, 1 runtime failure, 2 usage, 64 invalid
+//! config). Everything a verb does lives in the library modules; this file
+//! only wires them to arguments and output.
+
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::RwLock;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand};
+use swarm_queue_client::{AccountName, AgentName, HiveName};
+use time::OffsetDateTime;
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::fleet::Fleet;
+use crate::render::Report;
+use crate::swarm_file::SwarmFile;
+use crate::{credential, declare, deploy, knowledge, nats, serve};
+
+pub const EXIT_OK: i32 = 0;
+pub const EXIT_FAILURE: i32 = 1;
+pub const EXIT_USAGE: i32 = 2;
+pub const EXIT_CONFIG: i32 = 64;
+
+/// How long a one-shot verb waits for NATS before giving up.
+const CONNECT_WAIT: Duration = Duration::from_secs(5);
+/// How long `status` may take to read both buckets (10,000 hives take well
+/// under a second; this only turns a stuck server into an error).
+const LOAD_WAIT: Duration = Duration::from_secs(120);
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "swarm-controller",
+    version,
+    about = "The hyperhive swarm controller: fleet status, declarations, deploys, credentials, dashboard",
+    long_about = "The hyperhive swarm controller.\n\n\
+        It keeps no state of its own: the roster comes from its config file, and everything \
+        else is read from and written to NATS (the hyperhive-status, hyperhive-wanted and \
+        hyperhive-credentials buckets). Several controllers can run at once.\n\n\
+        Freshness of a hive is the age of its status entry by the KV entry's own timestamp \
+        (fresh, stale, unknown, unrostered, stopped). Convergence compares the declared \
+        revision with what the hive reports (published, progressing, converged, degraded, \
+        failed, unknown).\n\n\
+        Exit codes: 0 ok, 1 runtime failure, 2 usage, 64 invalid config (also: a verb that \
+        needs NATS with no server configured, nats-config with a key missing).",
+    after_help = "Examples:\n  \
+        swarm-controller --check-config /etc/hyperhive/controller.toml\n  \
+        swarm-controller --config controller.toml status --json\n  \
+        swarm-controller --config controller.toml declare swarm.toml --dry-run\n  \
+        swarm-controller --config controller.toml deploy alpha mail-bot\n  \
+        swarm-controller --config controller.toml credential put alpha mail-bot smtp --from-file smtp.pw\n  \
+        swarm-controller --config controller.toml serve\n  \
+        swarm-controller --config roster.toml nats-config > authorization.conf"
+)]
+struct Cli {
+    /// The controller's config file (TOML): roster, [nats], stale_after_secs, http_listen, …
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        env = "HYPERHIVE_CONTROLLER_CONFIG"
+    )]
+    config: Option<PathBuf>,
+    /// NATS server URL(s), comma-separated; replaces the config's [nats] url and servers.
+    #[arg(long, global = true, value_name = "URL", env = "HYPERHIVE_NATS_URL")]
+    nats_url: Option<String>,
+    /// Check FILE without connecting: print every problem and exit 64, or exit 0.
+    #[arg(long, value_name = "FILE")]
+    check_config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Show every hive: freshness with age, convergence with its reason, and a fleet summary.
+    Status {
+        /// Print the JSON document ({"hives": [...], "summary": {...}}) instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Keep running and print again on every change (from a KV watch). With --json,
+        /// one JSON document per line.
+        #[arg(long)]
+        watch: bool,
+    },
+    /// List the rostered hives and their labels.
+    Roster {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Publish a swarm file: show each hive's diff, then write the changed declarations.
+    Declare {
+        /// The swarm file (TOML); defaults to the config's swarm_file.
+        file: Option<PathBuf>,
+        /// Show the diff and publish nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Ask a hive to (re)deploy one agent; prints the queued job id.
+    Deploy {
+        hive: HiveName,
+        agent: AgentName,
+        /// Seconds to wait for the hive's reply; no reply means "unknown", not "failed".
+        #[arg(long, default_value_t = 10)]
+        timeout_secs: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Sealed credentials for agents.
+    Credential {
+        #[command(subcommand)]
+        action: CredentialCommand,
+    },
+    /// Tell every hive that the knowledge repository changed.
+    KnowledgeChanged,
+    /// Run the dashboard, the JSON API and the forge webhook.
+    Serve {
+        /// Listen address; overrides the config's http_listen.
+        #[arg(long, value_name = "ADDR")]
+        http_listen: Option<SocketAddr>,
+    },
+    /// Print nats-server's `authorization` block for the roster: one nkey user
+    /// per hive ([hives.<name>] nkey) and the controller's ([controller] nkey).
+    /// Needs only the roster; connects to nothing.
+    NatsConfig {
+        /// Print the same permissions as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+impl Command {
+    /// Whether the verb talks to NATS (and so needs a server configured).
+    fn needs_nats(&self) -> bool {
+        !matches!(self, Command::Roster { .. } | Command::NatsConfig { .. })
+    }
+}
+
+#[derive(Debug, Subcommand)]
+enum CredentialCommand {
+    /// Seal a secret to the hive's xkey, store it, and notify the hive.
+    Put {
+        hive: HiveName,
+        agent: AgentName,
+        account: AccountName,
+        /// File holding the secret (read as bytes; never printed or logged).
+        #[arg(long, value_name = "FILE")]
+        from_file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
 
 /// Parse arguments, run, return the exit code.
 pub fn main() -> i32 {
-    eprintln!("swarm-controller: not built yet");
-    1
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return match e.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                    EXIT_OK
+                }
+                _ => EXIT_USAGE,
+            };
+        }
+    };
+
+    if let Some(path) = &cli.check_config {
+        return match Config::check_file(path, cli.nats_url.as_deref()) {
+            Ok(c) => {
+                println!(
+                    "{}: ok ({} rostered hive{})",
+                    path.display(),
+                    c.hives.len(),
+                    if c.hives.len() == 1 { "" } else { "s" }
+                );
+                EXIT_OK
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                EXIT_CONFIG
+            }
+        };
+    }
+
+    let Some(command) = cli.command else {
+        eprintln!("swarm-controller: give a command (status, declare, deploy, …) or --check-config FILE; see --help");
+        return EXIT_USAGE;
+    };
+    let Some(config_path) = &cli.config else {
+        eprintln!("swarm-controller: --config FILE is required (or HYPERHIVE_CONTROLLER_CONFIG)");
+        return EXIT_USAGE;
+    };
+    let config = match Config::load(config_path, cli.nats_url.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            return EXIT_CONFIG;
+        }
+    };
+
+    if command.needs_nats() {
+        if let Some(problem) = config.nats_missing() {
+            eprintln!("{problem}");
+            return EXIT_CONFIG;
+        }
+    }
+
+    init_tracing(matches!(command, Command::Serve { .. }));
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("swarm-controller: cannot start the async runtime: {e}");
+            return EXIT_FAILURE;
+        }
+    };
+    match runtime.block_on(run(config, command)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("swarm-controller: {e:#}");
+            EXIT_FAILURE
+        }
+    }
+}
+
+fn init_tracing(daemon: bool) {
+    let default = if daemon { "info" } else { "warn" };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+async fn run(config: Config, command: Command) -> anyhow::Result<i32> {
+    match command {
+        Command::Roster { json } => {
+            if json {
+                let hives: Vec<_> = config
+                    .hives
+                    .iter()
+                    .map(|(name, e)| serde_json::json!({ "name": name, "labels": e.labels, "nkey": e.nkey }))
+                    .collect();
+                print_json(&serde_json::json!({ "hives": hives }))?;
+            } else {
+                for (name, e) in &config.hives {
+                    let labels: Vec<String> =
+                        e.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                    println!("{name}\t{}", labels.join(" "));
+                }
+            }
+            Ok(EXIT_OK)
+        }
+        Command::Status { json, watch } => status(&config, json, watch).await,
+        Command::Declare {
+            file,
+            dry_run,
+            json,
+        } => declare_cmd(&config, file, dry_run, json).await,
+        Command::Deploy {
+            hive,
+            agent,
+            timeout_secs,
+            json,
+        } => {
+            if !config.hives.contains_key(&hive) {
+                bail!(
+                    "hive {hive} is not on the roster in {}",
+                    config.path.display()
+                );
+            }
+            let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
+            let outcome = deploy::request(
+                &conn.client,
+                &hive,
+                &agent,
+                Duration::from_secs(timeout_secs),
+            )
+            .await;
+            if json {
+                print_json(&outcome)?;
+            } else {
+                println!("{hive}/{agent}: {outcome}");
+            }
+            Ok(if outcome.is_queued() {
+                EXIT_OK
+            } else {
+                EXIT_FAILURE
+            })
+        }
+        Command::Credential {
+            action:
+                CredentialCommand::Put {
+                    hive,
+                    agent,
+                    account,
+                    from_file,
+                    json,
+                },
+        } => {
+            if !config.hives.contains_key(&hive) {
+                return Err(credential::CredentialPutError::NotRostered { hive }.into());
+            }
+            let seed_path = config
+                .xkey_seed_file
+                .as_ref()
+                .ok_or(credential::CredentialPutError::NoSeedFile)?;
+            let key = credential::load_or_create_seed(seed_path)?;
+            let secret = credential::read_secret_file(&from_file)?;
+            let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
+            let buckets = nats::open_buckets(&conn, &config.nats).await?;
+            let stored = credential::put(
+                &conn.client,
+                &buckets.status,
+                &buckets.credentials,
+                &key,
+                &hive,
+                &agent,
+                &account,
+                secret,
+                config.stale_after,
+            )
+            .await?;
+            if json {
+                print_json(&stored)?;
+            } else {
+                println!(
+                    "stored {} (revision {}) sealed to hive {hive}, and notified it",
+                    stored.key, stored.revision
+                );
+                if let Some(note) = &stored.hive_not_fresh {
+                    println!("note: {note}; it delivers stored credentials when it starts");
+                }
+            }
+            Ok(EXIT_OK)
+        }
+        Command::KnowledgeChanged => {
+            let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
+            knowledge::publish(&conn.client).await?;
+            println!("published {}", swarm_queue_client::subjects::KNOWLEDGE);
+            Ok(EXIT_OK)
+        }
+        Command::Serve { http_listen } => serve_cmd(&config, http_listen).await,
+        Command::NatsConfig { json } => Ok(nats_config_cmd(&config, json)),
+    }
+}
+
+fn nats_config_cmd(config: &Config, json: bool) -> i32 {
+    let Some(controller) = &config.controller.nkey else {
+        eprintln!(
+            "{}: no [controller] nkey; nats-config needs the controller's public user nkey \
+             (nkey = \"U…\" under [controller])",
+            config.path.display()
+        );
+        return EXIT_CONFIG;
+    };
+    let hives: Vec<(HiveName, Option<String>)> = config
+        .hives
+        .iter()
+        .map(|(name, entry)| (name.clone(), entry.nkey.clone()))
+        .collect();
+    let rendered = if json {
+        crate::nats_config::render_json(controller, &hives)
+            .map(|v| serde_json::to_string_pretty(&v).unwrap_or_default() + "\n")
+    } else {
+        crate::nats_config::render(controller, &hives)
+    };
+    match rendered {
+        Ok(text) => {
+            print!("{text}");
+            EXIT_OK
+        }
+        Err(e) => {
+            eprintln!("{}: {e}", config.path.display());
+            EXIT_CONFIG
+        }
+    }
+}
+
+async fn status(config: &Config, json: bool, watch_mode: bool) -> anyhow::Result<i32> {
+    let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
+    let buckets = nats::open_buckets(&conn, &config.nats).await?;
+    let fleet = RwLock::new(Fleet::new(
+        config.hives.clone(),
+        config.stale_after,
+        OffsetDateTime::now_utc(),
+    ));
+    let mut follower = tokio::time::timeout(LOAD_WAIT, nats::load(&buckets, &fleet))
+        .await
+        .map_err(|_| anyhow::anyhow!("reading the buckets took over {LOAD_WAIT:?}"))?
+        .context("reading the status and wanted buckets")?;
+    let show = |fleet: &RwLock<Fleet>| -> anyhow::Result<()> {
+        let report = {
+            let f = fleet.read().unwrap_or_else(|p| p.into_inner());
+            Report::of_fleet(&f, OffsetDateTime::now_utc())
+        };
+        if json && watch_mode {
+            println!("{}", serde_json::to_string(&report)?);
+        } else if json {
+            print_json(&report)?;
+        } else {
+            if watch_mode && std::io::stdout().is_terminal() {
+                print!("\x1b[H\x1b[2J");
+            }
+            print!("{}", report.table());
+            if watch_mode {
+                println!();
+            }
+        }
+        Ok(())
+    };
+    show(&fleet)?;
+    if !watch_mode {
+        return Ok(EXIT_OK);
+    }
+    let (stop_tx, mut stop) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    });
+    loop {
+        let next_stale = fleet
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .next_stale_at()
+            .map(|at| {
+                Duration::try_from(at - OffsetDateTime::now_utc()).unwrap_or(Duration::ZERO)
+                    + Duration::from_millis(5)
+            })
+            .unwrap_or(Duration::from_secs(1))
+            .min(Duration::from_secs(1));
+        tokio::select! {
+            // Cancel-safe: an entry not yet taken stays in the watch.
+            change = follower.apply_next(&fleet) => {
+                let _ = change;
+                show(&fleet)?;
+            }
+            // Cancel-safe: a sleep holds nothing.
+            _ = tokio::time::sleep(next_stale) => {
+                let expired = fleet
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .expire(OffsetDateTime::now_utc());
+                if !expired.is_empty() {
+                    show(&fleet)?;
+                }
+            }
+            _ = stop.wait_for(|s| *s) => return Ok(EXIT_OK),
+        }
+    }
+}
+
+async fn declare_cmd(
+    config: &Config,
+    file: Option<PathBuf>,
+    dry_run: bool,
+    json: bool,
+) -> anyhow::Result<i32> {
+    let Some(path) = file.or_else(|| config.swarm_file.clone()) else {
+        eprintln!("swarm-controller declare: give a swarm file, or set swarm_file in the config");
+        return Ok(EXIT_USAGE);
+    };
+    let swarm = SwarmFile::load(&path)?;
+    let off_roster = swarm.check_roster(&config.hives);
+    if !off_roster.is_empty() {
+        bail!(
+            "swarm file {} is refused:\n  - {}",
+            path.display(),
+            off_roster.join("\n  - ")
+        );
+    }
+    let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
+    let buckets = nats::open_buckets(&conn, &config.nats).await?;
+    let mut plans = declare::plan(&conn.client, &buckets.wanted, &swarm).await?;
+    if !dry_run {
+        declare::publish(&conn.client, &buckets.wanted, &mut plans).await?;
+    }
+    if json {
+        print_json(&serde_json::json!({ "dry_run": dry_run, "hives": plans }))?;
+    } else {
+        print!("{}", declare::describe(&plans));
+        let untouched: Vec<String> = config
+            .hives
+            .keys()
+            .filter(|h| !swarm.hives.contains_key(*h))
+            .map(|h| h.to_string())
+            .collect();
+        if !untouched.is_empty() {
+            println!(
+                "not in the swarm file, left as they are: {}",
+                untouched.join(", ")
+            );
+        }
+    }
+    Ok(EXIT_OK)
+}
+
+async fn serve_cmd(config: &Config, http_listen: Option<SocketAddr>) -> anyhow::Result<i32> {
+    let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
+    let buckets = nats::open_buckets(&conn, &config.nats).await?;
+    let (stop_tx, stop) = watch::channel(false);
+    let listen = http_listen.unwrap_or(config.http_listen);
+    let server = serve::start(config, conn.client.clone(), &buckets, listen, stop).await?;
+    println!("listening on http://{}/", server.addr);
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    let _ = stop_tx.send(true);
+    match tokio::time::timeout(Duration::from_secs(5), server.task).await {
+        Ok(Ok(Ok(()))) => Ok(EXIT_OK),
+        Ok(Ok(Err(e))) => Err(e.into()),
+        Ok(Err(join)) => Err(anyhow::anyhow!("HTTP task failed: {join}")),
+        Err(_) => {
+            tracing::warn!("HTTP server did not stop within 5 s; exiting anyway");
+            Ok(EXIT_OK)
+        }
+    }
+}
+
+/// SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
 }

@@ -1,2 +1,42 @@
+//! # swarm-controller: the hyperhive swarm's control plane
+//!
+//! The controller holds no state of its own. Its roster comes from its
+//! config file; everything else it reads from, and writes to, NATS: the
+//! hives' readiness in `hyperhive-status`, the declarations in
+//! `hyperhive-wanted`, sealed secrets in `hyperhive-credentials`. Any
+//! number of controllers can run at once and agree, because they all read
+//! the same buckets and their only writes (declarations) are
+//! compare-and-set.
+//!
+//! The parts:
+//! - [`config`]: the config file, the roster, `--check-config`.
+//! - [`evaluate`]: the pure heart: freshness and convergence of one hive
+//!   from its KV entries and the reader's clock, with table-driven tests.
+//! - [`fleet`]: every hive's entries and rows, updated one KV entry at a
+//!   time, with the fleet summary and the stale deadlines.
+//! - [`nats`]: the one connection, the buckets, and the KV watch that
+//!   feeds the fleet.
+//! - [`render`]: the JSON report and the status table.
+//! - [`swarm_file`] and [`declare`]: parsing a swarm file and publishing
+//!   each hive's declaration.
+//! - [`deploy`], [`credential`], [`knowledge`]: the event verbs.
+//! - [`webhook`]: forge push signatures and what a push means (pure).
+//! - [`serve`]: the dashboard, JSON API and webhook over HTTP.
+//! - [`nats_config`]: the nkey users and authorization blocks of a swarm
+//!   with per-hive NATS identities (see `docs/security.md`).
+//! - [`cli`]: the command line; `main.rs` only calls [`cli::main`].
+
 pub mod cli;
+pub mod config;
+pub mod credential;
+pub mod declare;
+pub mod deploy;
+pub mod evaluate;
+pub mod fleet;
+pub mod knowledge;
+pub mod nats;
 pub mod nats_config;
+pub mod render;
+pub mod serve;
+pub mod swarm_file;
+pub mod webhook;

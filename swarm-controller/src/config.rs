@@ -1,0 +1,500 @@
+//! The controller's config file: the roster and everything the verbs and the
+//! HTTP server need.
+//!
+//! The file is TOML. Unknown keys are refused with the key named, so a typo
+//! is an error instead of a silently ignored setting. [`Config::load`]
+//! reports **every** problem it can find without connecting (the roster
+//! entries are checked one by one, paths are checked on disk, the swarm file
+//! is parsed against the roster), which is what `--check-config` prints.
+//! Relative paths are resolved against the directory of the config file, so
+//! a config and its secrets can move together.
+//!
+//! ```toml
+//! stale_after_secs = 120
+//! http_listen = "127.0.0.1:7380"
+//! xkey_seed_file = "controller.xkey"
+//! webhook_secret_file = "webhook.secret"
+//! knowledge_repo = "org/knowledge"
+//! swarm_file = "swarm.toml"
+//!
+//! [nats]
+//! url = "nats://127.0.0.1:4222"
+//!
+//! [hives.alpha]
+//! labels = { site = "basement" }
+//! ```
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use swarm_queue_client::{HiveName, NatsConfig};
+use toml::Spanned;
+
+use crate::swarm_file::SwarmFile;
+
+/// Default `stale_after_secs`: twice the hive's 60 s publish interval, so one
+/// late or lost publish does not make a hive look stale.
+pub const DEFAULT_STALE_AFTER_SECS: u64 = 120;
+/// Default `http_listen`: loopback, so the dashboard and webhook are not
+/// exposed until an operator chooses to.
+pub const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:7380";
+/// Longest label key or value, so a roster cannot bloat every status row.
+const MAX_LABEL_LEN: usize = 63;
+
+/// One rostered hive.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RosterEntry {
+    /// Free-form labels shown with the hive (site, rack, owner).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// The hive's public NATS user nkey (`U…`), for per-hive permissions.
+    #[serde(default)]
+    pub nkey: Option<String>,
+}
+
+/// The hives this controller knows, by name.
+pub type Roster = BTreeMap<HiveName, RosterEntry>;
+
+/// The `[controller]` table: the controller's own identity.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControllerEntry {
+    /// The controller's public NATS user nkey (`U…`), for `nats-config`.
+    #[serde(default)]
+    pub nkey: Option<String>,
+}
+
+/// The loaded, checked configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where the file was read from (for messages).
+    pub path: PathBuf,
+    /// A status entry older than this is `stale`.
+    pub stale_after: Duration,
+    /// Where `serve` listens.
+    pub http_listen: SocketAddr,
+    /// The controller's xkey seed, used to seal credentials. Created with
+    /// mode 0600 on first use when missing.
+    pub xkey_seed_file: Option<PathBuf>,
+    /// The shared secret forge webhooks are signed with.
+    pub webhook_secret_file: Option<PathBuf>,
+    /// Forge repository (`owner/name`) whose pushes are knowledge events.
+    pub knowledge_repo: Option<String>,
+    /// Default swarm file for `declare`.
+    pub swarm_file: Option<PathBuf>,
+    pub nats: NatsConfig,
+    pub controller: ControllerEntry,
+    pub hives: Roster,
+}
+
+/// The config file could not be used. `problems` lists every one found.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid config {path}:\n  - {}", problems.join("\n  - "))]
+pub struct ConfigError {
+    pub path: PathBuf,
+    pub problems: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default = "default_stale_after")]
+    stale_after_secs: u64,
+    #[serde(default)]
+    http_listen: Option<String>,
+    #[serde(default)]
+    xkey_seed_file: Option<PathBuf>,
+    #[serde(default)]
+    webhook_secret_file: Option<PathBuf>,
+    #[serde(default)]
+    knowledge_repo: Option<String>,
+    #[serde(default)]
+    swarm_file: Option<PathBuf>,
+    #[serde(default)]
+    nats: NatsConfig,
+    #[serde(default)]
+    controller: ControllerEntry,
+    /// Kept raw so that each hive table is checked on its own and every bad
+    /// one is reported, not only the first.
+    #[serde(default)]
+    hives: BTreeMap<String, Spanned<toml::Value>>,
+}
+
+fn default_stale_after() -> u64 {
+    DEFAULT_STALE_AFTER_SECS
+}
+
+/// Byte offset to line number, for error messages. Built once per file so
+/// that a config with 10,000 hive tables does not rescan the text for each.
+pub(crate) struct Lines {
+    /// Byte offsets of every '\n'.
+    newlines: Vec<usize>,
+}
+
+impl Lines {
+    pub(crate) fn new(text: &str) -> Lines {
+        Lines {
+            newlines: text
+                .bytes()
+                .enumerate()
+                .filter(|(_, b)| *b == b'\n')
+                .map(|(i, _)| i)
+                .collect(),
+        }
+    }
+
+    /// 1-based line of byte offset `at`.
+    pub(crate) fn line(&self, at: usize) -> usize {
+        self.newlines.partition_point(|&nl| nl < at) + 1
+    }
+}
+
+/// A toml error as "line N: message".
+pub(crate) fn describe_toml_error(text: &str, err: &toml::de::Error) -> String {
+    match err.span() {
+        Some(span) => format!(
+            "line {}: {}",
+            Lines::new(text).line(span.start),
+            err.message()
+        ),
+        None => err.message().to_string(),
+    }
+}
+
+impl Config {
+    /// Read and check `path`. `nats_url` (from `--nats-url`) replaces the
+    /// file's server list.
+    pub fn load(path: &Path, nats_url: Option<&str>) -> Result<Config, ConfigError> {
+        let fail = |problems| ConfigError {
+            path: path.to_path_buf(),
+            problems,
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| fail(vec![format!("cannot read {}: {e}", path.display())]))?;
+        Self::parse(path, &text, nats_url).map_err(fail)
+    }
+
+    /// Why the verbs that talk to NATS cannot run with this config, if so.
+    /// (`nats-config` and `roster` need only the roster, so a roster-only
+    /// file without `[nats]` is a valid config.)
+    pub fn nats_missing(&self) -> Option<String> {
+        (!self.nats.is_configured()).then(|| {
+            format!(
+                "{}: no NATS server: set [nats] url = \"nats://host:4222\" or pass --nats-url",
+                self.path.display()
+            )
+        })
+    }
+
+    /// `--check-config`: every problem of the file, and a missing NATS
+    /// server counts as one (every daemon verb needs it).
+    pub fn check_file(path: &Path, nats_url: Option<&str>) -> Result<Config, ConfigError> {
+        let config = Self::load(path, nats_url)?;
+        match config.nats_missing() {
+            Some(problem) => Err(ConfigError {
+                path: path.to_path_buf(),
+                problems: vec![problem],
+            }),
+            None => Ok(config),
+        }
+    }
+
+    /// Parse and check config text; `path` locates relative paths.
+    pub fn parse(path: &Path, text: &str, nats_url: Option<&str>) -> Result<Config, Vec<String>> {
+        let raw: RawConfig =
+            toml::from_str(text).map_err(|e| vec![describe_toml_error(text, &e)])?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let resolve = |p: Option<PathBuf>| p.map(|p| base.join(p));
+        let mut problems = Vec::new();
+
+        if raw.stale_after_secs == 0 {
+            problems.push("stale_after_secs must be at least 1".to_string());
+        }
+        let listen_text = raw.http_listen.as_deref().unwrap_or(DEFAULT_HTTP_LISTEN);
+        let http_listen = match listen_text.parse::<SocketAddr>() {
+            Ok(a) => Some(a),
+            Err(e) => {
+                problems.push(format!(
+                    "http_listen {listen_text:?} is not an address and port like \"127.0.0.1:7380\": {e}"
+                ));
+                None
+            }
+        };
+
+        let mut nats = raw.nats;
+        if let Some(url) = nats_url {
+            nats.url = Some(url.to_string());
+            nats.servers.clear();
+        }
+        problems.extend(nats.check());
+        if let Some(nkey) = &raw.controller.nkey {
+            if let Some(p) = check_user_nkey(nkey) {
+                problems.push(format!("controller.{p}"));
+            }
+        }
+
+        let xkey_seed_file = resolve(raw.xkey_seed_file);
+        if let Some(p) = &xkey_seed_file {
+            problems.extend(crate::credential::check_seed_file(p));
+        }
+        let webhook_secret_file = resolve(raw.webhook_secret_file);
+        // Only whether it is there: its content is checked when `serve`
+        // starts (a build-time check may see an empty stand-in).
+        if let Some(p) = &webhook_secret_file {
+            if !p.is_file() {
+                problems.push(format!(
+                    "webhook_secret_file {} does not exist or is not a file",
+                    p.display()
+                ));
+            }
+        }
+        let knowledge_repo = raw.knowledge_repo.map(|r| r.trim().to_string());
+        if let Some(repo) = &knowledge_repo {
+            if let Err(e) = crate::webhook::check_repo_name(repo) {
+                problems.push(format!("knowledge_repo: {e}"));
+            }
+        }
+
+        let mut hives = Roster::new();
+        let lines = Lines::new(text);
+        for (name, value) in raw.hives {
+            let line = lines.line(value.span().start);
+            let name = match HiveName::new(name.as_str()) {
+                Ok(n) => n,
+                Err(e) => {
+                    problems.push(format!("line {line}: [hives.{name}]: {e}"));
+                    continue;
+                }
+            };
+            match RosterEntry::deserialize(value.into_inner()) {
+                Ok(entry) => {
+                    problems.extend(
+                        check_roster_entry(&entry)
+                            .into_iter()
+                            .map(|p| format!("line {line}: hives.{name}.{p}")),
+                    );
+                    hives.insert(name, entry);
+                }
+                Err(e) => problems.push(format!("line {line}: hives.{name}: {}", e.message())),
+            }
+        }
+
+        let swarm_file = resolve(raw.swarm_file);
+        if let Some(p) = &swarm_file {
+            match SwarmFile::load(p) {
+                Ok(file) => problems.extend(
+                    file.check_roster(&hives)
+                        .into_iter()
+                        .map(|p| format!("swarm_file: {p}")),
+                ),
+                Err(e) => problems.push(format!("swarm_file: {e}")),
+            }
+        }
+
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        Ok(Config {
+            path: path.to_path_buf(),
+            stale_after: Duration::from_secs(raw.stale_after_secs),
+            // Checked above: a parse failure is a problem, and we returned.
+            http_listen: http_listen.unwrap_or_else(|| ([127, 0, 0, 1], 7380).into()),
+            xkey_seed_file,
+            webhook_secret_file,
+            knowledge_repo,
+            swarm_file,
+            nats,
+            controller: raw.controller,
+            hives,
+        })
+    }
+}
+
+fn check_roster_entry(entry: &RosterEntry) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (k, v) in &entry.labels {
+        if k.is_empty() || k.len() > MAX_LABEL_LEN || k.chars().any(char::is_control) {
+            problems.push(format!(
+                "labels: key {k:?} must be 1 to {MAX_LABEL_LEN} printable bytes"
+            ));
+        }
+        if v.len() > MAX_LABEL_LEN || v.chars().any(char::is_control) {
+            problems.push(format!(
+                "labels.{k}: value {v:?} must be at most {MAX_LABEL_LEN} printable bytes"
+            ));
+        }
+    }
+    if let Some(nkey) = &entry.nkey {
+        problems.extend(check_user_nkey(nkey));
+    }
+    problems
+}
+
+fn check_user_nkey(nkey: &str) -> Option<String> {
+    let valid = nkey.starts_with('U') && nkeys::KeyPair::from_public_key(nkey).is_ok();
+    (!valid).then(|| {
+        format!("nkey {nkey:?} is not a public user nkey (U… as printed by `nk -gen user -pubout`)")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, Vec<String>> {
+        Config::parse(Path::new("/nonexistent/controller.toml"), text, None)
+    }
+
+    const MINIMAL: &str = "[nats]\nurl = \"nats://127.0.0.1:4222\"\n";
+
+    #[test]
+    fn minimal_config_gets_defaults() {
+        let c = parse(MINIMAL).unwrap();
+        assert_eq!(c.stale_after, Duration::from_secs(120));
+        assert_eq!(c.http_listen.to_string(), "127.0.0.1:7380");
+        assert!(c.hives.is_empty());
+    }
+
+    #[test]
+    fn roster_with_labels_and_nkey() {
+        let nkey = nkeys::KeyPair::new_user().public_key();
+        let text = format!(
+            "stale_after_secs = 2\n{MINIMAL}\n[hives.alpha]\nlabels = {{ site = \"attic\" }}\n\
+             nkey = \"{nkey}\"\n\n[hives.beta]\n"
+        );
+        let c = parse(&text).unwrap();
+        assert_eq!(c.stale_after, Duration::from_secs(2));
+        let alpha = &c.hives[&HiveName::new("alpha").unwrap()];
+        assert_eq!(alpha.labels["site"], "attic");
+        assert_eq!(alpha.nkey.as_deref(), Some(nkey.as_str()));
+        assert!(c.hives.contains_key(&HiveName::new("beta").unwrap()));
+    }
+
+    #[test]
+    fn unknown_top_level_key_is_named_with_its_line() {
+        let err = parse(&format!("{MINIMAL}stale_after = 3\n")).unwrap_err();
+        assert_eq!(err.len(), 1, "{err:?}");
+        assert!(err[0].contains("stale_after"), "{err:?}");
+        assert!(err[0].starts_with("line "), "{err:?}");
+    }
+
+    #[test]
+    fn every_bad_hive_is_reported() {
+        let text = format!(
+            "{MINIMAL}[hives.Alpha]\n[hives.beta]\nlables = {{}}\n[hives.gamma]\nnkey = \"Uxyz\"\n"
+        );
+        let err = parse(&text).unwrap_err();
+        assert_eq!(err.len(), 3, "{err:?}");
+        assert!(err[0].contains("invalid hive name \"Alpha\""), "{err:?}");
+        assert!(err[1].contains("lables"), "{err:?}");
+        assert!(err[1].starts_with("line 4"), "{err:?}");
+        assert!(err[2].contains("Uxyz"), "{err:?}");
+    }
+
+    #[test]
+    fn several_problems_at_once() {
+        let text = "stale_after_secs = 0\nhttp_listen = \"localhost\"\n\
+                    webhook_secret_file = \"missing.secret\"\nknowledge_repo = \"not a repo\"\n";
+        let err = parse(text).unwrap_err();
+        let all = err.join("\n");
+        for needle in [
+            "stale_after_secs",
+            "http_listen \"localhost\"",
+            "missing.secret",
+            "knowledge_repo",
+        ] {
+            assert!(all.contains(needle), "{needle}: {all}");
+        }
+    }
+
+    #[test]
+    fn a_roster_only_file_is_valid_but_cannot_reach_nats() {
+        let nkey = nkeys::KeyPair::new_user().public_key();
+        let c = parse(&format!(
+            "[controller]\nnkey = \"{nkey}\"\n[hives.alpha]\nnkey = \"{nkey}\"\n"
+        ))
+        .unwrap();
+        assert_eq!(c.controller.nkey.as_deref(), Some(nkey.as_str()));
+        assert!(c.nats_missing().unwrap().contains("no NATS server"));
+        let err = parse("[controller]\nnkey = \"Xnope\"\nextra = 1\n").unwrap_err();
+        assert!(err[0].contains("extra"), "{err:?}");
+        let err = parse("[controller]\nnkey = \"Xnope\"\n").unwrap_err();
+        assert!(err[0].starts_with("controller.nkey \"Xnope\""), "{err:?}");
+    }
+
+    #[test]
+    fn nats_url_flag_overrides_the_file() {
+        let c = Config::parse(Path::new("c.toml"), "", Some("nats://10.0.0.1:4222")).unwrap();
+        assert_eq!(c.nats.url.as_deref(), Some("nats://10.0.0.1:4222"));
+    }
+
+    #[test]
+    fn relative_paths_follow_the_config_file() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("hook.secret"), "s3cret\n").unwrap();
+        let c = Config::parse(
+            &dir.path().join("c.toml"),
+            &format!("webhook_secret_file = \"hook.secret\"\n{MINIMAL}"),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            c.webhook_secret_file.unwrap(),
+            dir.path().join("hook.secret")
+        );
+    }
+
+    #[test]
+    fn the_swarm_file_is_checked_against_the_roster() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("swarm.toml"),
+            "[hives.alpha]\nagents = {}\n\n[hives.zeta]\nagents = {}\n",
+        )
+        .unwrap();
+        let text = format!("swarm_file = \"swarm.toml\"\n{MINIMAL}[hives.alpha]\n");
+        let err = Config::parse(&dir.path().join("c.toml"), &text, None).unwrap_err();
+        assert_eq!(err.len(), 1, "{err:?}");
+        assert!(
+            err[0].contains("swarm_file: line 4: hive zeta is not on the roster"),
+            "{err:?}"
+        );
+        std::fs::write(
+            dir.path().join("swarm.toml"),
+            "[hives.alpha.agents.bot]\nimgae = 1\n",
+        )
+        .unwrap();
+        let err = Config::parse(&dir.path().join("c.toml"), &text, None).unwrap_err();
+        assert!(err[0].contains("unknown key `imgae`"), "{err:?}");
+    }
+
+    #[test]
+    fn secret_files_are_checked_for_presence_only() {
+        // What the NixOS modules' build-time check sees: empty stand-ins.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("xkey.seed"), "").unwrap();
+        std::fs::write(dir.path().join("webhook-secret"), "").unwrap();
+        let text = format!(
+            "xkey_seed_file = \"xkey.seed\"\nwebhook_secret_file = \"webhook-secret\"\n{MINIMAL}"
+        );
+        Config::parse(&dir.path().join("c.toml"), &text, None).unwrap();
+    }
+
+    #[test]
+    fn line_numbers() {
+        let lines = Lines::new("a\nbb\n\nc");
+        for (at, line) in [(0, 1), (1, 1), (2, 2), (4, 2), (5, 3), (6, 4), (99, 4)] {
+            assert_eq!(lines.line(at), line, "offset {at}");
+        }
+    }
+
+    #[test]
+    fn syntax_error_has_a_line() {
+        let err = parse("[nats\nurl = 1").unwrap_err();
+        assert!(err[0].starts_with("line 1"), "{err:?}");
+    }
+}

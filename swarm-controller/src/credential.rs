@@ -1,0 +1,294 @@
+//! `credential put`: seal a secret to one hive and tell it to fetch it.
+//!
+//! The controller's own xkey (its seed in `xkey_seed_file`, created with mode
+//! 0600 on first use) is the sender every hive is configured to trust. The
+//! hive's public xkey comes from its own `Readiness`, so a secret can only be
+//! opened by the hive that published that key. The sealed envelope goes into
+//! `hyperhive-credentials` under `<hive>.<agent>.<account>`; then a notice
+//! with names only goes to the hive's credential subject. A hive that misses
+//! the notice still delivers the secret at its next boot.
+//!
+//! Nothing in this module logs, formats or returns the secret; it lives in
+//! one buffer that is dropped as soon as it is sealed.
+
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use async_nats::jetstream::kv::{self, Operation};
+use bytes::Bytes;
+use swarm_queue_client::credentials::{seal, CredentialError, XKey};
+use swarm_queue_client::subjects::{credential_key, HiveSubjects};
+use swarm_queue_client::{
+    decode, encode, ensure_connected, AccountName, AgentName, CredentialNotice, HiveName,
+    NotConnected, Readiness,
+};
+
+/// Why a credential could not be stored or announced.
+#[derive(Debug, thiserror::Error)]
+pub enum CredentialPutError {
+    #[error("xkey seed file {path}: {reason}")]
+    Seed { path: PathBuf, reason: String },
+    #[error("no xkey_seed_file is configured; credentials are sealed with the controller's xkey")]
+    NoSeedFile,
+    #[error("cannot read the secret from {path}: {source}")]
+    SecretFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("hive {hive} is not on the roster")]
+    NotRostered { hive: HiveName },
+    #[error(transparent)]
+    NotConnected(#[from] NotConnected),
+    #[error("cannot read the status of hive {hive}: {reason}")]
+    Status { hive: HiveName, reason: String },
+    #[error("hive {hive} has never reported, so its xkey is not known; start the hive first")]
+    NeverReported { hive: HiveName },
+    #[error("hive {hive} has not published an xkey in its status; it cannot receive credentials")]
+    NoXkey { hive: HiveName },
+    #[error("sealing for hive {hive} failed: {source}")]
+    Seal {
+        hive: HiveName,
+        #[source]
+        source: CredentialError,
+    },
+    #[error("cannot store the credential {key}: {reason}")]
+    Store { key: String, reason: String },
+    #[error("stored {key} (revision {revision}), but the notice to hive {hive} failed: {reason}; the hive picks it up at its next boot")]
+    Notice {
+        hive: HiveName,
+        key: String,
+        revision: u64,
+        reason: String,
+    },
+}
+
+/// What `credential put` did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Stored {
+    pub key: String,
+    pub revision: u64,
+    /// The hive's status was stale or stopped: the hive will see the notice
+    /// only when it is back (it delivers stored credentials at boot).
+    pub hive_not_fresh: Option<String>,
+}
+
+/// Problems with a configured seed file, for `--check-config`: only what
+/// can be known before the controller runs. The file need not exist (it is
+/// created on first use) but its directory must; its content and mode are
+/// checked when it is used, because a deployment may check the config
+/// against a stand-in (the NixOS modules check it at build time, with empty
+/// files in place of the secrets systemd provides at run time).
+pub fn check_seed_file(path: &Path) -> Vec<String> {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() => Vec::new(),
+        Ok(_) => vec![format!("xkey_seed_file {} is not a file", path.display())],
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let parent = path.parent().unwrap_or(Path::new("."));
+            if parent.is_dir() {
+                Vec::new()
+            } else {
+                vec![format!(
+                    "xkey_seed_file {} does not exist and cannot be created: {} is not a directory",
+                    path.display(),
+                    parent.display()
+                )]
+            }
+        }
+        Err(e) => vec![format!("xkey_seed_file {}: {e}", path.display())],
+    }
+}
+
+fn read_seed(path: &Path) -> Result<XKey, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    // The error of from_seed never includes the seed itself.
+    XKey::from_seed(text.trim())
+        .map_err(|e| format!("not an xkey seed (SX…, as `nk -gen x25519` prints): {e}"))
+}
+
+/// The controller's xkey, created (mode 0600) when the file does not exist.
+/// Two controllers creating it at once end up with the same key: the file is
+/// linked into place only if nobody else did first.
+pub fn load_or_create_seed(path: &Path) -> Result<XKey, CredentialPutError> {
+    let fail = |reason: String| CredentialPutError::Seed {
+        path: path.to_path_buf(),
+        reason,
+    };
+    if let Ok(meta) = std::fs::metadata(path) {
+        if meta.permissions().mode() & 0o077 != 0 {
+            tracing::warn!(
+                path = %path.display(),
+                mode = format!("{:o}", meta.permissions().mode() & 0o777),
+                "the controller's xkey seed is readable by others; chmod 600 it"
+            );
+        }
+        return read_seed(path).map_err(fail);
+    }
+    let key = XKey::new();
+    let seed = key.seed().map_err(|e| fail(e.to_string()))?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(
+        ".{}.{}.tmp",
+        path.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        std::process::id()
+    ));
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(seed.as_bytes())?;
+        f.write_all(b"\n")?;
+        f.sync_all()
+    };
+    let linked = write().and_then(|()| std::fs::hard_link(&tmp, path));
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => {
+            tracing::info!(path = %path.display(), public = %key.public_key(), "created the controller's xkey");
+            Ok(key)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read_seed(path).map_err(fail),
+        Err(e) => Err(fail(e.to_string())),
+    }
+}
+
+/// Read a secret file. Its content is returned only to be sealed.
+pub fn read_secret_file(path: &Path) -> Result<Vec<u8>, CredentialPutError> {
+    std::fs::read(path).map_err(|source| CredentialPutError::SecretFile {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Seal `secret` to `hive`, store it and publish the notice.
+#[allow(clippy::too_many_arguments)]
+pub async fn put(
+    client: &async_nats::Client,
+    status: &kv::Store,
+    credentials: &kv::Store,
+    controller: &XKey,
+    hive: &HiveName,
+    agent: &AgentName,
+    account: &AccountName,
+    secret: Vec<u8>,
+    stale_after: std::time::Duration,
+) -> Result<Stored, CredentialPutError> {
+    ensure_connected(client)?;
+    let entry = status
+        .entry(hive.as_str())
+        .await
+        .map_err(|e| CredentialPutError::Status {
+            hive: hive.clone(),
+            reason: e.to_string(),
+        })?
+        .filter(|e| e.operation == Operation::Put)
+        .ok_or_else(|| CredentialPutError::NeverReported { hive: hive.clone() })?;
+    let readiness = decode::<Readiness>(&entry.value)
+        .map_err(|e| CredentialPutError::Status {
+            hive: hive.clone(),
+            reason: e.to_string(),
+        })?
+        .value;
+    let xkey = readiness
+        .xkey
+        .as_deref()
+        .ok_or_else(|| CredentialPutError::NoXkey { hive: hive.clone() })?;
+    let age = time::OffsetDateTime::now_utc() - entry.created;
+    let hive_not_fresh = if readiness.state == swarm_queue_client::HiveState::Stopped {
+        Some(format!("hive {hive} is stopped"))
+    } else if age > stale_after {
+        Some(format!(
+            "hive {hive} last reported {} s ago",
+            age.whole_seconds()
+        ))
+    } else {
+        None
+    };
+
+    let envelope = seal(&secret, controller, xkey).map_err(|source| CredentialPutError::Seal {
+        hive: hive.clone(),
+        source,
+    })?;
+    drop(secret);
+    let key = credential_key(hive, agent, account);
+    let store_err = |reason: String| CredentialPutError::Store {
+        key: key.clone(),
+        reason,
+    };
+    let bytes = encode(&envelope).map_err(|e| store_err(e.to_string()))?;
+    ensure_connected(client)?;
+    let revision = credentials
+        .put(key.as_str(), Bytes::from(bytes))
+        .await
+        .map_err(|e| store_err(e.to_string()))?;
+    tracing::info!(%hive, %agent, %account, revision, "stored a sealed credential");
+
+    let notice = CredentialNotice::new(agent.clone(), account.clone());
+    let notice_err = |reason: String| CredentialPutError::Notice {
+        hive: hive.clone(),
+        key: key.clone(),
+        revision,
+        reason,
+    };
+    let payload = encode(&notice).map_err(|e| notice_err(e.to_string()))?;
+    client
+        .publish(HiveSubjects::new(hive).credential, Bytes::from(payload))
+        .await
+        .map_err(|e| notice_err(e.to_string()))?;
+    client
+        .flush()
+        .await
+        .map_err(|e| notice_err(e.to_string()))?;
+    Ok(Stored {
+        key,
+        revision,
+        hive_not_fresh,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seed_is_created_once_with_mode_0600() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("controller.xkey");
+        assert!(check_seed_file(&path).is_empty());
+        let a = load_or_create_seed(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let b = load_or_create_seed(&path).unwrap();
+        assert_eq!(a.public_key(), b.public_key());
+        assert!(check_seed_file(&path).is_empty());
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "no temp file left"
+        );
+    }
+
+    #[test]
+    fn bad_seed_files_are_refused_when_used_not_when_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k");
+        // An empty stand-in (as a build-time check sees it) passes the check.
+        std::fs::write(&path, "").unwrap();
+        assert!(check_seed_file(&path).is_empty());
+        std::fs::write(&path, "not a seed").unwrap();
+        let err = load_or_create_seed(&path).unwrap_err().to_string();
+        assert!(err.contains("not an xkey seed"), "{err}");
+        assert!(
+            !err.contains("not a seed\""),
+            "the content is never echoed: {err}"
+        );
+        let missing_dir = dir.path().join("nope/k");
+        assert!(check_seed_file(&missing_dir)[0].contains("not a directory"));
+        assert!(check_seed_file(dir.path())[0].contains("is not a file"));
+    }
+}

@@ -1,0 +1,498 @@
+//! The controller's in-memory picture of the fleet, updated one KV entry at
+//! a time.
+//!
+//! It owns, per hive, the last status entry and the last wanted entry (each
+//! decoded once, when it arrives), the class of the row last computed
+//! (freshness and convergence, for the fleet summary) and the moment a fresh
+//! row turns stale. Everything in it came from NATS; it is a cache that a
+//! restart rebuilds from the buckets, so the controller stays stateless.
+//!
+//! Invariants:
+//! - Applying one KV entry decodes that one value and recomputes that one
+//!   hive's row: the cost of an update does not grow with the fleet.
+//! - The summary counts always equal the classes of the rows last handed
+//!   out; they are adjusted per row, never recounted.
+//! - Freshness also changes without any KV update, when time passes:
+//!   [`Fleet::expire`] recomputes exactly the rows whose `stale_at` has come.
+//! - Every rostered hive has a row; an unrostered key has a row as long as it
+//!   has a status or wanted entry (it is shown, never dropped).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use async_nats::jetstream::kv::Operation;
+use serde::Serialize;
+use time::OffsetDateTime;
+
+use crate::config::{Roster, RosterEntry};
+use crate::evaluate::{
+    evaluate, Convergence, Declared, Freshness, HiveRow, Inputs, StatusEntry, WantedEntry,
+};
+
+/// Which bucket an entry came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Status,
+    Wanted,
+}
+
+/// One KV entry, as the fleet takes it.
+#[derive(Debug, Clone, Copy)]
+pub struct Update<'a> {
+    pub source: Source,
+    pub key: &'a str,
+    pub revision: u64,
+    /// The server's timestamp of the entry.
+    pub created: OffsetDateTime,
+    pub operation: Operation,
+    pub value: &'a [u8],
+}
+
+impl<'a> Update<'a> {
+    pub fn from_entry(source: Source, entry: &'a async_nats::jetstream::kv::Entry) -> Self {
+        Update {
+            source,
+            key: &entry.key,
+            revision: entry.revision,
+            created: entry.created,
+            operation: entry.operation,
+            value: &entry.value,
+        }
+    }
+}
+
+/// What one update did to the fleet's rows.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// This hive's row is now this.
+    Row(Box<HiveRow>),
+    /// This unrostered hive no longer has anything to show.
+    Removed(String),
+}
+
+/// Values decoded so far: the cost measure of updates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ReadStats {
+    pub values_decoded: u64,
+    pub bytes_decoded: u64,
+}
+
+/// The one-line fleet summary, with its counts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    pub hives: usize,
+    pub freshness: BTreeMap<&'static str, usize>,
+    pub convergence: BTreeMap<&'static str, usize>,
+    pub line: String,
+}
+
+impl Summary {
+    /// The summary of a set of rows, counted.
+    pub fn of_rows(rows: &[HiveRow]) -> Summary {
+        let mut freshness = HashMap::new();
+        let mut convergence = HashMap::new();
+        for row in rows {
+            *freshness.entry(row.freshness).or_default() += 1;
+            *convergence.entry(row.convergence).or_default() += 1;
+        }
+        Summary::from_counts(rows.len(), &freshness, &convergence)
+    }
+
+    fn from_counts(
+        hives: usize,
+        freshness_counts: &HashMap<Freshness, usize>,
+        convergence_counts: &HashMap<Convergence, usize>,
+    ) -> Summary {
+        let freshness: BTreeMap<&'static str, usize> = Freshness::ALL
+            .iter()
+            .map(|f| (f.as_str(), *freshness_counts.get(f).unwrap_or(&0)))
+            .collect();
+        let convergence: BTreeMap<&'static str, usize> = Convergence::ALL
+            .iter()
+            .map(|c| (c.as_str(), *convergence_counts.get(c).unwrap_or(&0)))
+            .collect();
+        let part = |names: Vec<&'static str>, counts: &BTreeMap<&'static str, usize>| {
+            let parts: Vec<String> = names
+                .into_iter()
+                .filter(|n| counts[n] > 0)
+                .map(|n| format!("{} {n}", counts[n]))
+                .collect();
+            if parts.is_empty() {
+                "none".to_string()
+            } else {
+                parts.join(", ")
+            }
+        };
+        let line = format!(
+            "{hives} hive{}: {} | {}",
+            if hives == 1 { "" } else { "s" },
+            part(Freshness::ALL.map(|f| f.as_str()).to_vec(), &freshness),
+            part(Convergence::ALL.map(|c| c.as_str()).to_vec(), &convergence),
+        );
+        Summary {
+            hives,
+            freshness,
+            convergence,
+            line,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    status: Option<StatusEntry>,
+    wanted: Option<WantedEntry>,
+    /// Class of the row last handed out, counted in `Fleet::counts`.
+    class: Option<(Freshness, Convergence)>,
+    /// Key into `Fleet::deadlines`, when the row is fresh.
+    stale_at: Option<OffsetDateTime>,
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct Fleet {
+    roster: Roster,
+    /// Roster entries by plain name, since KV keys arrive as strings.
+    roster_by_key: HashMap<String, RosterEntry>,
+    stale_after: Duration,
+    slots: BTreeMap<String, Slot>,
+    freshness_counts: HashMap<Freshness, usize>,
+    convergence_counts: HashMap<Convergence, usize>,
+    /// Fresh rows ordered by when they turn stale.
+    deadlines: BTreeSet<(OffsetDateTime, String)>,
+    stats: ReadStats,
+}
+
+impl Fleet {
+    /// A fleet of the rostered hives, none of which has reported yet.
+    pub fn new(roster: Roster, stale_after: Duration, now: OffsetDateTime) -> Self {
+        let roster_by_key = roster
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        let mut fleet = Fleet {
+            roster,
+            roster_by_key,
+            stale_after,
+            slots: BTreeMap::new(),
+            freshness_counts: HashMap::new(),
+            convergence_counts: HashMap::new(),
+            deadlines: BTreeSet::new(),
+            stats: ReadStats::default(),
+        };
+        let names: Vec<String> = fleet.roster.keys().map(|h| h.to_string()).collect();
+        for name in names {
+            fleet.slots.insert(name.clone(), Slot::default());
+            fleet.refresh(&name, now);
+        }
+        fleet
+    }
+
+    pub fn roster(&self) -> &Roster {
+        &self.roster
+    }
+
+    pub fn stale_after(&self) -> Duration {
+        self.stale_after
+    }
+
+    /// Apply one KV entry and return the hive's new row (or its removal).
+    pub fn apply(&mut self, update: Update<'_>, now: OffsetDateTime) -> Change {
+        self.store(update);
+        self.refresh(update.key, now)
+    }
+
+    /// Store one KV entry without recomputing its row: for the initial read
+    /// of a whole bucket, which ends with [`Fleet::refresh_all`].
+    pub fn store(&mut self, update: Update<'_>) {
+        let key = update.key;
+        let slot = self.slots.entry(key.to_string()).or_default();
+        let present = update.operation == Operation::Put;
+        if present {
+            self.stats.values_decoded += 1;
+            self.stats.bytes_decoded += update.value.len() as u64;
+        }
+        match update.source {
+            Source::Status => {
+                slot.status = present.then(|| {
+                    StatusEntry::decode(key, update.revision, update.created, update.value)
+                });
+            }
+            Source::Wanted => {
+                slot.wanted = present
+                    .then(|| WantedEntry::decode(update.revision, update.created, update.value));
+            }
+        }
+    }
+
+    /// Recompute every row (after [`Fleet::store`]), keeping the counts and
+    /// deadlines in step.
+    pub fn refresh_all(&mut self, now: OffsetDateTime) {
+        let names: Vec<String> = self.slots.keys().cloned().collect();
+        for name in names {
+            self.refresh(&name, now);
+        }
+    }
+
+    /// Recompute one hive's row, keeping the counts and deadlines in step.
+    fn refresh(&mut self, name: &str, now: OffsetDateTime) -> Change {
+        let roster = self.roster_by_key.get(name);
+        let Some(slot) = self.slots.get_mut(name) else {
+            return Change::Removed(name.to_string());
+        };
+        if let Some(at) = slot.stale_at.take() {
+            self.deadlines.remove(&(at, name.to_string()));
+        }
+        if let Some((f, c)) = slot.class.take() {
+            decrement(&mut self.freshness_counts, f);
+            decrement(&mut self.convergence_counts, c);
+        }
+        if roster.is_none() && slot.status.is_none() && slot.wanted.is_none() {
+            self.slots.remove(name);
+            return Change::Removed(name.to_string());
+        }
+        let row = evaluate(Inputs {
+            name,
+            roster,
+            status: slot.status.as_ref(),
+            wanted: slot.wanted.as_ref(),
+            now,
+            stale_after: self.stale_after,
+        });
+        slot.class = Some((row.freshness, row.convergence));
+        *self.freshness_counts.entry(row.freshness).or_default() += 1;
+        *self.convergence_counts.entry(row.convergence).or_default() += 1;
+        if let Some(at) = row.stale_at {
+            slot.stale_at = Some(at);
+            self.deadlines.insert((at, name.to_string()));
+        }
+        Change::Row(Box::new(row))
+    }
+
+    /// Recompute the rows whose freshness ran out by `now`.
+    pub fn expire(&mut self, now: OffsetDateTime) -> Vec<Change> {
+        let mut due = Vec::new();
+        while let Some((at, _)) = self.deadlines.first() {
+            if *at >= now {
+                break;
+            }
+            if let Some((_, name)) = self.deadlines.pop_first() {
+                due.push(name);
+            }
+        }
+        due.iter().map(|name| self.refresh(name, now)).collect()
+    }
+
+    /// When the next fresh row turns stale.
+    pub fn next_stale_at(&self) -> Option<OffsetDateTime> {
+        self.deadlines.first().map(|(at, _)| *at)
+    }
+
+    /// Every row evaluated at `now`, sorted by name, without touching the
+    /// incremental state (the summary counts and deadlines stay those of the
+    /// rows last pushed).
+    pub fn peek_rows(&self, now: OffsetDateTime) -> Vec<HiveRow> {
+        self.slots
+            .iter()
+            .map(|(name, slot)| {
+                evaluate(Inputs {
+                    name,
+                    roster: self.roster_by_key.get(name),
+                    status: slot.status.as_ref(),
+                    wanted: slot.wanted.as_ref(),
+                    now,
+                    stale_after: self.stale_after,
+                })
+            })
+            .collect()
+    }
+
+    /// The one-line summary of the rows last handed out.
+    pub fn summary(&self) -> Summary {
+        Summary::from_counts(
+            self.slots.len(),
+            &self.freshness_counts,
+            &self.convergence_counts,
+        )
+    }
+
+    /// Decodes done so far.
+    pub fn stats(&self) -> ReadStats {
+        self.stats
+    }
+
+    /// Every hive's current, decodable declaration.
+    pub fn declarations(&self) -> impl Iterator<Item = (&str, &Declared)> {
+        self.slots.iter().filter_map(|(name, slot)| {
+            let declared = slot.wanted.as_ref()?.declared.as_ref().ok()?;
+            Some((name.as_str(), declared))
+        })
+    }
+
+    /// The wanted entry of one hive, if any.
+    pub fn wanted(&self, name: &str) -> Option<&WantedEntry> {
+        self.slots.get(name)?.wanted.as_ref()
+    }
+
+    /// The status entry of one hive, if any.
+    pub fn status(&self, name: &str) -> Option<&StatusEntry> {
+        self.slots.get(name)?.status.as_ref()
+    }
+}
+
+fn decrement<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, usize>, key: K) {
+    if let Some(n) = counts.get_mut(&key) {
+        *n = n.saturating_sub(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use swarm_queue_client::{encode, HiveName, HiveState, Readiness};
+
+    fn t0() -> OffsetDateTime {
+        OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap()
+    }
+
+    fn status_bytes(hive: &str) -> Vec<u8> {
+        encode(&Readiness {
+            schema: 1,
+            hive: HiveName::new(hive).unwrap(),
+            ready: true,
+            state: HiveState::Ok,
+            warnings: vec![],
+            converged_revision: None,
+            seen_revision: None,
+            agents: Default::default(),
+            xkey: None,
+            version: "0.1.0".into(),
+        })
+        .unwrap()
+    }
+
+    fn roster(names: &[&str]) -> Roster {
+        names
+            .iter()
+            .map(|n| (HiveName::new(*n).unwrap(), RosterEntry::default()))
+            .collect()
+    }
+
+    fn put(fleet: &mut Fleet, key: &str, at: OffsetDateTime, now: OffsetDateTime) -> Change {
+        let value = status_bytes(key);
+        fleet.apply(update(key, at, Operation::Put, &value), now)
+    }
+
+    fn update<'a>(
+        key: &'a str,
+        at: OffsetDateTime,
+        operation: Operation,
+        value: &'a [u8],
+    ) -> Update<'a> {
+        Update {
+            source: Source::Status,
+            key,
+            revision: 1,
+            created: at,
+            operation,
+            value,
+        }
+    }
+
+    fn row(change: Change) -> HiveRow {
+        match change {
+            Change::Row(r) => *r,
+            Change::Removed(n) => panic!("{n} removed"),
+        }
+    }
+
+    #[test]
+    fn rostered_hives_start_unknown_and_counts_follow_updates() {
+        let mut fleet = Fleet::new(roster(&["a", "b"]), Duration::from_secs(10), t0());
+        assert_eq!(fleet.summary().freshness["unknown"], 2);
+        let r = row(put(&mut fleet, "a", t0(), t0()));
+        assert_eq!(r.freshness, Freshness::Fresh);
+        let s = fleet.summary();
+        assert_eq!((s.freshness["fresh"], s.freshness["unknown"]), (1, 1));
+        assert_eq!(s.line, "2 hives: 1 fresh, 1 unknown | 2 unknown");
+        assert_eq!(fleet.stats().values_decoded, 1);
+    }
+
+    #[test]
+    fn unrostered_keys_appear_and_go_away_when_deleted() {
+        let mut fleet = Fleet::new(roster(&["a"]), Duration::from_secs(10), t0());
+        let r = row(put(&mut fleet, "stray", t0(), t0()));
+        assert_eq!(r.freshness, Freshness::Unrostered);
+        assert_eq!(fleet.summary().hives, 2);
+        let gone = fleet.apply(update("stray", t0(), Operation::Delete, b""), t0());
+        assert_eq!(gone, Change::Removed("stray".into()));
+        assert_eq!(fleet.summary().hives, 1);
+        // A rostered hive whose key is deleted stays, as unknown.
+        put(&mut fleet, "a", t0(), t0());
+        let r = row(fleet.apply(update("a", t0(), Operation::Purge, b""), t0()));
+        assert_eq!(r.freshness, Freshness::Unknown);
+    }
+
+    #[test]
+    fn expire_recomputes_only_rows_that_ran_out() {
+        let mut fleet = Fleet::new(roster(&["a", "b", "c"]), Duration::from_secs(10), t0());
+        put(&mut fleet, "a", t0(), t0());
+        put(&mut fleet, "b", t0() + time::Duration::seconds(5), t0());
+        assert_eq!(
+            fleet.next_stale_at(),
+            Some(t0() + time::Duration::seconds(10))
+        );
+        assert!(fleet.expire(t0() + time::Duration::seconds(10)).is_empty());
+        let changed = fleet.expire(t0() + time::Duration::seconds(11));
+        assert_eq!(changed.len(), 1);
+        let r = row(changed.into_iter().next().unwrap());
+        assert_eq!((r.name.as_str(), r.freshness), ("a", Freshness::Stale));
+        let s = fleet.summary();
+        assert_eq!(
+            (
+                s.freshness["fresh"],
+                s.freshness["stale"],
+                s.freshness["unknown"]
+            ),
+            (1, 1, 1)
+        );
+        // A new report makes it fresh again, with a new deadline.
+        put(
+            &mut fleet,
+            "a",
+            t0() + time::Duration::seconds(12),
+            t0() + time::Duration::seconds(12),
+        );
+        assert_eq!(fleet.summary().freshness["fresh"], 2);
+        assert_eq!(
+            fleet.next_stale_at(),
+            Some(t0() + time::Duration::seconds(15))
+        );
+    }
+
+    #[test]
+    fn storing_then_refreshing_all_equals_applying_one_by_one() {
+        let mut one_by_one = Fleet::new(roster(&["a", "b"]), Duration::from_secs(10), t0());
+        let mut stored = Fleet::new(roster(&["a", "b"]), Duration::from_secs(10), t0());
+        for key in ["a", "stray"] {
+            let value = status_bytes(key);
+            one_by_one.apply(update(key, t0(), Operation::Put, &value), t0());
+            stored.store(update(key, t0(), Operation::Put, &value));
+        }
+        stored.refresh_all(t0());
+        assert_eq!(stored.summary(), one_by_one.summary());
+        assert_eq!(stored.peek_rows(t0()), one_by_one.peek_rows(t0()));
+        assert_eq!(stored.next_stale_at(), one_by_one.next_stale_at());
+        assert_eq!(stored.stats(), one_by_one.stats());
+    }
+
+    #[test]
+    fn rows_are_sorted_and_complete() {
+        let mut fleet = Fleet::new(roster(&["b", "a"]), Duration::from_secs(10), t0());
+        put(&mut fleet, "zz", t0(), t0());
+        let rows = fleet.peek_rows(t0());
+        let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "zz"]);
+        assert_eq!(fleet.summary(), Summary::of_rows(&rows));
+    }
+}

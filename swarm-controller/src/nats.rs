@@ -1,0 +1,227 @@
+//! The controller's side of NATS: its one connection, the buckets, and the
+//! [`Follower`] that reads the status and wanted buckets into a [`Fleet`].
+//!
+//! The follower is a KV watch *with history* on each bucket: it first
+//! delivers the current value of every key, then every change as it
+//! happens. So the one-shot `status`, `status --watch` and `serve` all read
+//! the buckets through the same path, and an update costs one entry, never
+//! a re-read of the bucket. It knows it has caught up with a bucket when
+//! the server says nothing is pending (or the bucket was empty when the
+//! watch started).
+//!
+//! A watch can yield an error (a missed heartbeat) and carry on: errors are
+//! logged and the loop goes on. If a watch ends, it is recreated with
+//! history, which re-reads that bucket once (the only full re-read).
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, kv};
+use futures_util::StreamExt;
+use swarm_queue_client::buckets::BucketError;
+use swarm_queue_client::{ensure_connected, open_or_create, Bucket, Connection, NatsConfig};
+
+use crate::fleet::{Change, Fleet, Source, Update};
+
+/// The buckets the controller reads and writes.
+#[derive(Clone, Debug)]
+pub struct Buckets {
+    pub status: kv::Store,
+    pub wanted: kv::Store,
+    pub credentials: kv::Store,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum NatsError {
+    #[error(transparent)]
+    Connect(#[from] swarm_queue_client::connect::ConnectError),
+    #[error(transparent)]
+    NotConnected(#[from] swarm_queue_client::NotConnected),
+    #[error("NATS at {servers} did not answer within {waited:?}; is it running?")]
+    Unreachable { servers: String, waited: Duration },
+    #[error(transparent)]
+    Bucket(#[from] BucketError),
+    #[error("cannot watch bucket {bucket}: {reason}")]
+    Watch {
+        bucket: &'static str,
+        reason: String,
+    },
+}
+
+/// Connect (the process's one connection) and wait up to `wait` for it to
+/// be up: the verbs are one-shot and must fail rather than hang when NATS
+/// is down.
+pub async fn connect(config: &NatsConfig, wait: Duration) -> Result<Connection, NatsError> {
+    let conn = swarm_queue_client::connect(config, "swarm-controller").await?;
+    let mut connects = conn.connects.clone();
+    let up = tokio::time::timeout(wait, async {
+        while ensure_connected(&conn.client).is_err() {
+            if connects.changed().await.is_err() {
+                break;
+            }
+        }
+    })
+    .await;
+    if up.is_err() || ensure_connected(&conn.client).is_err() {
+        return Err(NatsError::Unreachable {
+            servers: conn.servers.clone(),
+            waited: wait,
+        });
+    }
+    Ok(conn)
+}
+
+/// Open (or create) the three buckets.
+pub async fn open_buckets(conn: &Connection, config: &NatsConfig) -> Result<Buckets, NatsError> {
+    ensure_connected(&conn.client)?;
+    let js = jetstream::new(conn.client.clone());
+    let open = |bucket| {
+        let settings = config.buckets.get(bucket);
+        let js = &js;
+        async move { open_or_create(js, bucket, &settings).await }
+    };
+    let status = open(Bucket::Status).await?;
+    let wanted = open(Bucket::Wanted).await?;
+    let credentials = open(Bucket::Credentials).await?;
+    Ok(Buckets {
+        status,
+        wanted,
+        credentials,
+    })
+}
+
+struct BucketWatch {
+    source: Source,
+    store: kv::Store,
+    watch: kv::Watch,
+    caught_up: bool,
+}
+
+impl BucketWatch {
+    async fn start(source: Source, store: &kv::Store) -> Result<Self, NatsError> {
+        let err = |reason: String| NatsError::Watch {
+            bucket: match source {
+                Source::Status => swarm_queue_client::buckets::STATUS_BUCKET,
+                Source::Wanted => swarm_queue_client::buckets::WANTED_BUCKET,
+            },
+            reason,
+        };
+        let store = store.clone();
+        // Asked before the watch starts: a value put in between arrives as a
+        // live update, which is just as good.
+        let empty = store
+            .status()
+            .await
+            .map_err(|e| err(e.to_string()))?
+            .values()
+            == 0;
+        let watch = store
+            .watch_with_history(">")
+            .await
+            .map_err(|e| err(e.to_string()))?;
+        Ok(BucketWatch {
+            source,
+            store,
+            watch,
+            caught_up: empty,
+        })
+    }
+}
+
+/// Both buckets' watches; see the module documentation.
+pub struct Follower {
+    status: BucketWatch,
+    wanted: BucketWatch,
+}
+
+impl Follower {
+    pub async fn start(buckets: &Buckets) -> Result<Self, NatsError> {
+        Ok(Follower {
+            status: BucketWatch::start(Source::Status, &buckets.status).await?,
+            wanted: BucketWatch::start(Source::Wanted, &buckets.wanted).await?,
+        })
+    }
+
+    /// Whether both buckets' current values have all been delivered.
+    pub fn caught_up(&self) -> bool {
+        self.status.caught_up && self.wanted.caught_up
+    }
+
+    /// The next entry of either bucket. Cancel-safe: a watch is a stream,
+    /// and an entry not yet returned stays in it.
+    pub async fn next(&mut self) -> (Source, kv::Entry) {
+        loop {
+            let (source, item) = tokio::select! {
+                item = self.status.watch.next() => (Source::Status, item),
+                item = self.wanted.watch.next() => (Source::Wanted, item),
+            };
+            let w = match source {
+                Source::Status => &mut self.status,
+                Source::Wanted => &mut self.wanted,
+            };
+            match item {
+                Some(Ok(entry)) => {
+                    if entry.delta == 0 || entry.seen_current {
+                        w.caught_up = true;
+                    }
+                    return (w.source, entry);
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(bucket = ?w.source, error = %e, "KV watch error; carrying on");
+                }
+                None => {
+                    tracing::warn!(bucket = ?w.source, "KV watch ended; starting it again");
+                    loop {
+                        match BucketWatch::start(w.source, &w.store).await {
+                            Ok(fresh) => {
+                                *w = fresh;
+                                break;
+                            }
+                            Err(e) => {
+                                tracing::warn!(error = %e, "cannot restart the KV watch; retrying in 1 s");
+                                tokio::time::sleep(Duration::from_secs(1)).await;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Apply the next entry to `fleet`.
+    pub async fn apply_next(&mut self, fleet: &std::sync::RwLock<Fleet>) -> Change {
+        let (source, entry) = self.next().await;
+        apply_entry(fleet, source, &entry)
+    }
+}
+
+/// Apply one KV entry to the fleet, at the reader's clock.
+pub fn apply_entry(fleet: &std::sync::RwLock<Fleet>, source: Source, entry: &kv::Entry) -> Change {
+    let now = time::OffsetDateTime::now_utc();
+    let mut fleet = fleet
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    fleet.apply(Update::from_entry(source, entry), now)
+}
+
+/// Read both buckets into `fleet` until caught up; return the follower so a
+/// caller that keeps watching carries on from there.
+pub async fn load(
+    buckets: &Buckets,
+    fleet: &std::sync::RwLock<Fleet>,
+) -> Result<Follower, NatsError> {
+    let mut follower = Follower::start(buckets).await?;
+    // Rows are computed once at the end, not once per entry: a hive has an
+    // entry in each bucket, and only the last state of the pair matters.
+    while !follower.caught_up() {
+        let (source, entry) = follower.next().await;
+        fleet
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .store(Update::from_entry(source, &entry));
+    }
+    fleet
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .refresh_all(time::OffsetDateTime::now_utc());
+    Ok(follower)
+}

@@ -1,0 +1,448 @@
+//! `swarm-controller status` over a real nats-server: every freshness state
+//! (with real `hive` processes where a hive can produce it), every
+//! convergence state, `--watch`, and the config checks.
+
+mod controller_support;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use controller_support::*;
+use hyperhive_tests::hive::{HiveProc, HiveSpec};
+use swarm_queue_client::{AgentStatus, HiveState, Observed};
+use tokio::io::AsyncBufReadExt;
+
+#[tokio::test]
+async fn freshness_of_real_hives_fresh_stale_stopped_unknown_unrostered() {
+    let env = Env::new(&["alpha", "beta", "ghost"], "stale_after_secs = 2").await;
+    let url = env.nats.url();
+    let mut alpha = HiveProc::start(HiveSpec {
+        name: Some("alpha"),
+        nats_url: Some(&url),
+        ..Default::default()
+    });
+    let mut beta = HiveProc::start(HiveSpec {
+        name: Some("beta"),
+        nats_url: Some(&url),
+        ..Default::default()
+    });
+    let _stray = HiveProc::start(HiveSpec {
+        name: Some("stray"),
+        nats_url: Some(&url),
+        ..Default::default()
+    });
+
+    let row = env
+        .wait_row("alpha", "alpha fresh", |r| r["freshness"] == "fresh")
+        .await;
+    println!("alpha running: {row}");
+    assert!(row["age_secs"].as_u64().unwrap() <= 2, "{row}");
+    let stray = env
+        .wait_row("stray", "stray shown", |r| r["freshness"] == "unrostered")
+        .await;
+    assert_eq!(stray["rostered"], false);
+    let ghost = env.row("ghost").await;
+    assert_eq!(ghost["freshness"], "unknown", "{ghost}");
+    assert!(ghost["age_secs"].is_null());
+    assert!(ghost["freshness_reason"]
+        .as_str()
+        .unwrap()
+        .contains("never reported"));
+
+    // A clean shutdown publishes `stopped`, shown at once.
+    env.wait_row("beta", "beta fresh", |r| r["freshness"] == "fresh")
+        .await;
+    assert_eq!(beta.daemon.terminate(), Some(0));
+    let row = env
+        .wait_row("beta", "beta stopped", |r| r["freshness"] == "stopped")
+        .await;
+    assert!(row["freshness_reason"]
+        .as_str()
+        .unwrap()
+        .contains("shut down cleanly"));
+
+    // A killed hive says nothing more; it turns stale after stale_after.
+    alpha.daemon.kill();
+    let row = env
+        .wait_row("alpha", "alpha stale", |r| r["freshness"] == "stale")
+        .await;
+    println!("alpha killed: {row}");
+    assert!(row["age_secs"].as_u64().unwrap() >= 2, "{row}");
+    assert!(row["freshness_reason"]
+        .as_str()
+        .unwrap()
+        .contains("over stale_after"));
+
+    let report = env.status().await;
+    println!("summary: {}", report["summary"]["line"]);
+    assert_eq!(report["summary"]["freshness"]["unrostered"], 1);
+    assert_eq!(report["summary"]["hives"], 4);
+}
+
+#[tokio::test]
+async fn age_is_the_kv_entry_timestamp_and_bad_values_are_shown() {
+    let env = Env::new(&["alpha", "gamma", "delta", "omega"], "").await;
+    env.put_status(&readiness("alpha", HiveState::Ok, None, None, vec![]))
+        .await;
+    let entry = env.status.entry("alpha").await.unwrap().unwrap();
+    let row = env.row("alpha").await;
+    let entry_ms = (entry.created.unix_timestamp_nanos() / 1_000_000) as i64;
+    assert_eq!(row["status_time_ms"].as_i64(), Some(entry_ms), "{row}");
+    assert_eq!(row["status_revision"], entry.revision);
+    assert_eq!(row["freshness"], "fresh");
+
+    // Not JSON at all: shown with its decode error, never fresh.
+    env.put_raw_status("gamma", b"{this is not json").await;
+    let row = env.row("gamma").await;
+    println!("undecodable: {row}");
+    assert_eq!(row["freshness"], "unknown");
+    assert_eq!(row["convergence"], "unknown");
+    assert!(
+        row["freshness_reason"]
+            .as_str()
+            .unwrap()
+            .contains("does not decode"),
+        "{row}"
+    );
+    assert!(
+        row["problems"][0]
+            .as_str()
+            .unwrap()
+            .contains("readiness is not valid"),
+        "{row}"
+    );
+
+    // A valid readiness under another hive's key is no evidence about it.
+    env.put_status(&readiness("alpha", HiveState::Ok, None, None, vec![]))
+        .await;
+    let alpha_bytes = env.status.get("alpha").await.unwrap().unwrap();
+    env.put_raw_status("delta", &alpha_bytes).await;
+    let row = env.row("delta").await;
+    assert_eq!(row["freshness"], "unknown");
+    assert!(
+        row["freshness_reason"]
+            .as_str()
+            .unwrap()
+            .contains("says it is hive \"alpha\""),
+        "{row}"
+    );
+
+    // A deleted key is "never reported", not a crash and not fresh.
+    env.put_status(&readiness("omega", HiveState::Ok, None, None, vec![]))
+        .await;
+    assert_eq!(env.row("omega").await["freshness"], "fresh");
+    env.status.delete("omega").await.unwrap();
+    assert_eq!(env.row("omega").await["freshness"], "unknown");
+
+    // A key that is not even a hive name is shown too.
+    env.put_raw_status("Not_A_Name", b"{}").await;
+    let row = env.row("Not_A_Name").await;
+    assert_eq!(row["freshness"], "unrostered");
+
+    // The table shows the same, with the summary line at the end.
+    let table = env.run(&["status"]).await;
+    assert_eq!(table.code, 0);
+    println!("{}", table.stdout);
+    assert!(table.stdout.starts_with("HIVE"));
+    assert!(table.stdout.contains("gamma") && table.stdout.contains("does not decode"));
+    assert!(table
+        .stdout
+        .trim_end()
+        .lines()
+        .last()
+        .unwrap()
+        .starts_with("5 hives: "));
+}
+
+/// Check alpha's convergence and that its reason says `reason`.
+async fn expect_convergence(env: &Env, want: &str, reason: &str) -> serde_json::Value {
+    let row = env.row("alpha").await;
+    assert_eq!(row["convergence"], want, "{row}");
+    assert!(
+        row["reason"].as_str().unwrap().contains(reason),
+        "{want}: reason {:?} lacks {reason:?}",
+        row["reason"]
+    );
+    println!("{want:>11}: {}", row["reason"]);
+    row
+}
+
+#[tokio::test]
+async fn every_convergence_state_from_a_real_declaration() {
+    // Long enough that a slow machine reads each state before it is stale.
+    let env = Env::new(&["alpha", "beta"], "stale_after_secs = 5").await;
+    let swarm = env.write(
+        "swarm.toml",
+        "[hives.alpha.agents.bot]\nimage = \"local/bot:1\"\nenv = { LOG = \"info\" }\n",
+    );
+    let r = env.run(&["declare", swarm.to_str().unwrap()]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let declared = env.wanted.entry("alpha").await.unwrap().unwrap().revision;
+    let mut spec = image_spec("local/bot:1");
+    spec.env.insert("LOG".into(), "info".into());
+
+    expect_convergence(&env, "unknown", "no status").await;
+    let d = Some(declared);
+    let running = |job| agent_status(&spec, Observed::Running, job);
+    let failed_job = ("failed", Some("image local/bot:1 not found"));
+    // (hive state, seen, converged, agents reported) -> (convergence, reason)
+    type Step<'a> = (
+        HiveState,
+        Option<u64>,
+        Option<u64>,
+        Vec<(&'a str, AgentStatus)>,
+        &'a str,
+        &'a str,
+    );
+    let steps: Vec<Step> = vec![
+        (
+            HiveState::Ok,
+            None,
+            None,
+            vec![],
+            "published",
+            "not read any declaration",
+        ),
+        (
+            HiveState::Ok,
+            d,
+            None,
+            vec![(
+                "bot",
+                agent_status(&spec, Observed::Missing, Some(("running", None))),
+            )],
+            "progressing",
+            "job 42 (first_deploy) running",
+        ),
+        (
+            HiveState::Degraded,
+            d,
+            None,
+            vec![(
+                "bot",
+                agent_status(&spec, Observed::Missing, Some(failed_job)),
+            )],
+            "failed",
+            "image local/bot:1 not found",
+        ),
+        (
+            HiveState::Ok,
+            d,
+            d,
+            vec![("bot", running(Some(("done", None))))],
+            "converged",
+            "1 agent as declared",
+        ),
+        // Converged, but reporting nothing about a declared agent is no evidence.
+        (
+            HiveState::Ok,
+            d,
+            d,
+            vec![],
+            "unknown",
+            "reports nothing about bot",
+        ),
+        (
+            HiveState::Ok,
+            d,
+            d,
+            vec![("bot", agent_status(&spec, Observed::Stopped, None))],
+            "degraded",
+            "bot stopped (wanted up)",
+        ),
+        // The spec hash is checked: without the declared env it is another spec.
+        (
+            HiveState::Ok,
+            d,
+            d,
+            vec![(
+                "bot",
+                agent_status(&image_spec("local/bot:1"), Observed::Running, None),
+            )],
+            "degraded",
+            "runs spec",
+        ),
+        (
+            HiveState::Ok,
+            d,
+            d,
+            vec![("bot", running(None))],
+            "converged",
+            "as declared",
+        ),
+    ];
+    for (state, seen, converged, agents, want, reason) in steps {
+        env.put_status(&readiness("alpha", state, seen, converged, agents))
+            .await;
+        let row = expect_convergence(&env, want, reason).await;
+        if want == "converged" {
+            assert_eq!(row["agents"][0]["spec_matches"], true, "{row}");
+        }
+    }
+
+    // Converged, then silent: stale is no evidence.
+    env.wait_row("alpha", "alpha stale", |r| r["freshness"] == "stale")
+        .await;
+    expect_convergence(&env, "unknown", "stale").await;
+
+    // A newer declaration is `published` until the hive reads it.
+    let swarm2 = env.write(
+        "swarm2.toml",
+        "[hives.alpha.agents.bot]\nimage = \"local/bot:2\"\n",
+    );
+    assert_eq!(
+        env.run(&["declare", swarm2.to_str().unwrap()]).await.code,
+        0
+    );
+    env.put_status(&readiness(
+        "alpha",
+        HiveState::Ok,
+        Some(declared),
+        Some(declared),
+        vec![("bot", agent_status(&spec, Observed::Running, None))],
+    ))
+    .await;
+    expect_convergence(
+        &env,
+        "published",
+        &format!("only up to revision {declared}"),
+    )
+    .await;
+
+    // beta reports but nothing is declared for it.
+    env.put_status(&readiness("beta", HiveState::Ok, None, None, vec![]))
+        .await;
+    let beta = env.row("beta").await;
+    assert_eq!(beta["convergence"], "unknown");
+    assert!(beta["reason"]
+        .as_str()
+        .unwrap()
+        .contains("nothing is declared"));
+
+    // An undecodable declaration is shown with its error.
+    env.wanted
+        .put("beta", bytes::Bytes::from_static(b"{\"schema\":1}"))
+        .await
+        .unwrap();
+    let beta = env.row("beta").await;
+    assert_eq!(beta["convergence"], "unknown");
+    assert!(
+        beta["reason"]
+            .as_str()
+            .unwrap()
+            .contains("missing field `agents`"),
+        "{beta}"
+    );
+}
+
+async fn next_doc(
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+) -> serde_json::Value {
+    let line = tokio::time::timeout(T, lines.next_line())
+        .await
+        .expect("a status line in time")
+        .unwrap()
+        .expect("the watch is still running");
+    serde_json::from_str(&line).unwrap()
+}
+
+#[tokio::test]
+async fn status_watch_prints_on_every_change_and_when_a_hive_turns_stale() {
+    let env = Env::new(&["alpha"], "stale_after_secs = 2").await;
+    let mut child = tokio::process::Command::new(hyperhive_tests::controller_bin())
+        .arg("--config")
+        .arg(&env.config)
+        .args(["status", "--json", "--watch"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = next_doc(&mut lines).await;
+    assert_eq!(hive_row(&first, "alpha").unwrap()["freshness"], "unknown");
+
+    env.put_status(&readiness("alpha", HiveState::Ok, None, None, vec![]))
+        .await;
+    let doc = next_doc(&mut lines).await;
+    assert_eq!(
+        hive_row(&doc, "alpha").unwrap()["freshness"],
+        "fresh",
+        "{doc}"
+    );
+
+    // No KV update from here on: the watch still prints when alpha turns stale.
+    let doc = next_doc(&mut lines).await;
+    let row = hive_row(&doc, "alpha").unwrap();
+    assert_eq!(row["freshness"], "stale", "{doc}");
+    assert!(row["age_secs"].as_u64().unwrap() >= 2);
+    child.kill().await.unwrap();
+}
+
+#[tokio::test]
+async fn check_config_and_bad_input_exit_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.toml");
+    std::fs::write(
+        &good,
+        "stale_after_secs = 30\n[nats]\nurl = \"nats://127.0.0.1:1\"\n[hives.alpha]\n",
+    )
+    .unwrap();
+    let r = run_controller(None, &["--check-config", good.to_str().unwrap()]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("ok (1 rostered hive)"), "{r:?}");
+
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "stale_after_secs = 0\nhttp_listen = \"nowhere\"\n[nats]\nurl = \"nats://127.0.0.1:1\"\n\
+         [hives.Alpha]\n[hives.beta]\nlabel = {}\n",
+    )
+    .unwrap();
+    let r = run_controller(None, &["--check-config", bad.to_str().unwrap()]).await;
+    assert_eq!(r.code, 64, "{r:?}");
+    println!("{}", r.stderr);
+    for needle in [
+        "stale_after_secs",
+        "\"nowhere\"",
+        "invalid hive name \"Alpha\"",
+        "unknown field `label`",
+    ] {
+        assert!(
+            r.stderr.contains(needle),
+            "{needle} missing from:\n{}",
+            r.stderr
+        );
+    }
+    let r = run_controller(
+        None,
+        &[
+            "--check-config",
+            dir.path().join("missing.toml").to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert_eq!(r.code, 64);
+    assert!(r.stderr.contains("missing.toml"));
+
+    // An invalid config refuses every verb with 64.
+    let r = run_controller(Some(&bad), &["status"]).await;
+    assert_eq!(r.code, 64, "{r:?}");
+
+    // Usage errors: 2.
+    assert_eq!(run_controller(None, &["status"]).await.code, 2);
+    assert_eq!(run_controller(Some(&good), &["frobnicate"]).await.code, 2);
+    let r = run_controller(Some(&good), &["deploy", "Bad.Hive", "bot"]).await;
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("invalid hive name \"Bad.Hive\""), "{r:?}");
+    let r = run_controller(None, &["--help"]).await;
+    assert_eq!(r.code, 0);
+    assert!(r.stdout.contains("Exit codes"));
+
+    // NATS unreachable: a runtime failure (1) that says so, not a hang.
+    let start = std::time::Instant::now();
+    let r = run_controller(Some(&good), &["status"]).await;
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("did not answer"), "{r:?}");
+    assert!(start.elapsed() < Duration::from_secs(20));
+}

@@ -1,0 +1,252 @@
+//! What the controller's end-to-end tests share: a real nats-server with
+//! the three buckets, a controller config with a roster, the controller
+//! binary run as a one-shot command or as `serve`, and real `Readiness`
+//! values written into the status bucket the way a hive writes them.
+
+#![allow(dead_code)] // each test file uses a different part
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use async_nats::jetstream::kv;
+use bytes::Bytes;
+use hyperhive_tests::{controller_bin, wait_until, Daemon, NatsServer};
+use swarm_queue_client::{
+    encode_pretty, open_or_create, AgentName, AgentSpec, AgentStatus, Bucket, BucketSettings,
+    HiveName, HiveState, JobSummary, Observed, Power, Readiness,
+};
+
+pub const T: Duration = Duration::from_secs(30);
+
+/// A nats-server, its buckets, and a controller config in a temp dir.
+pub struct Env {
+    pub nats: NatsServer,
+    pub dir: tempfile::TempDir,
+    pub config: PathBuf,
+    pub client: async_nats::Client,
+    pub status: kv::Store,
+    pub wanted: kv::Store,
+    pub credentials: kv::Store,
+}
+
+/// The output of one controller command.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
+                self.stdout, self.stderr
+            )
+        })
+    }
+}
+
+impl Env {
+    /// `roster` hives in the config; `extra` is appended to the top level
+    /// (before any table).
+    pub async fn new(roster: &[&str], extra: &str) -> Env {
+        let nats = NatsServer::start();
+        let dir = tempfile::Builder::new()
+            .prefix("hhtest-controller-")
+            .tempdir()
+            .unwrap();
+        let mut text = format!("{extra}\n[nats]\nurl = {:?}\n", nats.url());
+        for hive in roster {
+            text.push_str(&format!(
+                "\n[hives.{hive}]\nlabels = {{ test = \"yes\" }}\n"
+            ));
+        }
+        let config = dir.path().join("controller.toml");
+        std::fs::write(&config, text).unwrap();
+        let client = async_nats::connect(nats.url()).await.unwrap();
+        let js = async_nats::jetstream::new(client.clone());
+        let mut stores = Vec::new();
+        for b in [Bucket::Status, Bucket::Wanted, Bucket::Credentials] {
+            stores.push(
+                open_or_create(&js, b, &BucketSettings::default_for(b))
+                    .await
+                    .unwrap(),
+            );
+        }
+        let [status, wanted, credentials]: [kv::Store; 3] = stores.try_into().unwrap();
+        Env {
+            nats,
+            dir,
+            config,
+            client,
+            status,
+            wanted,
+            credentials,
+        }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.path(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    /// Run `swarm-controller --config <config> <args>` to completion.
+    pub async fn run(&self, args: &[&str]) -> Run {
+        run_controller(Some(&self.config), args).await
+    }
+
+    /// `status --json`, parsed.
+    pub async fn status(&self) -> serde_json::Value {
+        let r = self.run(&["status", "--json"]).await;
+        assert_eq!(r.code, 0, "status failed: {r:?}");
+        r.json()
+    }
+
+    /// The row of `hive` in `status --json`.
+    pub async fn row(&self, hive: &str) -> serde_json::Value {
+        hive_row(&self.status().await, hive).unwrap_or_else(|| panic!("no row for {hive}"))
+    }
+
+    /// Wait until `hive`'s row satisfies `check`; return it.
+    pub async fn wait_row(
+        &self,
+        hive: &str,
+        what: &str,
+        check: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        wait_until(T, what, || async {
+            let row = hive_row(&self.status().await, hive)?;
+            check(&row).then_some(row)
+        })
+        .await
+    }
+
+    /// Put a readiness the way a hive does (pretty JSON under its own key).
+    pub async fn put_status(&self, readiness: &Readiness) -> u64 {
+        let bytes = encode_pretty(readiness).unwrap();
+        self.status
+            .put(readiness.hive.as_str(), Bytes::from(bytes))
+            .await
+            .unwrap()
+    }
+
+    pub async fn put_raw_status(&self, key: &str, bytes: &[u8]) -> u64 {
+        self.status
+            .put(key, Bytes::copy_from_slice(bytes))
+            .await
+            .unwrap()
+    }
+
+    /// Start `serve` on a free port; returns the daemon and its base URL.
+    pub async fn serve(&self, log: &str) -> (Daemon, String) {
+        serve_with(&self.config, &self.path(log)).await
+    }
+}
+
+/// Run the controller binary with an optional `--config`.
+pub async fn run_controller(config: Option<&Path>, args: &[&str]) -> Run {
+    let mut cmd = tokio::process::Command::new(controller_bin());
+    if let Some(c) = config {
+        cmd.arg("--config").arg(c);
+    }
+    cmd.args(args)
+        .env_remove("HYPERHIVE_NATS_URL")
+        .env_remove("HYPERHIVE_CONTROLLER_CONFIG")
+        .env("RUST_LOG", "warn");
+    let out = cmd.output().await.expect("run the controller binary");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Start `serve` with `config`, on a port the kernel picks.
+pub async fn serve_with(config: &Path, log: &Path) -> (Daemon, String) {
+    let cfg = config.display().to_string();
+    let daemon = Daemon::spawn(
+        &controller_bin(),
+        &["--config", &cfg, "serve", "--http-listen", "127.0.0.1:0"],
+        &[],
+        log,
+    );
+    let url = wait_until(T, "the controller to listen", || async {
+        let text = std::fs::read_to_string(log).ok()?;
+        let line = text.lines().find(|l| l.starts_with("listening on "))?;
+        Some(
+            line.trim_start_matches("listening on ")
+                .trim_end_matches('/')
+                .to_string(),
+        )
+    })
+    .await;
+    (daemon, url)
+}
+
+pub fn hive_row(report: &serde_json::Value, hive: &str) -> Option<serde_json::Value> {
+    report["hives"]
+        .as_array()?
+        .iter()
+        .find(|r| r["name"] == hive)
+        .cloned()
+}
+
+pub fn agent(name: &str) -> AgentName {
+    AgentName::new(name).unwrap()
+}
+
+pub fn image_spec(image: &str) -> AgentSpec {
+    AgentSpec {
+        image: Some(image.into()),
+        ..Default::default()
+    }
+}
+
+/// An agent report for `spec` in the given Docker state.
+pub fn agent_status(
+    spec: &AgentSpec,
+    observed: Observed,
+    job: Option<(&str, Option<&str>)>,
+) -> AgentStatus {
+    AgentStatus {
+        wanted: Power::Up,
+        observed,
+        spec: Some(spec.spec_hash()),
+        declared_spec: Some(spec.spec_hash()),
+        last_job: job.map(|(state, error)| JobSummary {
+            id: 42,
+            kind: "first_deploy".into(),
+            state: state.into(),
+            error: error.map(str::to_string),
+        }),
+    }
+}
+
+/// A readiness as a hive would publish it.
+pub fn readiness(
+    hive: &str,
+    state: HiveState,
+    seen: Option<u64>,
+    converged: Option<u64>,
+    agents: Vec<(&str, AgentStatus)>,
+) -> Readiness {
+    Readiness {
+        schema: 1,
+        hive: HiveName::new(hive).unwrap(),
+        ready: state == HiveState::Ok,
+        state,
+        warnings: vec![],
+        converged_revision: converged,
+        seen_revision: seen,
+        agents: agents.into_iter().map(|(n, a)| (agent(n), a)).collect(),
+        xkey: None,
+        version: "0.1.0".into(),
+    }
+}

@@ -1,0 +1,448 @@
+//! The controller's verbs over a real nats-server: `declare` (diff,
+//! dry run, compare-and-set, refusals with the line), `deploy` (queued,
+//! refused, no responders, unknown on timeout), `credential put` (sealed to
+//! a real hive's xkey; the secret is nowhere in the bucket) and
+//! `knowledge-changed`.
+
+mod controller_support;
+
+use bytes::Bytes;
+use controller_support::*;
+use futures_util::StreamExt;
+use hyperhive_tests::hive::{HiveProc, HiveSpec};
+use swarm_queue_client::credentials::{open, CredentialEnvelope, XKey};
+use swarm_queue_client::subjects::{HiveSubjects, KNOWLEDGE};
+use swarm_queue_client::{
+    decode, CredentialNotice, Declaration, DeployReply, DeployRequest, HiveName,
+};
+
+const SWARM_V1: &str = "\
+[hives.alpha.agents.bot]
+image = \"local/bot:1\"
+
+[hives.alpha.agents.mail]
+image = \"local/mail:1\"
+credentials = [\"smtp\"]
+
+[hives.beta]
+agents = {}
+";
+
+const SWARM_V2: &str = "\
+[hives.alpha.agents.bot]
+image = \"local/bot:2\"
+env = { LOG = \"debug\" }
+
+[hives.alpha.agents.new-one]
+image = \"local/new:1\"
+";
+
+async fn wanted_revision(env: &Env, hive: &str) -> Option<u64> {
+    env.wanted.entry(hive).await.unwrap().map(|e| e.revision)
+}
+
+#[tokio::test]
+async fn declare_shows_the_diff_publishes_changes_only_and_is_idempotent() {
+    let env = Env::new(&["alpha", "beta", "gamma"], "").await;
+    let v1 = env.write("v1.toml", SWARM_V1);
+    let v1 = v1.to_str().unwrap();
+
+    let dry = env.run(&["declare", v1, "--dry-run"]).await;
+    assert_eq!(dry.code, 0, "{dry:?}");
+    println!("{}", dry.stdout);
+    assert!(
+        dry.stdout.contains("alpha: would publish (nothing stored)"),
+        "{}",
+        dry.stdout
+    );
+    assert!(dry.stdout.contains("    + bot") && dry.stdout.contains("    + mail"));
+    assert!(
+        dry.stdout.contains("left as they are: gamma"),
+        "{}",
+        dry.stdout
+    );
+    assert_eq!(
+        wanted_revision(&env, "alpha").await,
+        None,
+        "dry run published"
+    );
+
+    let first = env.run(&["declare", v1]).await;
+    assert_eq!(first.code, 0, "{first:?}");
+    println!("{}", first.stdout);
+    let alpha_rev = wanted_revision(&env, "alpha")
+        .await
+        .expect("alpha declared");
+    let beta_rev = wanted_revision(&env, "beta")
+        .await
+        .expect("beta declared (explicitly empty)");
+    assert!(first
+        .stdout
+        .contains(&format!("alpha: published revision {alpha_rev}")));
+    assert_eq!(
+        wanted_revision(&env, "gamma").await,
+        None,
+        "gamma is not in the file"
+    );
+
+    // The stored value is the contract's pretty JSON, readable with `nats kv get`.
+    let stored = env.wanted.get("alpha").await.unwrap().unwrap();
+    let text = std::str::from_utf8(&stored).unwrap();
+    assert!(text.contains("\n  \"agents\""), "{text}");
+    let d = decode::<Declaration>(&stored).unwrap().value;
+    assert_eq!(d.agents.len(), 2);
+    let beta = decode::<Declaration>(&env.wanted.get("beta").await.unwrap().unwrap()).unwrap();
+    assert!(beta.value.agents.is_empty());
+
+    // The same file again changes nothing: no new revision.
+    let again = env.run(&["declare", v1, "--json"]).await;
+    assert_eq!(again.code, 0, "{again:?}");
+    let doc = again.json();
+    assert!(
+        doc["hives"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|h| h["outcome"] == "unchanged"),
+        "{doc}"
+    );
+    assert_eq!(wanted_revision(&env, "alpha").await, Some(alpha_rev));
+    assert_eq!(wanted_revision(&env, "beta").await, Some(beta_rev));
+
+    // A changed file: per-agent diff; only alpha (in the file, changed) is written.
+    let v2 = env.write("v2.toml", SWARM_V2);
+    let second = env.run(&["declare", v2.to_str().unwrap()]).await;
+    assert_eq!(second.code, 0, "{second:?}");
+    println!("{}", second.stdout);
+    for line in ["~ bot: env, image", "+ new-one", "- mail (will be retired)"] {
+        assert!(
+            second.stdout.contains(line),
+            "{line} missing:\n{}",
+            second.stdout
+        );
+    }
+    assert!(wanted_revision(&env, "alpha").await > Some(alpha_rev));
+    assert_eq!(
+        wanted_revision(&env, "beta").await,
+        Some(beta_rev),
+        "beta not in v2: untouched"
+    );
+}
+
+#[tokio::test]
+async fn declare_refuses_bad_files_with_the_line() {
+    let env = Env::new(&["alpha"], "").await;
+    let cases = [
+        (
+            "typo.toml",
+            "[hives.alpha.agents.bot]\nimgae = \"x\"\n",
+            "line 1: hives.alpha.agents.bot: unknown key `imgae`",
+        ),
+        (
+            "badname.toml",
+            "\n[hives.alpha.agents.Bot]\nimage = \"x\"\n",
+            "line 2: hives.alpha.agents.Bot: invalid agent name \"Bot\"",
+        ),
+        (
+            "syntax.toml",
+            "[hives.alpha.agents.bot]\nimage = \"x\n",
+            "line 2",
+        ),
+        (
+            "bounds.toml",
+            "[hives.alpha.agents.bot]\nimage = \"x\"\ncpus = 0.0\n",
+            "agents.bot.cpus is 0",
+        ),
+        ("noagents.toml", "[hives.alpha]\n", "agents = {}"),
+        (
+            "offroster.toml",
+            "[hives.alpha]\nagents = {}\n\n[hives.zeta]\nagents = {}\n",
+            "line 4: hive zeta is not on the roster",
+        ),
+    ];
+    for (name, text, needle) in cases {
+        let path = env.write(name, text);
+        let r = env.run(&["declare", path.to_str().unwrap()]).await;
+        assert_eq!(r.code, 1, "{name}: {r:?}");
+        assert!(
+            r.stderr.contains(needle),
+            "{name}: {needle:?} missing from:\n{}",
+            r.stderr
+        );
+        println!("{name}: {}", r.stderr.trim());
+    }
+    // Nothing was published by any of them.
+    assert!(env.wanted.entry("alpha").await.unwrap().is_none());
+    let r = env.run(&["declare"]).await;
+    assert_eq!(r.code, 2, "no file and no swarm_file: usage");
+}
+
+/// A stand-in for a hive's deploy listener that answers every request with
+/// `reply`, or never (`None`): the one way to make "no reply in time"
+/// happen on purpose. The real hive's answers are tested in
+/// `controller_converge.rs`.
+async fn responder(
+    env: &Env,
+    hive: &str,
+    reply: Option<DeployReply>,
+) -> tokio::task::JoinHandle<Vec<DeployRequest>> {
+    let subject = HiveSubjects::new(&HiveName::new(hive).unwrap()).deploy;
+    let mut sub = env.client.subscribe(subject).await.unwrap();
+    env.client.flush().await.unwrap();
+    let client = env.client.clone();
+    tokio::spawn(async move {
+        let mut seen = Vec::new();
+        if let Some(msg) = sub.next().await {
+            seen.push(decode::<DeployRequest>(&msg.payload).unwrap().value);
+            if let (Some(reply), Some(to)) = (&reply, msg.reply) {
+                client
+                    .publish(to, Bytes::from(reply.encode()))
+                    .await
+                    .unwrap();
+                client.flush().await.unwrap();
+            }
+        }
+        seen
+    })
+}
+
+#[tokio::test]
+async fn deploy_queued_refused_no_responders_and_unknown() {
+    let env = Env::new(&["alpha", "offline"], "").await;
+
+    let r = env.run(&["deploy", "offline", "bot"]).await;
+    println!("offline: {}", r.stdout.trim());
+    assert_eq!(r.code, 1);
+    assert!(r.stdout.contains("no responders"), "{r:?}");
+
+    let listener = responder(&env, "alpha", Some(DeployReply::Queued { job: 42 })).await;
+    let r = env.run(&["deploy", "alpha", "bot"]).await;
+    println!("queued: {}", r.stdout.trim());
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("queued job 42"), "{r:?}");
+    let got = listener.await.unwrap();
+    assert_eq!(got[0].agent.as_str(), "bot");
+
+    let listener = responder(
+        &env,
+        "alpha",
+        Some(DeployReply::Refused {
+            error: "agent bot is not declared".into(),
+        }),
+    )
+    .await;
+    let r = env.run(&["deploy", "alpha", "bot", "--json"]).await;
+    assert_eq!(r.code, 1);
+    assert_eq!(r.json()["outcome"], "refused");
+    assert_eq!(r.json()["error"], "agent bot is not declared");
+    listener.await.unwrap();
+
+    // Someone listens but never answers: unknown, not failed.
+    let listener = responder(&env, "alpha", None).await;
+    let r = env
+        .run(&["deploy", "alpha", "bot", "--timeout-secs", "1"])
+        .await;
+    println!("silent: {}", r.stdout.trim());
+    assert_eq!(r.code, 1);
+    assert!(
+        r.stdout.contains("unknown, the hive may still act on it"),
+        "{r:?}"
+    );
+    assert!(!r.stdout.contains("failed"), "{r:?}");
+    listener.await.unwrap();
+
+    let r = env.run(&["deploy", "nobody", "bot"]).await;
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("not on the roster"), "{r:?}");
+}
+
+/// `credential put <hive> mail smtp --from-file <file>`.
+async fn put_credential(env: &Env, hive: &str, file: &str) -> Run {
+    env.run(&[
+        "credential",
+        "put",
+        hive,
+        "mail",
+        "smtp",
+        "--from-file",
+        file,
+    ])
+    .await
+}
+
+#[tokio::test]
+async fn credential_put_seals_to_the_real_hive_and_never_stores_the_secret() {
+    let env = Env::new(&["alpha", "quiet"], "xkey_seed_file = \"controller.xkey\"").await;
+    let url = env.nats.url();
+    let hive = HiveProc::start(HiveSpec {
+        name: Some("alpha"),
+        nats_url: Some(&url),
+        ..Default::default()
+    });
+    let row = env
+        .wait_row("alpha", "alpha reports", |r| r["freshness"] == "fresh")
+        .await;
+    println!("alpha: {}", row["freshness_reason"]);
+
+    let subject = HiveSubjects::new(&HiveName::new("alpha").unwrap()).credential;
+    let mut notices = env.client.subscribe(subject).await.unwrap();
+    env.client.flush().await.unwrap();
+
+    let secret = "correct horse battery staple 7f3a";
+    let secret_file = env.write("smtp.pw", secret);
+    let r = put_credential(&env, "alpha", secret_file.to_str().unwrap()).await;
+    println!("{}", r.stdout.trim());
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("stored alpha.mail.smtp"), "{r:?}");
+    assert!(!r.stdout.contains(secret) && !r.stderr.contains(secret));
+
+    // The controller's seed was created with mode 0600.
+    use std::os::unix::fs::PermissionsExt;
+    let seed_path = env.path("controller.xkey");
+    let mode = std::fs::metadata(&seed_path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+
+    // The raw value holds neither the secret nor its hex.
+    let raw = env
+        .credentials
+        .get("alpha.mail.smtp")
+        .await
+        .unwrap()
+        .expect("stored");
+    let raw_text = String::from_utf8_lossy(&raw);
+    assert!(!raw_text.contains(secret), "{raw_text}");
+    assert!(
+        !raw_text.contains(
+            &secret
+                .bytes()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        ),
+        "{raw_text}"
+    );
+
+    // It opens with the hive's own key, from the controller's key only.
+    let envelope = decode::<CredentialEnvelope>(&raw).unwrap().value;
+    let controller = XKey::from_seed(std::fs::read_to_string(&seed_path).unwrap().trim()).unwrap();
+    assert_eq!(envelope.sender, controller.public_key());
+    let hive_key = XKey::from_seed(
+        std::fs::read_to_string(hive.state_dir.join("xkey.seed"))
+            .unwrap()
+            .trim(),
+    )
+    .unwrap();
+    let opened = open(&envelope, &hive_key, &[controller.public_key()]).unwrap();
+    assert_eq!(opened, secret.as_bytes());
+
+    // The notice carries names only.
+    let msg = tokio::time::timeout(T, notices.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&msg.payload).contains(secret));
+    let notice = decode::<CredentialNotice>(&msg.payload).unwrap().value;
+    assert_eq!(
+        (notice.agent.as_str(), notice.account.as_str()),
+        ("mail", "smtp")
+    );
+
+    // A hive that never reported has no known key: refused, nothing stored.
+    let r = put_credential(&env, "quiet", secret_file.to_str().unwrap()).await;
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("has never reported"), "{r:?}");
+    assert!(env
+        .credentials
+        .get("quiet.mail.smtp")
+        .await
+        .unwrap()
+        .is_none());
+    // A readiness without an xkey: refused.
+    env.put_status(&readiness(
+        "quiet",
+        swarm_queue_client::HiveState::Ok,
+        None,
+        None,
+        vec![],
+    ))
+    .await;
+    let r = put_credential(&env, "quiet", secret_file.to_str().unwrap()).await;
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("has not published an xkey"), "{r:?}");
+    // A missing secret file names the file.
+    let r = put_credential(&env, "alpha", "/nonexistent/pw").await;
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("/nonexistent/pw"), "{r:?}");
+    drop(hive);
+}
+
+#[tokio::test]
+async fn knowledge_changed_publishes_the_empty_event() {
+    let env = Env::new(&["alpha"], "").await;
+    let mut sub = env.client.subscribe(KNOWLEDGE).await.unwrap();
+    env.client.flush().await.unwrap();
+    let r = env.run(&["knowledge-changed"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let msg = tokio::time::timeout(T, sub.next()).await.unwrap().unwrap();
+    assert!(msg.payload.is_empty());
+}
+
+#[tokio::test]
+async fn nats_config_renders_the_roster_without_nats() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = || nkeys::KeyPair::new_user().public_key();
+    let (controller, alpha, beta) = (key(), key(), key());
+    // The roster-only file the NixOS module writes: no [nats], no secrets.
+    let roster = dir.path().join("roster.toml");
+    std::fs::write(
+        &roster,
+        format!(
+            "stale_after_secs = 120\n[controller]\nnkey = \"{controller}\"\n\
+             [hives.alpha]\nnkey = \"{alpha}\"\n[hives.beta]\nnkey = \"{beta}\"\n"
+        ),
+    )
+    .unwrap();
+    let r = run_controller(Some(&roster), &["nats-config"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("authorization {"), "{}", r.stdout);
+    for k in [&controller, &alpha, &beta] {
+        assert!(r.stdout.contains(k.as_str()), "{k} missing");
+    }
+    // nats-server itself accepts what was printed.
+    let conf = dir.path().join("auth.conf");
+    std::fs::write(&conf, &r.stdout).unwrap();
+    let check = std::process::Command::new("nats-server")
+        .arg("-t")
+        .arg("-c")
+        .arg(&conf)
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let r = run_controller(Some(&roster), &["nats-config", "--json"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    r.json();
+
+    // A verb that needs NATS refuses the roster-only file: 64, saying why.
+    let r = run_controller(Some(&roster), &["status"]).await;
+    assert_eq!(r.code, 64, "{r:?}");
+    assert!(r.stderr.contains("no NATS server"), "{r:?}");
+    let r = run_controller(None, &["--check-config", roster.to_str().unwrap()]).await;
+    assert_eq!(r.code, 64, "{r:?}");
+
+    // A hive without a key, or no controller key: 64, named.
+    std::fs::write(
+        &roster,
+        format!("[controller]\nnkey = \"{controller}\"\n[hives.alpha]\n"),
+    )
+    .unwrap();
+    let r = run_controller(Some(&roster), &["nats-config"]).await;
+    assert_eq!(r.code, 64, "{r:?}");
+    assert!(r.stderr.contains("hive alpha has no nkey"), "{r:?}");
+    std::fs::write(&roster, format!("[hives.alpha]\nnkey = \"{alpha}\"\n")).unwrap();
+    let r = run_controller(Some(&roster), &["nats-config"]).await;
+    assert_eq!(r.code, 64, "{r:?}");
+    assert!(r.stderr.contains("no [controller] nkey"), "{r:?}");
+}

@@ -246,6 +246,18 @@ impl TestSwarm {
         serde_json::from_slice(&out.stdout).map_err(|e| format!("status --json is not JSON: {e}"))
     }
 
+    /// `swarm-controller serve` on a loopback port the OS picks, as a
+    /// process the test can kill; its log is next to the controller config.
+    pub fn serve_controller(&self) -> crate::Daemon {
+        let cfg = self.controller_config.display().to_string();
+        crate::Daemon::spawn(
+            &controller_bin(),
+            &["--config", &cfg, "serve", "--http-listen", "127.0.0.1:0"],
+            &[],
+            &self.controller_config.with_file_name("controller.log"),
+        )
+    }
+
     /// The controller's row for hive `name` in a `status --json` report.
     pub fn row<'a>(report: &'a Value, name: &str) -> &'a Value {
         report["hives"]

@@ -168,8 +168,13 @@ impl TestSwarm {
     /// A plain client on the buckets, creating any that are missing with
     /// this swarm's replica count.
     pub async fn connect(&self) -> Swarm {
+        let servers: Vec<async_nats::ServerAddr> = self
+            .url
+            .split(',')
+            .map(|u| u.parse().expect("a server URL"))
+            .collect();
         let swarm = wait_until(Duration::from_secs(30), "a connection", || async {
-            async_nats::connect(&self.url).await.ok()
+            async_nats::connect(servers.clone()).await.ok()
         })
         .await;
         let js = async_nats::jetstream::new(swarm.clone());

@@ -369,10 +369,20 @@ impl<R: ContainerRuntime> Converger<R> {
                 None
             }
         };
+        // How the job store fared in this pass, when it was used: an error
+        // (a full or read-only state dir) raises the `jobs` warning, and
+        // only a pass that used it successfully clears it.
+        let mut store: Option<Result<(), String>> = None;
         if let Some(w) = wanted.as_deref() {
             if self.applied != Some(w.revision) {
-                if let Err(e) = self.apply(w).await {
-                    tracing::warn!(hive = %self.deps.hive, revision = w.revision, error = %e, "cannot apply the declaration; will retry");
+                match self.apply(w).await {
+                    Ok(()) => store = Some(Ok(())),
+                    Err(e) => {
+                        tracing::warn!(hive = %self.deps.hive, revision = w.revision, error = %e, "cannot apply the declaration; will retry");
+                        if let PassError::Store(s) = &e {
+                            store = Some(Err(s.to_string()));
+                        }
+                    }
                 }
             }
         }
@@ -383,6 +393,7 @@ impl<R: ContainerRuntime> Converger<R> {
             };
             match result {
                 Ok(n) => {
+                    store.get_or_insert(Ok(()));
                     self.backoff = self.deps.reconcile_interval;
                     self.deps.health.clear(keys::RECONCILER);
                     if n > 0 {
@@ -390,6 +401,9 @@ impl<R: ContainerRuntime> Converger<R> {
                     }
                 }
                 Err(e) => {
+                    if let PassError::Store(s) = &e {
+                        store = Some(Err(s.to_string()));
+                    }
                     self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
                     tracing::warn!(hive = %self.deps.hive, error = %e, next_in = ?self.backoff, "reconcile round failed; backing off");
                     self.deps.health.raise(
@@ -403,6 +417,17 @@ impl<R: ContainerRuntime> Converger<R> {
                 }
             }
             self.next_round = Instant::now() + self.backoff;
+        }
+        match store {
+            Some(Err(e)) => self.deps.health.raise(
+                keys::JOBS,
+                Level::Error,
+                format!(
+                    "the job store in the state dir cannot be used ({e}); declarations are not applied until it can (check free space and permissions)"
+                ),
+            ),
+            Some(Ok(())) => self.deps.health.clear(keys::JOBS),
+            None => {}
         }
         if let Err(e) = self.report(&observation, wanted.as_deref()).await {
             tracing::warn!(hive = %self.deps.hive, error = %e, "cannot compute the agents' status");

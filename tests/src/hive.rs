@@ -13,6 +13,9 @@ pub struct HiveSpec<'a> {
     pub extra: &'a str,
     /// Environment for the process (for example a test hook).
     pub envs: &'a [(&'a str, &'a str)],
+    /// The state dir, when the test prepares it (a small tmpfs, say);
+    /// otherwise `state` in the hive's temp dir.
+    pub state_dir: Option<&'a Path>,
 }
 
 impl Default for HiveSpec<'_> {
@@ -23,6 +26,7 @@ impl Default for HiveSpec<'_> {
             publish_interval_secs: 1,
             extra: "",
             envs: &[],
+            state_dir: None,
         }
     }
 }
@@ -41,7 +45,10 @@ impl HiveProc {
             .prefix("hhtest-hive-")
             .tempdir()
             .unwrap();
-        let state_dir = dir.path().join("state");
+        let state_dir = spec
+            .state_dir
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| dir.path().join("state"));
         let mut toml = format!(
             "state_dir = {:?}\nhttp_listen = \"127.0.0.1:0\"\npublish_interval_secs = {}\n",
             state_dir.display().to_string(),

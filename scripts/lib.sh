@@ -17,6 +17,9 @@ install_deps() {
   command -v git >/dev/null 2>&1 || missing+=(git)
   command -v python3 >/dev/null 2>&1 || missing+=(python3 python3-pip)
   command -v tar >/dev/null 2>&1 || missing+=(tar)
+  # The dashboard test drives headless Chromium; the fuzz targets link C++.
+  [ -n "${HYPERHIVE_NO_BROWSER:-}" ] || command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+  command -v g++ >/dev/null 2>&1 || missing+=(g++)
   if [ "${#missing[@]}" -gt 0 ]; then
     need_root
     say "installing ${missing[*]} from Debian"

@@ -704,12 +704,39 @@ async fn create<R: ContainerRuntime>(
         &dir,
         deps.extra_binds.clone(),
     );
-    let id = deps
-        .runtime
-        .create(&container)
-        .await
-        .map_err(NodeError::runtime(format!("create {name}")))?;
-    Ok(Some(format!("created {}", short_id(&id))))
+    match deps.runtime.create(&container).await {
+        Ok(id) => Ok(Some(format!("created {}", short_id(&id)))),
+        // A create cut off by a crash can still be finishing inside dockerd
+        // when the restarted hive looked: the name is taken by the very
+        // container this node made. Look again and adopt it if it is ours
+        // with this spec; anything else stays an error.
+        Err(RuntimeError::NameTaken { .. }) => {
+            let again = deps
+                .runtime
+                .inspect(name)
+                .await
+                .map_err(NodeError::runtime(format!("inspect {name}")))?;
+            match again {
+                Some(info)
+                    if check_owner(&deps.hive, &info).is_ok()
+                        && info.spec_hash() == Some(spec_hash.as_str()) =>
+                {
+                    Ok(Some(format!(
+                        "adopted container {} created before a restart",
+                        short_id(&info.id)
+                    )))
+                }
+                _ => Err(NodeError::runtime(format!("create {name}"))(
+                    RuntimeError::NameTaken {
+                        name: name.to_string(),
+                        message: "taken by a container that is not this agent's with this spec"
+                            .into(),
+                    },
+                )),
+            }
+        }
+        Err(e) => Err(NodeError::runtime(format!("create {name}"))(e)),
+    }
 }
 
 /// Pull or build the spec's image unless it is there (or `relock` says to

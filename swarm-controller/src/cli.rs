@@ -138,7 +138,14 @@ enum Command {
 impl Command {
     /// Whether the verb talks to NATS (and so needs a server configured).
     fn needs_nats(&self) -> bool {
-        !matches!(self, Command::Roster { .. } | Command::NatsConfig { .. })
+        !matches!(
+            self,
+            Command::Roster { .. }
+                | Command::NatsConfig { .. }
+                | Command::Credential {
+                    action: CredentialCommand::Xkey
+                }
+        )
     }
 }
 
@@ -155,6 +162,9 @@ enum CredentialCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Print the controller's public xkey (creating its seed file if there is
+    /// none): the value every hive lists in trusted_controller_xkeys.
+    Xkey,
 }
 
 /// Parse arguments, run, return the exit code.
@@ -300,6 +310,17 @@ async fn run(config: Config, command: Command) -> anyhow::Result<i32> {
             } else {
                 EXIT_FAILURE
             })
+        }
+        Command::Credential {
+            action: CredentialCommand::Xkey,
+        } => {
+            let seed_path = config
+                .xkey_seed_file
+                .as_ref()
+                .ok_or(credential::CredentialPutError::NoSeedFile)?;
+            let key = credential::load_or_create_seed(seed_path)?;
+            println!("{}", key.public_key());
+            Ok(EXIT_OK)
         }
         Command::Credential {
             action:

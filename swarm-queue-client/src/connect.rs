@@ -316,7 +316,7 @@ pub async fn connect(config: &NatsConfig, name: &str) -> Result<Connection, Conn
         .reconnect_delay_callback(|attempts| {
             // 0, 100 ms, 200 ms … capped at 5 s: quick to come back after a
             // server restart, gentle on a server that stays down.
-            Duration::from_millis((attempts as u64 * 100).min(5_000))
+            Duration::from_millis((attempts.saturating_sub(1) as u64 * 100).min(5_000))
         })
         .event_callback(move |event| {
             let tx = tx.clone();

@@ -52,6 +52,14 @@ impl Swarm {
             .expect("delete declaration");
     }
 
+    pub async fn purge_declaration(&self, hive: &str) {
+        self.bucket("hyperhive-wanted")
+            .await
+            .purge(hive)
+            .await
+            .expect("purge declaration");
+    }
+
     /// The hive's current status document and its KV revision.
     pub async fn status(&self, hive: &str) -> Option<(u64, Value)> {
         let store = self.js.get_key_value("hyperhive-status").await.ok()?;

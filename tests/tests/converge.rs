@@ -102,6 +102,16 @@ async fn declare_change_delete_garbage_and_retire() {
     assert_eq!(container(&hive, "web").unwrap().0, web_id2);
     assert_eq!(container(&hive, "db").unwrap().0, db_id);
 
+    // The key purged -> likewise nothing changes.
+    swarm.purge_declaration(&hive).await;
+    swarm
+        .status_until(&hive, "the purge warning", T, |s| {
+            s["warnings"].to_string().contains("was purged")
+        })
+        .await;
+    assert_eq!(container(&hive, "web").unwrap().0, web_id2);
+    assert_eq!(container(&hive, "db").unwrap().0, db_id);
+
     // A garbage value -> a warning, nothing changes.
     let bad = swarm.declare(&hive, "{\"schema\":1,\"agents\":").await;
     let s = swarm

@@ -20,6 +20,8 @@ install_deps() {
   # The dashboard test drives headless Chromium; the fuzz targets link C++.
   [ -n "${HYPERHIVE_NO_BROWSER:-}" ] || command -v chromium >/dev/null 2>&1 || missing+=(chromium)
   command -v g++ >/dev/null 2>&1 || missing+=(g++)
+  # The fault tests give a private dockerd its own bridge.
+  command -v ip >/dev/null 2>&1 || missing+=(iproute2)
   if [ "${#missing[@]}" -gt 0 ]; then
     need_root
     say "installing ${missing[*]} from Debian"

@@ -25,6 +25,27 @@ fn agent(image: &str, extra: serde_json::Value) -> serde_json::Value {
     a
 }
 
+/// A container with this hive's labels that the hive never installed.
+fn plant_orphan(hive: &str, image: &str) {
+    docker(&[
+        "run",
+        "-d",
+        "--name",
+        &format!("hyperhive.{hive}.stray"),
+        "--network",
+        "none",
+        "--label",
+        "org.hyperhive.managed=true",
+        "--label",
+        &format!("org.hyperhive.hive={hive}"),
+        "--label",
+        "org.hyperhive.agent=stray",
+        image,
+        "/bin/sleep",
+        "3600",
+    ]);
+}
+
 fn start_hive(hive: &str, url: &str, extra: &str) -> HiveProc {
     HiveProc::start(HiveSpec {
         name: Some(hive),
@@ -245,24 +266,7 @@ async fn reconciler_recreates_restarts_and_reaps_orphans_after_grace() {
 
     // An orphan with our labels, not in the installed record -> reaped,
     // but only after the grace period.
-    let orphan = format!("hyperhive.{hive}.stray");
-    docker(&[
-        "run",
-        "-d",
-        "--name",
-        &orphan,
-        "--network",
-        "none",
-        "--label",
-        "org.hyperhive.managed=true",
-        "--label",
-        &format!("org.hyperhive.hive={hive}"),
-        "--label",
-        "org.hyperhive.agent=stray",
-        &img.reference,
-        "/bin/sleep",
-        "3600",
-    ]);
+    plant_orphan(&hive, &img.reference);
     let created = std::time::Instant::now();
     wait_until(T, "the orphan to be reaped", || async {
         container(&hive, "stray").is_none().then_some(())
@@ -286,24 +290,7 @@ async fn no_reaping_when_the_installed_record_is_unreadable() {
     let hive = unique_name("cv-norec");
     let img = TestImage::busybox("cv-norec");
     let _guard = ContainerGuard::new(&hive);
-    let orphan = format!("hyperhive.{hive}.stray");
-    docker(&[
-        "run",
-        "-d",
-        "--name",
-        &orphan,
-        "--network",
-        "none",
-        "--label",
-        "org.hyperhive.managed=true",
-        "--label",
-        &format!("org.hyperhive.hive={hive}"),
-        "--label",
-        "org.hyperhive.agent=stray",
-        &img.reference,
-        "/bin/sleep",
-        "3600",
-    ]);
+    plant_orphan(&hive, &img.reference);
     let h = start_hive(
         &hive,
         &url,

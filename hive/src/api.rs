@@ -119,7 +119,7 @@ impl From<StoreError> for ApiError {
             StoreError::NotInstalled { .. } | StoreError::NoSuchJob { .. } => StatusCode::NOT_FOUND,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
-        let message = crate::worker::error_chain(&e);
+        let message = crate::error_chain(&e);
         if status.is_server_error() {
             tracing::error!(error = %message, "local API: job store failed");
         }
@@ -220,7 +220,7 @@ pub async fn agents_view<R: ContainerRuntime>(
         .await?;
     let (containers, docker_error) = match runtime.list().await {
         Ok(list) => (Some(list), None),
-        Err(e) => (None, Some(crate::worker::error_chain(&e))),
+        Err(e) => (None, Some(crate::error_chain(&e))),
     };
     let by_agent: BTreeMap<String, _> = containers
         .iter()

@@ -171,8 +171,8 @@ async fn run_until_signal(config: config::HiveConfig) -> i32 {
     match crate::daemon::run(config, shutdown).await {
         Ok(()) => EXIT_OK,
         Err(e) => {
-            tracing::error!(error = %crate::publisher::chain(&e), "hive failed");
-            eprintln!("hive: {}", crate::publisher::chain(&e));
+            tracing::error!(error = %crate::error_chain(&e), "hive failed");
+            eprintln!("hive: {}", crate::error_chain(&e));
             EXIT_FAILURE
         }
     }

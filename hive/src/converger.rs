@@ -96,7 +96,7 @@ impl<R: ContainerRuntime> Converger<R> {
             .runtime
             .list()
             .await
-            .map_err(|e| PassError::Docker(crate::publisher::chain(&e)))?;
+            .map_err(|e| PassError::Docker(crate::error_chain(&e)))?;
         let mut seen = BTreeMap::new();
         for c in containers {
             if c.owner() != Some(self.deps.hive.as_str()) {

@@ -216,7 +216,7 @@ pub async fn run_boot_delivery(deps: BootDeps, mut shutdown: crate::shutdown::Sh
                         d
                     }
                     Err(e) => {
-                        tracing::warn!(hive = %deps.hive, error = %crate::publisher::chain(&e), retry_in = ?backoff, "cannot open the credentials bucket");
+                        tracing::warn!(hive = %deps.hive, error = %crate::error_chain(&e), retry_in = ?backoff, "cannot open the credentials bucket");
                         tokio::select! {
                             _ = shutdown.wait() => return,
                             _ = tokio::time::sleep(backoff) => {}
@@ -230,7 +230,7 @@ pub async fn run_boot_delivery(deps: BootDeps, mut shutdown: crate::shutdown::Sh
         match deliverer.deliver_all().await {
             Ok((_, failures)) if failures.is_empty() => deps.health.clear(keys::CREDENTIALS),
             Ok((written, failures)) => {
-                let first = crate::publisher::chain(&failures[0]);
+                let first = crate::error_chain(&failures[0]);
                 deps.health.raise(
                     keys::CREDENTIALS,
                     Level::Warn,
@@ -242,7 +242,7 @@ pub async fn run_boot_delivery(deps: BootDeps, mut shutdown: crate::shutdown::Sh
                 );
             }
             Err(e) => {
-                tracing::warn!(hive = %deps.hive, error = %crate::publisher::chain(&e), "boot credential delivery failed; retrying");
+                tracing::warn!(hive = %deps.hive, error = %crate::error_chain(&e), "boot credential delivery failed; retrying");
                 tokio::select! {
                     _ = shutdown.wait() => return,
                     _ = tokio::time::sleep(backoff) => {}

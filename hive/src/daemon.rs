@@ -92,7 +92,7 @@ pub async fn run(config: HiveConfig, shutdown: Shutdown) -> Result<(), DaemonErr
         match swarm_queue_client::connect(&config.nats, &connection_name(&config)).await {
             Ok(conn) => Some(conn),
             Err(e) => {
-                let msg = publisher::chain(&e);
+                let msg = crate::error_chain(&e);
                 tracing::error!(error = %msg, "cannot set up the NATS connection");
                 health.raise(
                     keys::NATS_UNREACHABLE,
@@ -224,7 +224,7 @@ pub async fn run(config: HiveConfig, shutdown: Shutdown) -> Result<(), DaemonErr
             let events_shutdown = shutdown.clone();
             tasks.spawn(async move {
                 if let Err(e) = events::run(events_deps, events_shutdown).await {
-                    tracing::error!(error = %publisher::chain(&e), "event listener stopped");
+                    tracing::error!(error = %crate::error_chain(&e), "event listener stopped");
                 }
             });
         }
@@ -311,7 +311,7 @@ fn deploy_fn(
                 }
                 Err(e) => Err(format!(
                     "cannot queue the deploy of {agent} on hive {hive}: {}",
-                    publisher::chain(&e)
+                    crate::error_chain(&e)
                 )),
             }
         })

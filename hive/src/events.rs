@@ -154,7 +154,7 @@ async fn on_credential(deps: &EventDeps, msg: async_nats::Message) {
     match deliverer.deliver(&notice.agent, &notice.account).await {
         Ok(_) => deps.health.clear(keys::CREDENTIALS),
         Err(e) => {
-            let msg = crate::publisher::chain(&e);
+            let msg = crate::error_chain(&e);
             tracing::warn!(hive = %deps.hive, agent = %notice.agent, account = %notice.account, error = %msg, "credential delivery failed");
             deps.health.raise(
                 keys::CREDENTIALS,

@@ -108,7 +108,7 @@ pub async fn run(
                 health.clear(keys::KNOWLEDGE);
             }
             Err(e) => {
-                let msg = crate::publisher::chain(&e);
+                let msg = crate::error_chain(&e);
                 tracing::warn!(%repo, error = %msg, "knowledge pull failed");
                 health.raise(
                     keys::KNOWLEDGE,

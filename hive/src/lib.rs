@@ -38,3 +38,20 @@ pub mod systemd;
 pub mod wanted;
 pub mod worker;
 pub mod xkey;
+
+/// An error and every cause under it, outermost first, joined by ": ". A
+/// cause whose text an earlier part already contains is left out, so
+/// wrappers that quote their source do not repeat it. The one rendering of
+/// error chains in logs, warnings and replies.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        let text = s.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        cur = s.source();
+    }
+    parts.join(": ")
+}

@@ -144,7 +144,7 @@ impl Client {
     ) -> Result<T, OpsError> {
         let resp = request.send().await.map_err(|e| OpsError::Unreachable {
             api: self.api.clone(),
-            reason: crate::worker::error_chain(&e),
+            reason: crate::error_chain(&e),
         })?;
         let status = resp.status();
         let bytes = resp.bytes().await.map_err(|e| OpsError::Unreachable {

@@ -60,18 +60,6 @@ pub enum PublishError {
     Timeout(Duration),
 }
 
-/// Render an error and its whole source chain on one line.
-pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
-}
-
 struct Publisher {
     deps: PublisherDeps,
     store: Option<kv::Store>,
@@ -130,7 +118,7 @@ impl Publisher {
                 true
             }
             Err(e) => {
-                let msg = chain(&e);
+                let msg = crate::error_chain(&e);
                 tracing::warn!(hive = %self.deps.hive, error = %msg, "status publish failed");
                 self.deps.health.publish_failed(&msg);
                 false

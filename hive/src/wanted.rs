@@ -177,7 +177,7 @@ impl Session<'_> {
         let js = jetstream::new(client.clone());
         let store = match open_or_create(&js, Bucket::Wanted, &deps.bucket).await {
             Ok(s) => s,
-            Err(e) => return SessionEnd::Failed(crate::publisher::chain(&e)),
+            Err(e) => return SessionEnd::Failed(crate::error_chain(&e)),
         };
         let key = deps.hive.as_str();
         // Pull: the repair path.

@@ -205,20 +205,6 @@ impl NodeError {
     }
 }
 
-/// The error and every cause under it, outermost first, joined by ": ".
-pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut cur = e.source();
-    while let Some(s) = cur {
-        let text = s.to_string();
-        if !parts.last().is_some_and(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        cur = s.source();
-    }
-    parts.join(": ")
-}
-
 /// Run the worker until shutdown.
 pub async fn run<R: ContainerRuntime>(deps: WorkerDeps<R>, mut shutdown: Shutdown) {
     let deps = Arc::new(deps);
@@ -228,7 +214,7 @@ pub async fn run<R: ContainerRuntime>(deps: WorkerDeps<R>, mut shutdown: Shutdow
         match deps.store.call(|s| s.recover()).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(nodes = n, "resuming nodes cut off by the previous run"),
-            Err(e) => tracing::error!(error = %error_chain(&e), "cannot recover running nodes"),
+            Err(e) => tracing::error!(error = %crate::error_chain(&e), "cannot recover running nodes"),
         }
         let in_flight: Arc<Mutex<BTreeSet<AgentName>>> = Arc::default();
         let mut running: JoinSet<()> = JoinSet::new();
@@ -242,7 +228,7 @@ pub async fn run<R: ContainerRuntime>(deps: WorkerDeps<R>, mut shutdown: Shutdow
                     Ok(0) => {}
                     Ok(n) => tracing::info!(jobs = n, "pruned finished jobs"),
                     Err(e) => {
-                        tracing::warn!(error = %error_chain(&e), "cannot prune finished jobs")
+                        tracing::warn!(error = %crate::error_chain(&e), "cannot prune finished jobs")
                     }
                 }
                 last_prune = Some(tokio::time::Instant::now());
@@ -266,7 +252,7 @@ pub async fn run<R: ContainerRuntime>(deps: WorkerDeps<R>, mut shutdown: Shutdow
                     }
                     Ok(None) => break,
                     Err(e) => {
-                        tracing::error!(error = %error_chain(&e), "cannot claim a node");
+                        tracing::error!(error = %crate::error_chain(&e), "cannot claim a node");
                         break;
                     }
                 }
@@ -337,7 +323,7 @@ async fn execute<R: ContainerRuntime>(deps: &WorkerDeps<R>, clock: Clock, claim:
                 Outcome::Done { detail }
             }
             Err(e) => {
-                let error = error_chain(&e);
+                let error = crate::error_chain(&e);
                 let transient = e.is_transient();
                 tracing::warn!(error = %error, transient, "node failed");
                 Outcome::Failed { error, transient }
@@ -363,7 +349,7 @@ async fn execute<R: ContainerRuntime>(deps: &WorkerDeps<R>, clock: Clock, claim:
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    tracing::error!(error = %error_chain(&e), attempt, "cannot record the node outcome");
+                    tracing::error!(error = %crate::error_chain(&e), attempt, "cannot record the node outcome");
                     if attempt < FINISH_ATTEMPTS {
                         tokio::time::sleep(Duration::from_secs(1)).await;
                     }
@@ -385,7 +371,7 @@ async fn replay_idle_cleanups<R: ContainerRuntime>(
     let entries = match deps.store.call(|s| s.pending_cleanups(None)).await {
         Ok(e) => e,
         Err(e) => {
-            tracing::warn!(error = %error_chain(&e), "cannot read the cleanup journal");
+            tracing::warn!(error = %crate::error_chain(&e), "cannot read the cleanup journal");
             return;
         }
     };
@@ -396,7 +382,7 @@ async fn replay_idle_cleanups<R: ContainerRuntime>(
         .collect();
     for agent in agents {
         if let Err(e) = replay_cleanups(deps, &agent).await {
-            tracing::warn!(agent = %agent, error = %error_chain(&e), "cleanup still outstanding");
+            tracing::warn!(agent = %agent, error = %crate::error_chain(&e), "cleanup still outstanding");
         }
     }
 }
@@ -431,7 +417,7 @@ async fn replay_cleanups<R: ContainerRuntime>(
                 deps.store.call(move |s| s.cleanup_done(id)).await?;
             }
             Err(e) => {
-                let msg = error_chain(&e);
+                let msg = crate::error_chain(&e);
                 failed.push(msg.clone());
                 deps.store.call(move |s| s.cleanup_failed(id, &msg)).await?;
             }
@@ -636,7 +622,7 @@ async fn remove<R: ContainerRuntime>(
         }
         Err(e) => {
             let err = NodeError::runtime(format!("remove {name}"))(e);
-            let msg = error_chain(&err);
+            let msg = crate::error_chain(&err);
             deps.store
                 .call(move |s| s.cleanup_failed(entry, &msg))
                 .await?;
@@ -781,7 +767,7 @@ async fn ensure_image<R: ContainerRuntime>(
             // image is still a valid answer, and failing the deploy would
             // leave the agent worse off than keeping it.
             Err(e) if present => {
-                let why = crate::publisher::chain(&e);
+                let why = crate::error_chain(&e);
                 tracing::warn!(%agent, %image, error = %why, "re-resolving the image failed; keeping the local one");
                 Ok(format!(
                     "kept the local {image}: re-resolving it failed ({why})"

@@ -433,7 +433,7 @@ async fn a_hive_opens_buckets_but_never_creates_them() {
     )
     .await
     .expect_err("a hive may not create the status bucket");
-    let msg = hive::publisher::chain(&err);
+    let msg = hive::error_chain(&err);
     assert!(
         msg.contains("hyperhive-status") && msg.contains("controller"),
         "{msg}"

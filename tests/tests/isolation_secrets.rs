@@ -351,7 +351,7 @@ async fn the_wrong_xkey_cannot_open_another_hives_credential() {
     };
     let err = deliverer.deliver(&agent, &account).await.unwrap_err();
     assert!(matches!(err, DeliverError::Open { .. }), "{err}");
-    let msg = hive::publisher::chain(&err);
+    let msg = hive::error_chain(&err);
     assert!(msg.contains("beta.mail-bot.smtp"), "{msg}");
     assert!(
         leaks(msg.as_bytes(), &leak_forms(secret)).is_empty(),

@@ -95,7 +95,7 @@ impl DockerRuntime {
     fn unreachable(&self, e: &BollardError) -> RuntimeError {
         let reason = match e {
             BollardError::SocketNotFoundError(path) => format!("the socket {path} does not exist"),
-            other => error_chain(other),
+            other => crate::error_chain(other),
         };
         RuntimeError::Unreachable {
             host: self.host.clone(),
@@ -161,20 +161,6 @@ impl DockerRuntime {
         }
         Ok(info)
     }
-}
-
-/// Every message in an error's source chain, outermost first.
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut cur = e.source();
-    while let Some(s) = cur {
-        let text = s.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        cur = s.source();
-    }
-    parts.join(": ")
 }
 
 fn labels_of(map: Option<HashMap<String, String>>) -> BTreeMap<String, String> {
@@ -244,7 +230,7 @@ impl ContainerRuntime for DockerRuntime {
                     return Err(match self.classify("pull", image, e) {
                         RuntimeError::Docker { source, .. } => RuntimeError::Pull {
                             image: image.to_string(),
-                            message: error_chain(source.as_ref()),
+                            message: crate::error_chain(source.as_ref()),
                         },
                         other => other,
                     })

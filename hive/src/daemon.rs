@@ -22,7 +22,7 @@ use crate::{
     api, converger, credentials, events, http, knowledge, publisher, systemd, wanted, worker, xkey,
 };
 
-/// File under the state dir holding the local API's bound address.
+/// File under the state dir holding the HTTP listener's bound address.
 pub const API_ADDR_FILE: &str = "api.addr";
 
 /// How long tasks get to finish after shutdown is requested.
@@ -40,7 +40,9 @@ pub enum DaemonError {
     XKey(#[from] xkey::XKeyError),
     #[error(transparent)]
     Jobs(#[from] crate::jobs::StoreError),
-    #[error("cannot listen on {addr} for the local API")]
+    #[error(transparent)]
+    Socket(#[from] crate::access::SocketError),
+    #[error("cannot listen on {addr} for health and metrics")]
     Listen {
         addr: std::net::SocketAddr,
         #[source]
@@ -67,7 +69,10 @@ pub async fn run(config: HiveConfig, shutdown: Shutdown) -> Result<(), DaemonErr
             source,
         })?;
     let addr = listener.local_addr().unwrap_or(config.http_listen);
-    tracing::info!(%addr, "local API listening (health: /health/ready, /health/live, /metrics)");
+    tracing::info!(%addr, remote_writes = config.api_token.is_some(), "HTTP listening (/health/ready, /health/live, /metrics)");
+    let socket =
+        crate::access::bind_socket(&config.api_socket, config.api_socket_group.as_deref())?;
+    tracing::info!(path = %config.api_socket.display(), group = config.api_socket_group.as_deref().unwrap_or("(the daemon's)"), "operator API listening on its Unix socket (mode 0660)");
     // Written so that tools (and tests) using `http_listen = "127.0.0.1:0"`
     // can find the port the kernel chose.
     let addr_file = config.state_dir.join(API_ADDR_FILE);
@@ -76,7 +81,8 @@ pub async fn run(config: HiveConfig, shutdown: Shutdown) -> Result<(), DaemonErr
     }
 
     let mut tasks = JoinSet::new();
-    let mut router = http::health_router(health.clone());
+    let health_routes = http::health_router(health.clone());
+    let mut api_routes = None;
 
     let nats = if !config.nats.is_configured() {
         health.raise(
@@ -130,7 +136,7 @@ pub async fn run(config: HiveConfig, shutdown: Shutdown) -> Result<(), DaemonErr
         ));
         let wake = Arc::new(tokio::sync::Notify::new());
         let declared_rx = wanted_rx.clone();
-        router = router.merge(api::router(api::ApiState {
+        api_routes = Some(api::router(api::ApiState {
             store: store.clone(),
             runtime: Arc::clone(&runtime),
             hive: name.clone(),
@@ -238,7 +244,15 @@ pub async fn run(config: HiveConfig, shutdown: Shutdown) -> Result<(), DaemonErr
             shutdown.clone(),
         ));
     }
-    tasks.spawn(http::serve(listener, router, shutdown.clone()));
+    let (tcp_routes, socket_routes) =
+        crate::access::routers(health_routes, api_routes, config.api_token.clone());
+    tasks.spawn(http::serve(listener, tcp_routes, shutdown.clone()));
+    tasks.spawn(crate::access::serve_socket(
+        socket,
+        config.api_socket.clone(),
+        socket_routes,
+        shutdown.clone(),
+    ));
 
     systemd::notify_ready();
     if let Some(interval) = systemd::watchdog_interval() {

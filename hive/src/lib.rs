@@ -8,6 +8,9 @@
 //!   and the metrics from the same snapshot.
 //! - [`publisher`]: task that puts the `Readiness` in `hyperhive-status`.
 //! - [`http`]: loopback `/health/ready`, `/health/live`, `/metrics`.
+//! - [`access`]: who may reach the operator API ([`api`]): its Unix socket
+//!   (0660, group `hyperhive`), and the guarded TCP remote writes;
+//!   [`client`] speaks to either.
 //! - [`daemon`]: `hive run`, which wires the tasks and drains on shutdown.
 //! - [`jobs`]: the durable job DAG in SQLite (power intent, installed
 //!   agents, cleanup journal); [`runtime`]: the Docker runtime behind a
@@ -18,8 +21,10 @@
 //! Invariants: one NATS connection per process; nothing stamps its own time;
 //! the hive keeps running its agents when NATS or the controller is away.
 
+pub mod access;
 pub mod api;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod converge;
 pub mod converger;

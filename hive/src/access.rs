@@ -131,9 +131,9 @@ pub fn routers(health: Router, api: Option<Router>, token: Option<ApiToken>) -> 
         None => health.clone(),
     };
     let tcp = match (api, token) {
-        (Some(api), Some(token)) => health.merge(
-            api.layer(axum::middleware::from_fn_with_state(token, remote_guard)),
-        ),
+        (Some(api), Some(token)) => {
+            health.merge(api.layer(axum::middleware::from_fn_with_state(token, remote_guard)))
+        }
         _ => health,
     };
     (tcp, socket)
@@ -197,9 +197,13 @@ pub fn check_remote(method: &Method, headers: &HeaderMap, token: &ApiToken) -> R
         let ct = headers
             .get(header::CONTENT_TYPE)
             .map(|v| String::from_utf8_lossy(v.as_bytes()).to_string());
-        let essence = ct
-            .as_deref()
-            .map(|c| c.split(';').next().unwrap_or("").trim().to_ascii_lowercase());
+        let essence = ct.as_deref().map(|c| {
+            c.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        });
         if essence.as_deref() != Some("application/json") {
             return Err(Refusal::ContentType(ct));
         }

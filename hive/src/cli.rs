@@ -45,7 +45,12 @@ struct Cli {
 
     /// A file holding the bearer token for the API over TCP (the hive's
     /// `api_token_file`); not needed on the socket.
-    #[arg(long, global = true, env = "HYPERHIVE_API_TOKEN_FILE", value_name = "FILE")]
+    #[arg(
+        long,
+        global = true,
+        env = "HYPERHIVE_API_TOKEN_FILE",
+        value_name = "FILE"
+    )]
     api_token_file: Option<PathBuf>,
 
     /// Print JSON instead of tables (for scripts).

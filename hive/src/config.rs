@@ -281,9 +281,7 @@ pub fn load(
 
     let api_token = match &file.api_token_file {
         None => None,
-        Some(p) => read_token_file(p)
-            .map_err(|e| problems.push(e))
-            .ok(),
+        Some(p) => read_token_file(p).map_err(|e| problems.push(e)).ok(),
     };
     for root in &file.build_roots {
         if !root.is_absolute() {

@@ -130,10 +130,10 @@ pub async fn run(config: HiveConfig, shutdown: Shutdown) -> Result<(), DaemonErr
 
     // Containers carry the hive's name, so without one nothing is deployed.
     if let Some(name) = config.name.clone() {
-        let runtime = Arc::new(DockerRuntime::new(
-            name.clone(),
-            config.docker_host.as_deref(),
-        ));
+        let runtime = Arc::new(
+            DockerRuntime::new(name.clone(), config.docker_host.as_deref())
+                .with_context_max_bytes(config.build_context_max_bytes),
+        );
         let wake = Arc::new(tokio::sync::Notify::new());
         let declared_rx = wanted_rx.clone();
         api_routes = Some(api::router(api::ApiState {
@@ -164,7 +164,11 @@ pub async fn run(config: HiveConfig, shutdown: Shutdown) -> Result<(), DaemonErr
                 wake: Arc::clone(&wake),
                 health: Some(health.clone()),
                 extra_binds,
-                config: worker::WorkerConfig::default().with_env_overrides(),
+                config: worker::WorkerConfig {
+                    build_roots: config.build_roots.clone(),
+                    ..worker::WorkerConfig::default()
+                }
+                .with_env_overrides(),
             },
             shutdown.clone(),
         ));

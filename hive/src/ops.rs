@@ -19,8 +19,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use swarm_queue_client::{AgentName, AgentSpec};
 
-use crate::client::{Answer, ApiClient, ClientError};
 use crate::api::{AgentsView, DeployBody, ErrorBody, JobsView, PurgeBody, Queued, RebuildBody};
+use crate::client::{Answer, ApiClient, ClientError};
 use crate::jobs::{JobId, JobState, JobView, NodeState};
 
 /// The operator verbs, flattened into `hive`'s top-level commands.

@@ -133,6 +133,13 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print the public user nkey (U…) of the seed in FILE, creating the
+    /// seed (mode 0600) when there is none: an identity for the controller
+    /// or a hive without the `nk` tool. Connects to nothing.
+    Nkey {
+        #[arg(value_name = "FILE")]
+        seed_file: PathBuf,
+    },
 }
 
 impl Command {
@@ -142,6 +149,7 @@ impl Command {
             self,
             Command::Roster { .. }
                 | Command::NatsConfig { .. }
+                | Command::Nkey { .. }
                 | Command::Credential {
                     action: CredentialCommand::Xkey
                 }
@@ -376,6 +384,10 @@ async fn run(config: Config, command: Command) -> anyhow::Result<i32> {
         }
         Command::Serve { http_listen } => serve_cmd(&config, http_listen).await,
         Command::NatsConfig { json } => Ok(nats_config_cmd(&config, json)),
+        Command::Nkey { seed_file } => {
+            println!("{}", crate::nkey_file::public_key(&seed_file)?);
+            Ok(EXIT_OK)
+        }
     }
 }
 

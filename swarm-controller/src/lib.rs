@@ -36,6 +36,7 @@ pub mod fleet;
 pub mod knowledge;
 pub mod nats;
 pub mod nats_config;
+pub mod nkey_file;
 pub mod render;
 pub mod serve;
 pub mod swarm_file;

@@ -291,7 +291,8 @@ mod tests {
         let token = ApiToken("0123456789abcdef0123".into());
         let good = "Bearer 0123456789abcdef0123";
         let json = "application/json";
-        let table: Vec<(Method, Vec<(&'static str, &str)>, Result<(), Refusal>)> = vec![
+        type Case<'a> = (Method, Vec<(&'static str, &'a str)>, Result<(), Refusal>);
+        let table: Vec<Case> = vec![
             (
                 Method::POST,
                 vec![("authorization", good), ("content-type", json)],

@@ -206,7 +206,8 @@ async fn remote_writes_need_the_token_json_and_no_origin() {
     let body = json!({ "spec": { "image": image.reference } }).to_string();
     let bearer = format!("Bearer {token}");
     let json_ct = ("Content-Type", "application/json");
-    let refused: [(&str, Vec<(&str, &str)>, u16); 5] = [
+    type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, u16);
+    let refused: [Case; 5] = [
         ("no token", vec![json_ct], 401),
         (
             "wrong token",

@@ -812,13 +812,12 @@ async fn a_running_hive_refuses_bad_input_by_name_and_keeps_running() {
 /// rule named, nothing is built or queued, and a good deploy still works.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_build_contexts_and_api_requests_are_refused_by_name() {
-    use hyperhive_tests::docker::{ContainerGuard, ImageGuard, TestImage};
+    use hyperhive_tests::docker::{ContainerGuard, TestImage};
     let name = hyperhive_tests::unique_name("bad-ctx");
-    // Dropped in reverse: the hive, its containers, the built image, its base.
+    // Dropped in reverse: the hive, its containers, whatever it built (a
+    // hostile context that was wrongly built included), the base image.
     let base = TestImage::busybox("bad-ctx");
-    let mut built_image = ImageGuard {
-        reference: String::new(),
-    };
+    let _built = BuiltImages(name.clone());
     let _containers = ContainerGuard::new(&name);
     let tmp = tempfile::Builder::new()
         .prefix("hhtest-ctx-")
@@ -903,7 +902,9 @@ async fn hostile_build_contexts_and_api_requests_are_refused_by_name() {
         )
         .await;
     api.done(job, T).await;
-    built_image.reference = built_tag(&api, "good").await;
+    assert!(built_tag(&api, "good")
+        .await
+        .starts_with("hyperhive-build/"));
 
     // API requests with the wrong method, content type or origin: refused
     // with a status that says which, and nothing is queued.
@@ -988,6 +989,23 @@ async fn hostile_build_contexts_and_api_requests_are_refused_by_name() {
         .unwrap()
         .len();
     assert_eq!(after, before, "a refused request queued a job");
+}
+
+/// Removes every image a hive named `.0` built, on drop.
+struct BuiltImages(String);
+
+impl Drop for BuiltImages {
+    fn drop(&mut self) {
+        let filter = format!("reference=hyperhive-build/{}/*", self.0);
+        let ids = Command::new("docker")
+            .args(["images", "-q", "--filter", &filter])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+            .unwrap_or_default();
+        for id in ids.split_whitespace() {
+            let _ = Command::new("docker").args(["rmi", "-f", id]).output();
+        }
+    }
 }
 
 /// The image tag the hive built for `agent`.

@@ -179,7 +179,7 @@ const CHUNK: usize = 64 * 1024;
 /// chunks as a blocking thread writes them (a few chunks in flight, never
 /// the whole context in memory); `producer` says how the tar ended.
 pub struct TarStream {
-    pub body: futures_util::stream::BoxStream<'static, Result<bytes::Bytes, io::Error>>,
+    pub body: futures_util::stream::BoxStream<'static, Result<hyper::body::Bytes, io::Error>>,
     pub producer: tokio::task::JoinHandle<TarEnd>,
 }
 
@@ -196,7 +196,7 @@ pub enum TarEnd {
 
 /// Start streaming `dir` as a tar of at most `max_bytes`.
 pub fn stream_tar(dir: PathBuf, max_bytes: u64) -> TarStream {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, io::Error>>(4);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<hyper::body::Bytes, io::Error>>(4);
     let producer = tokio::task::spawn_blocking(move || {
         let writer = ChunkWriter {
             tx: tx.clone(),
@@ -236,7 +236,7 @@ enum Stop {
 }
 
 struct ChunkWriter {
-    tx: tokio::sync::mpsc::Sender<Result<bytes::Bytes, io::Error>>,
+    tx: tokio::sync::mpsc::Sender<Result<hyper::body::Bytes, io::Error>>,
     buf: Vec<u8>,
     written: u64,
     max_bytes: u64,
@@ -250,7 +250,7 @@ impl ChunkWriter {
         if self.buf.is_empty() {
             return Ok(());
         }
-        let chunk = bytes::Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
+        let chunk = hyper::body::Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
         self.tx.blocking_send(Ok(chunk)).map_err(|_| {
             self.stop = Some(Stop::ReceiverGone);
             io::Error::new(io::ErrorKind::BrokenPipe, "Docker stopped reading")

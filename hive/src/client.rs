@@ -16,8 +16,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use hyper::body::Bytes;
 use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST};
 use hyper::Method;
 use hyper_util::rt::TokioIo;

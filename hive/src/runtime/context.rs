@@ -250,7 +250,8 @@ impl ChunkWriter {
         if self.buf.is_empty() {
             return Ok(());
         }
-        let chunk = hyper::body::Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
+        let chunk =
+            hyper::body::Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
         self.tx.blocking_send(Ok(chunk)).map_err(|_| {
             self.stop = Some(Stop::ReceiverGone);
             io::Error::new(io::ErrorKind::BrokenPipe, "Docker stopped reading")

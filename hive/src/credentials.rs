@@ -238,6 +238,8 @@ impl Credentials {
         if let Some(d) = opened.as_ref() {
             return Ok(d.clone());
         }
+        // Only `Credentials::open` makes one without an opener, and it is
+        // open from the start, so this cannot fail.
         let o = self
             .opener
             .as_ref()

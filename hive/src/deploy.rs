@@ -81,3 +81,58 @@ impl Deployer {
         Ok(queued.job.0 as u64)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use swarm_queue_client::{AgentSpec, Declaration};
+
+    use super::*;
+    use crate::wanted::Wanted;
+
+    fn name(s: &str) -> AgentName {
+        AgentName::new(s).unwrap()
+    }
+
+    #[tokio::test]
+    async fn only_declared_agents_are_queued_and_refusals_say_what_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = JobStore::open(&dir.path().join("hive.db")).unwrap();
+        let (tx, rx) = tokio::sync::watch::channel(None);
+        let d = Deployer {
+            store: store.clone(),
+            wake: Arc::default(),
+            wanted: rx,
+            hive: HiveName::new("alpha").unwrap(),
+        };
+        let e = d.deploy(name("mail")).await.unwrap_err().to_string();
+        assert!(
+            e.contains("no declaration yet") && e.contains("mail"),
+            "{e}"
+        );
+        let spec = AgentSpec {
+            image: Some("local/mail:1".into()),
+            ..Default::default()
+        };
+        tx.send_replace(Some(Arc::new(Wanted {
+            revision: 7,
+            declaration: Declaration {
+                schema: 1,
+                agents: BTreeMap::from([(name("mail"), spec)]),
+            },
+        })));
+        let e = d.deploy(name("ghost")).await.unwrap_err().to_string();
+        assert!(
+            e.contains("agent ghost is not declared on hive alpha (declaration revision 7)"),
+            "{e}"
+        );
+        let job = d.deploy(name("mail")).await.unwrap();
+        let jobs = store
+            .call(|s| s.jobs(&crate::jobs::JobFilter::default()))
+            .await
+            .unwrap();
+        assert_eq!(jobs.len(), 1);
+        assert_eq!((jobs[0].id.0 as u64, jobs[0].agent.as_str()), (job, "mail"));
+    }
+}

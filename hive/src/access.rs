@@ -66,11 +66,12 @@ pub enum SocketError {
 
 /// Bind the operator API's socket at `path`, mode 0660, group `group` when
 /// given. A stale socket left by a killed hive is replaced; a live one, or a
-/// file that is not a socket, is an error naming the path.
+/// file that is not a socket, is an error naming the path. The listener is
+/// non-blocking, ready for [`serve_socket`].
 pub fn bind_socket(
     path: &Path,
     group: Option<&str>,
-) -> Result<tokio::net::UnixListener, SocketError> {
+) -> Result<std::os::unix::net::UnixListener, SocketError> {
     let create = |source| SocketError::Create {
         path: path.to_path_buf(),
         source,
@@ -86,7 +87,8 @@ pub fn bind_socket(
         .map_err(create)?;
     let result = (|| {
         let staged = staging.join("hive.sock");
-        let listener = tokio::net::UnixListener::bind(&staged).map_err(create)?;
+        let listener = std::os::unix::net::UnixListener::bind(&staged).map_err(create)?;
+        listener.set_nonblocking(true).map_err(create)?;
         std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(SOCKET_MODE))
             .map_err(create)?;
         if let (Some(gid), Some(group)) = (gid, group) {
@@ -106,20 +108,17 @@ pub fn bind_socket(
     result
 }
 
-/// Serve `router` on the socket until shutdown, then remove the socket.
+/// Serve `router` on the socket until shutdown. The daemon removes the
+/// socket file after the drain (a supervised restart serves the same one).
 pub async fn serve_socket(
-    listener: tokio::net::UnixListener,
-    path: PathBuf,
+    listener: std::os::unix::net::UnixListener,
     router: Router,
     mut shutdown: Shutdown,
-) {
-    let result = axum::serve(listener, router)
+) -> std::io::Result<()> {
+    let listener = tokio::net::UnixListener::from_std(listener)?;
+    axum::serve(listener, router)
         .with_graceful_shutdown(async move { shutdown.wait().await })
-        .await;
-    if let Err(e) = result {
-        tracing::error!(error = %e, path = %path.display(), "operator API socket server failed");
-    }
-    let _ = std::fs::remove_file(&path);
+        .await
 }
 
 /// The routers for the two listeners: the socket gets health and the API;

@@ -66,7 +66,6 @@ async fn serve(with_worker: bool) -> Server {
     let unix = crate::access::bind_socket(&socket, None).unwrap();
     tokio::spawn(crate::access::serve_socket(
         unix,
-        socket.clone(),
         app.clone(),
         shutdown.clone(),
     ));

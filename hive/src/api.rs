@@ -193,6 +193,7 @@ impl AgentRow {
             observed: self.observed,
             spec: self.container_spec.clone(),
             declared_spec: None,
+            image_progress: None,
             last_job: self.last_job.clone(),
         }
     }

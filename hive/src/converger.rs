@@ -291,6 +291,7 @@ impl<R: ContainerRuntime> Converger<R> {
                     observed,
                     spec,
                     declared_spec: spec_decl.map(|s| s.spec_hash()),
+                    image_progress: None,
                     last_job: last.get(&name).map(summary),
                 },
             );

@@ -124,10 +124,12 @@ pub async fn run(config: HiveConfig, shutdown: Shutdown) -> Result<(), DaemonErr
 
     // Containers carry the hive's name, so without one nothing is deployed.
     if let Some(name) = config.name.clone() {
-        let runtime = Arc::new(DockerRuntime::new(
-            name.clone(),
-            config.docker_host.as_deref(),
-        ));
+        let mut runtime = DockerRuntime::new(name.clone(), config.docker_host.as_deref());
+        if let Some(path) = &config.registry_auth_file {
+            let auth = crate::registry_auth::RegistryAuth::new(path.clone());
+            runtime = runtime.with_registry_auth(Arc::new(auth));
+        }
+        let runtime = Arc::new(runtime);
         let wake = Arc::new(tokio::sync::Notify::new());
         let declared_rx = wanted_rx.clone();
         router = router.merge(api::router(api::ApiState {

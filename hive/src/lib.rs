@@ -11,7 +11,7 @@
 //! - [`daemon`]: `hive run`, which wires the tasks and drains on shutdown.
 //! - [`jobs`]: the durable job DAG in SQLite (power intent, installed
 //!   agents, cleanup journal); [`runtime`]: the Docker runtime behind a
-//!   narrow trait.
+//!   narrow trait; [`registry_auth`]: the registry logins pulls send.
 //! - [`xkey`]: the hive's sealing key; [`systemd`]: sd_notify;
 //!   [`shutdown`]: the signal every task takes.
 //!
@@ -32,6 +32,7 @@ pub mod knowledge;
 pub mod ops;
 pub mod publisher;
 pub mod readiness;
+pub mod registry_auth;
 pub mod runtime;
 pub mod shutdown;
 pub mod systemd;

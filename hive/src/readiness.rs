@@ -11,7 +11,9 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
-use swarm_queue_client::limits::{MAX_AGENTS_PER_HIVE, MAX_WARNINGS, SCHEMA_VERSION};
+use swarm_queue_client::limits::{
+    MAX_AGENTS_PER_HIVE, MAX_SHORT_LEN, MAX_WARNINGS, SCHEMA_VERSION,
+};
 use swarm_queue_client::{AgentName, AgentStatus, HiveName, HiveState, Level, Readiness, Warning};
 use tokio::sync::Notify;
 
@@ -46,6 +48,8 @@ struct Inner {
     warnings: BTreeMap<String, Warning>,
     publish: PublishStats,
     agents: BTreeMap<AgentName, AgentStatus>,
+    /// Pulls under way, by agent: shown in the agent's entry.
+    image_progress: BTreeMap<AgentName, String>,
     converged_revision: Option<u64>,
     seen_revision: Option<u64>,
     job_outcomes: BTreeMap<(String, String), u64>,
@@ -174,6 +178,26 @@ impl Health {
         }
     }
 
+    /// Show (or, with `None`, stop showing) how far the pull of `agent`'s
+    /// image has come. The caller throttles: each change is published.
+    pub fn set_image_progress(&self, agent: &AgentName, progress: Option<&str>) {
+        let mut inner = self.lock();
+        let changed = match progress {
+            Some(p) => {
+                inner
+                    .image_progress
+                    .insert(agent.clone(), p.to_string())
+                    .as_deref()
+                    != Some(p)
+            }
+            None => inner.image_progress.remove(agent).is_some(),
+        };
+        drop(inner);
+        if changed {
+            self.changed.notify_one();
+        }
+    }
+
     pub fn set_revisions(&self, seen: Option<u64>, converged: Option<u64>) {
         let mut inner = self.lock();
         if inner.seen_revision != seen || inner.converged_revision != converged {
@@ -242,15 +266,29 @@ fn compute(hive: Option<HiveName>, xkey: Option<String>, inner: &Inner) -> Readi
         warnings,
         converged_revision: inner.converged_revision,
         seen_revision: inner.seen_revision,
-        agents: inner
-            .agents
-            .iter()
-            .take(MAX_AGENTS_PER_HIVE)
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
+        agents: agents_with_progress(inner),
         xkey,
         version: env!("CARGO_PKG_VERSION").to_string(),
     }
+}
+
+/// The agents' entries with each pull under way shown in its agent's
+/// entry; an agent whose image is pulled before it is reported at all (a
+/// first deploy from the local API) appears as wanted up and missing.
+fn agents_with_progress(inner: &Inner) -> BTreeMap<AgentName, AgentStatus> {
+    let mut agents = inner.agents.clone();
+    for (agent, progress) in &inner.image_progress {
+        let entry = agents.entry(agent.clone()).or_insert_with(|| AgentStatus {
+            wanted: swarm_queue_client::Power::Up,
+            observed: swarm_queue_client::Observed::Missing,
+            spec: None,
+            declared_spec: None,
+            image_progress: None,
+            last_job: None,
+        });
+        entry.image_progress = Some(swarm_queue_client::limits::clip(progress, MAX_SHORT_LEN));
+    }
+    agents.into_iter().take(MAX_AGENTS_PER_HIVE).collect()
 }
 
 /// Prometheus text exposition of a snapshot.
@@ -384,6 +422,23 @@ mod tests {
 
     fn health() -> Health {
         Health::new(Some(HiveName::new("alpha").unwrap()), None)
+    }
+
+    #[test]
+    fn pull_progress_shows_in_the_agents_entry_until_cleared() {
+        let h = health();
+        let agent = AgentName::new("app").unwrap();
+        h.set_image_progress(&agent, Some("layers 1/2, 0.5/2.0 MB"));
+        let r = h.snapshot().readiness;
+        let a = &r.agents[&agent];
+        assert_eq!(a.image_progress.as_deref(), Some("layers 1/2, 0.5/2.0 MB"));
+        assert_eq!(a.observed, swarm_queue_client::Observed::Missing);
+        h.set_image_progress(&agent, Some(&"x".repeat(500)));
+        let r = h.snapshot().readiness;
+        assert!(r.agents[&agent].image_progress.as_ref().unwrap().len() <= MAX_SHORT_LEN);
+        swarm_queue_client::Payload::validate(&r).unwrap();
+        h.set_image_progress(&agent, None);
+        assert!(h.snapshot().readiness.agents.is_empty());
     }
 
     #[test]

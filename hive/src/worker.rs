@@ -39,6 +39,7 @@ use crate::jobs::{
 };
 use crate::readiness::Health;
 use crate::runtime::context::{self, ContextSource};
+use crate::runtime::pull_progress;
 use crate::runtime::{check_owner, Bind, ContainerRuntime, ContainerSpec, RuntimeError};
 use crate::shutdown::Shutdown;
 
@@ -46,6 +47,9 @@ use crate::shutdown::Shutdown;
 /// hook: it lets an end-to-end test kill the daemon at a chosen point (for
 /// example with `create` done and `start` not yet run). Logged loudly.
 pub const HOLD_ENV: &str = "HYPERHIVE_TEST_HOLD_BEFORE_NODE";
+
+/// The least time between two pull-progress changes in Readiness.
+pub const PULL_PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 /// Tries to record one node's outcome before leaving it to crash recovery.
 const FINISH_ATTEMPTS: u32 = 3;
@@ -750,13 +754,27 @@ async fn ensure_image<R: ContainerRuntime>(
         tracing::debug!(progress = line);
         tx.send_replace(line.to_string());
     };
-    // Show the latest line on the node, at most a few times a second.
+    // Show the latest line on the node, at most a few times a second, and
+    // the pull's tally in the agent's Readiness entry at most once a second:
+    // every change there is a publish, and a pull must not flood NATS.
     let (store, job, seq) = (deps.store.clone(), claim.job, claim.seq);
+    let (health, who) = (deps.health.clone(), agent.clone());
     let writer = tokio::spawn(async move {
+        let mut next_publish = tokio::time::Instant::now();
         while rx.changed().await.is_ok() {
             let line = rx.borrow_and_update().clone();
+            let now = tokio::time::Instant::now();
+            if let (Some(h), Some(sum)) = (&health, pull_progress::summary_of(&line)) {
+                if now >= next_publish {
+                    h.set_image_progress(&who, Some(sum));
+                    next_publish = now + PULL_PROGRESS_EVERY;
+                }
+            }
             let _ = store.call(move |s| s.set_detail(job, seq, &line)).await;
             tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        if let Some(h) = &health {
+            h.set_image_progress(&who, None);
         }
     });
     let result = match &spec.build {

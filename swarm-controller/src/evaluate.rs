@@ -717,6 +717,7 @@ mod tests {
             observed,
             spec: Some(hash.clone()),
             declared_spec: Some(hash),
+            image_progress: None,
             last_job: job.map(|(state, error)| JobSummary {
                 id: 7,
                 kind: "first_deploy".into(),

@@ -491,6 +491,9 @@ pub struct AgentStatus {
     pub declared_spec: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_job: Option<JobSummary>,
+    /// While the agent's image is being pulled: `layers 2/3, 1.5/4.0 MB`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_progress: Option<String>,
 }
 
 /// A hive's readiness, published under its own key. No timestamps: the KV
@@ -530,7 +533,11 @@ impl Payload for Readiness {
         }
         check_count("agents", self.agents.len(), MAX_AGENTS_PER_HIVE)?;
         for (name, a) in &self.agents {
-            for (field, v) in [("spec", &a.spec), ("declared_spec", &a.declared_spec)] {
+            for (field, v) in [
+                ("spec", &a.spec),
+                ("declared_spec", &a.declared_spec),
+                ("image_progress", &a.image_progress),
+            ] {
                 if let Some(v) = v {
                     check_text(&format!("agents.{name}.{field}"), v, MAX_SHORT_LEN)?;
                 }

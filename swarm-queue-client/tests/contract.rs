@@ -276,6 +276,7 @@ fn largest_readiness() -> Readiness {
                     observed: Observed::Missing,
                     spec: Some(worst(MAX_SHORT_LEN)),
                     declared_spec: Some(worst(MAX_SHORT_LEN)),
+                    image_progress: None,
                     last_job: Some(JobSummary {
                         id: u64::MAX,
                         kind: worst(MAX_SHORT_LEN),

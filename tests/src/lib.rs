@@ -22,6 +22,7 @@ pub mod jobs;
 pub mod kv;
 pub mod nats;
 pub mod process;
+pub mod registry;
 pub mod swarm;
 pub mod trace_log;
 

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bollard::errors::Error as BollardError;
@@ -23,6 +23,9 @@ use futures_util::StreamExt;
 use swarm_queue_client::containers::hive_label_filter;
 use swarm_queue_client::HiveName;
 
+use crate::registry_auth::{registry_of, Login, RegistryAuth};
+
+use super::pull_progress::PullTally;
 use super::{
     check_owner, context, split_image_ref, ContainerInfo, ContainerRuntime, ContainerSpec,
     ProgressFn, RuntimeError,
@@ -39,6 +42,8 @@ pub struct DockerRuntime {
     host: String,
     /// Made on first use; `None` again only if making it failed.
     client: Mutex<Option<Docker>>,
+    /// Logins sent with pulls (`registry_auth_file`), if configured.
+    registry_auth: Option<Arc<RegistryAuth>>,
 }
 
 impl std::fmt::Debug for DockerRuntime {
@@ -68,6 +73,51 @@ impl DockerRuntime {
             hive,
             host,
             client: Mutex::new(None),
+            registry_auth: None,
+        }
+    }
+
+    /// Send the matching login of `auth` with every pull.
+    pub fn with_registry_auth(mut self, auth: Arc<RegistryAuth>) -> DockerRuntime {
+        self.registry_auth = Some(auth);
+        self
+    }
+
+    /// The login for `image`'s registry, read afresh if the file changed.
+    fn login_for(&self, image: &str) -> Result<Option<Login>, RuntimeError> {
+        match &self.registry_auth {
+            None => Ok(None),
+            Some(auth) => Ok(auth.login_for(image)?),
+        }
+    }
+
+    /// A failed pull as an error: a refusal by the registry names the
+    /// registry and which login was sent; no message keeps the password.
+    fn pull_failed(&self, image: &str, login: Option<&Login>, message: String) -> RuntimeError {
+        let message = login.map_or(message.clone(), |l| l.scrub(&message));
+        if !is_auth_refusal(&message) {
+            return RuntimeError::Pull {
+                image: image.to_string(),
+                message,
+            };
+        }
+        let registry = registry_of(image);
+        let login = match (login, &self.registry_auth) {
+            (Some(l), Some(auth)) => format!(
+                "the login of user {:?} from {} was refused; check it",
+                l.username,
+                auth.path().display()
+            ),
+            (None, Some(auth)) => {
+                format!("{} holds no login for {registry}", auth.path().display())
+            }
+            _ => "the hive has no registry_auth_file, so no login was sent".to_string(),
+        };
+        RuntimeError::RegistryDenied {
+            registry,
+            image: image.to_string(),
+            message,
+            login,
         }
     }
 
@@ -163,6 +213,20 @@ impl DockerRuntime {
     }
 }
 
+/// Whether dockerd's message says the registry wants (other) credentials.
+fn is_auth_refusal(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    [
+        "unauthorized",
+        "authentication required",
+        "no basic auth credentials",
+        "denied",
+        "incorrect username or password",
+    ]
+    .iter()
+    .any(|needle| m.contains(needle))
+}
+
 fn labels_of(map: Option<HashMap<String, String>>) -> BTreeMap<String, String> {
     map.unwrap_or_default().into_iter().collect()
 }
@@ -194,46 +258,63 @@ impl ContainerRuntime for DockerRuntime {
 
     async fn pull(&self, image: &str, progress: ProgressFn<'_>) -> Result<(), RuntimeError> {
         let docker = self.client()?;
+        let login = self.login_for(image)?;
         let (repo, tag) = split_image_ref(image);
         let options = CreateImageOptions {
             from_image: Some(repo),
             tag,
             ..Default::default()
         };
-        let mut stream = docker.create_image(Some(options), None, None);
+        let credentials = login.as_ref().map(Login::to_docker);
+        let mut stream = docker.create_image(Some(options), None, credentials);
+        let mut tally = PullTally::default();
         while let Some(item) = stream.next().await {
-            match item {
-                Ok(info) => {
-                    let amount = info
-                        .progress_detail
-                        .and_then(|d| match (d.current, d.total) {
-                            (Some(c), Some(t)) if t > 0 => Some(format!("{c}/{t} bytes")),
-                            _ => None,
-                        });
-                    let line = [info.id, info.status, amount]
-                        .into_iter()
-                        .flatten()
-                        .filter(|s| !s.is_empty())
-                        .collect::<Vec<_>>()
-                        .join(" ");
-                    if !line.is_empty() {
-                        progress(&line);
-                    }
-                }
+            let info = match item {
+                Ok(info) => info,
                 Err(BollardError::DockerStreamError { error }) => {
-                    return Err(RuntimeError::Pull {
-                        image: image.to_string(),
-                        message: error,
-                    })
+                    return Err(self.pull_failed(image, login.as_ref(), error))
                 }
                 Err(e) => {
                     return Err(match self.classify("pull", image, e) {
-                        RuntimeError::Docker { source, .. } => RuntimeError::Pull {
-                            image: image.to_string(),
-                            message: crate::error_chain(source.as_ref()),
-                        },
+                        RuntimeError::Docker { source, .. } => self.pull_failed(
+                            image,
+                            login.as_ref(),
+                            crate::error_chain(source.as_ref()),
+                        ),
+                        RuntimeError::NoSuchImage { image, message } => {
+                            match self.pull_failed(&image, login.as_ref(), message) {
+                                RuntimeError::Pull { image, message } => {
+                                    RuntimeError::NoSuchImage { image, message }
+                                }
+                                denied => denied,
+                            }
+                        }
                         other => other,
                     })
+                }
+            };
+            let (current, total) = info
+                .progress_detail
+                .map(|d| (d.current, d.total))
+                .unwrap_or_default();
+            let status = info.status.unwrap_or_default();
+            let current = current.and_then(|c| u64::try_from(c).ok());
+            let total = total.and_then(|t| u64::try_from(t).ok()).filter(|t| *t > 0);
+            tally.observe(info.id.as_deref(), &status, current, total);
+            let amount = match (current, total) {
+                (Some(c), Some(t)) => Some(format!("{c}/{t} bytes")),
+                _ => None,
+            };
+            let line = [info.id, Some(status), amount]
+                .into_iter()
+                .flatten()
+                .filter(|s| !s.is_empty())
+                .collect::<Vec<_>>()
+                .join(" ");
+            if !line.is_empty() {
+                match tally.summary() {
+                    Some(sum) => progress(&format!("{sum}: {line}")),
+                    None => progress(&line),
                 }
             }
         }

@@ -25,6 +25,7 @@ pub mod context;
 mod docker;
 #[cfg(test)]
 pub mod fake;
+pub mod pull_progress;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -194,6 +195,16 @@ pub enum RuntimeError {
     NameTaken { name: String, message: String },
     #[error("the pull of {image} failed: {message}")]
     Pull { image: String, message: String },
+    #[error("registry {registry} refused the pull of {image}: {message}; {login}")]
+    RegistryDenied {
+        registry: String,
+        image: String,
+        message: String,
+        /// Which login was sent, never the password.
+        login: String,
+    },
+    #[error(transparent)]
+    RegistryLogins(#[from] crate::registry_auth::RegistryAuthError),
     #[error("the build of {tag} failed: {message}")]
     Build { tag: String, message: String },
     #[error("build context {context}: {reason}")]
@@ -216,7 +227,9 @@ impl RuntimeError {
         match self {
             RuntimeError::Unreachable { .. }
             | RuntimeError::Timeout { .. }
-            | RuntimeError::Pull { .. } => true,
+            | RuntimeError::Pull { .. }
+            // The file may be being rewritten; the next read sees it whole.
+            | RuntimeError::RegistryLogins(_) => true,
             RuntimeError::Docker { transient, .. } => *transient,
             // A git fetch fails on a network hiccup as often as on a bad ref.
             RuntimeError::Git { .. } => true,

@@ -220,6 +220,7 @@ pub fn agent_status(
         observed,
         spec: Some(spec.spec_hash()),
         declared_spec: Some(spec.spec_hash()),
+        image_progress: None,
         last_job: job.map(|(state, error)| JobSummary {
             id: 42,
             kind: "first_deploy".into(),

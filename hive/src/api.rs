@@ -194,6 +194,7 @@ impl AgentRow {
             spec: self.container_spec.clone(),
             declared_spec: None,
             image_progress: None,
+            image_digest: None,
             last_job: self.last_job.clone(),
         }
     }

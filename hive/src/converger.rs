@@ -97,6 +97,7 @@ impl<R: ContainerRuntime> Converger<R> {
             .list()
             .await
             .map_err(|e| PassError::Docker(crate::error_chain(&e)))?;
+        self.report_digests(&containers).await;
         let mut seen = BTreeMap::new();
         for c in containers {
             if c.owner() != Some(self.deps.hive.as_str()) {
@@ -115,6 +116,24 @@ impl<R: ContainerRuntime> Converger<R> {
             );
         }
         Ok(seen)
+    }
+
+    /// Put the repo digest each agent's container runs into Readiness. A
+    /// digest that cannot be looked up is left out, never guessed.
+    async fn report_digests(&self, containers: &[crate::runtime::ContainerInfo]) {
+        let mut digests = BTreeMap::new();
+        for c in containers
+            .iter()
+            .filter(|c| c.owner() == Some(self.deps.hive.as_str()))
+        {
+            let Some(agent) = c.agent().and_then(|a| AgentName::new(a).ok()) else {
+                continue;
+            };
+            if let Ok(Some(d)) = self.deps.runtime.image_digest(&c.image_id).await {
+                digests.insert(agent, d);
+            }
+        }
+        self.deps.health.set_image_digests(digests);
     }
 
     async fn installed(&self) -> Result<BTreeMap<AgentName, Installed>, StoreError> {
@@ -292,6 +311,7 @@ impl<R: ContainerRuntime> Converger<R> {
                     spec,
                     declared_spec: spec_decl.map(|s| s.spec_hash()),
                     image_progress: None,
+                    image_digest: None,
                     last_job: last.get(&name).map(summary),
                 },
             );

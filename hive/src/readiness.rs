@@ -50,6 +50,8 @@ struct Inner {
     agents: BTreeMap<AgentName, AgentStatus>,
     /// Pulls under way, by agent: shown in the agent's entry.
     image_progress: BTreeMap<AgentName, String>,
+    /// Repo digests of the images the agents' containers run.
+    image_digests: BTreeMap<AgentName, String>,
     converged_revision: Option<u64>,
     seen_revision: Option<u64>,
     job_outcomes: BTreeMap<(String, String), u64>,
@@ -198,6 +200,16 @@ impl Health {
         }
     }
 
+    /// The repo digest each agent's container runs, as last observed.
+    pub fn set_image_digests(&self, digests: BTreeMap<AgentName, String>) {
+        let mut inner = self.lock();
+        if inner.image_digests != digests {
+            inner.image_digests = digests;
+            drop(inner);
+            self.changed.notify_one();
+        }
+    }
+
     pub fn set_revisions(&self, seen: Option<u64>, converged: Option<u64>) {
         let mut inner = self.lock();
         if inner.seen_revision != seen || inner.converged_revision != converged {
@@ -284,9 +296,15 @@ fn agents_with_progress(inner: &Inner) -> BTreeMap<AgentName, AgentStatus> {
             spec: None,
             declared_spec: None,
             image_progress: None,
+            image_digest: None,
             last_job: None,
         });
         entry.image_progress = Some(swarm_queue_client::limits::clip(progress, MAX_SHORT_LEN));
+    }
+    for (agent, entry) in agents.iter_mut() {
+        if let Some(d) = inner.image_digests.get(agent) {
+            entry.image_digest = Some(swarm_queue_client::limits::clip(d, MAX_SHORT_LEN));
+        }
     }
     agents.into_iter().take(MAX_AGENTS_PER_HIVE).collect()
 }

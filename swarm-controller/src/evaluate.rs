@@ -212,6 +212,9 @@ pub struct AgentRow {
     /// The declared spec matches the running one (None: cannot tell).
     pub spec_matches: Option<bool>,
     pub last_job: Option<JobSummary>,
+    /// Repo digest (`sha256:…`) of the image the agent runs, as reported.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_digest: Option<String>,
     /// What is off about it, if anything.
     pub note: Option<String>,
 }
@@ -668,6 +671,7 @@ fn agent_rows(declared: Option<&Declared>, readiness: Option<&Readiness>) -> Vec
                 observed: report.map(|a| a.observed),
                 spec_matches,
                 last_job: report.and_then(|a| a.last_job.clone()),
+                image_digest: report.and_then(|a| a.image_digest.clone()),
                 note,
             }
         })
@@ -718,6 +722,7 @@ mod tests {
             spec: Some(hash.clone()),
             declared_spec: Some(hash),
             image_progress: None,
+            image_digest: None,
             last_job: job.map(|(state, error)| JobSummary {
                 id: 7,
                 kind: "first_deploy".into(),

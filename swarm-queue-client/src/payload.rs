@@ -494,6 +494,10 @@ pub struct AgentStatus {
     /// While the agent's image is being pulled: `layers 2/3, 1.5/4.0 MB`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_progress: Option<String>,
+    /// The repo digest (`sha256:…`) of the image the agent's container
+    /// runs; absent for a locally built image or when there is no container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_digest: Option<String>,
 }
 
 /// A hive's readiness, published under its own key. No timestamps: the KV
@@ -537,6 +541,7 @@ impl Payload for Readiness {
                 ("spec", &a.spec),
                 ("declared_spec", &a.declared_spec),
                 ("image_progress", &a.image_progress),
+                ("image_digest", &a.image_digest),
             ] {
                 if let Some(v) = v {
                     check_text(&format!("agents.{name}.{field}"), v, MAX_SHORT_LEN)?;

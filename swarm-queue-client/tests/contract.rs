@@ -277,6 +277,7 @@ fn largest_readiness() -> Readiness {
                     spec: Some(worst(MAX_SHORT_LEN)),
                     declared_spec: Some(worst(MAX_SHORT_LEN)),
                     image_progress: None,
+                    image_digest: None,
                     last_job: Some(JobSummary {
                         id: u64::MAX,
                         kind: worst(MAX_SHORT_LEN),

@@ -50,6 +50,9 @@ impl ContainerRuntime for NullRuntime {
     async fn pull(&self, _: &str, _: ProgressFn<'_>) -> Result<(), RuntimeError> {
         Ok(())
     }
+    async fn image_digest(&self, _: &str) -> Result<Option<String>, RuntimeError> {
+        Ok(None)
+    }
     async fn build(
         &self,
         _: &std::path::Path,

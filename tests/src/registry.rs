@@ -18,6 +18,15 @@ use tempfile::TempDir;
 const INSTALL_HINT: &str = "docker-registry or htpasswd was not found: \
 `apt-get install -y docker-registry apache2-utils` (scripts/lib.sh install_deps does it)";
 
+/// An image pushed to a test registry.
+#[derive(Debug, Clone)]
+pub struct Pushed {
+    /// `<host>/<repo>:<tag>`.
+    pub reference: String,
+    /// `sha256:…`, the manifest digest the registry answered.
+    pub digest: String,
+}
+
 /// A running registry owned by one test.
 pub struct Registry {
     child: Option<Child>,
@@ -117,8 +126,9 @@ impl Registry {
 
     /// Make a busybox image with `blob_bytes` of random data in its own
     /// layer, push it as `<host>/<repo>:<tag>`, and remove it from the
-    /// local dockerd so the next use has to pull it. Returns the reference.
-    pub fn push_new_image(&self, repo: &str, tag: &str, blob_bytes: usize) -> String {
+    /// local dockerd so the next use has to pull it. Returns the reference
+    /// and the digest the registry gave it.
+    pub fn push_new_image(&self, repo: &str, tag: &str, blob_bytes: usize) -> Pushed {
         let reference = format!("{}/{repo}:{tag}", self.host());
         let root = tempfile::Builder::new()
             .prefix("hhtest-rootfs-")
@@ -158,10 +168,16 @@ impl Registry {
             &reference,
         ]);
         let _ = std::fs::remove_file(&tarball);
-        self.docker_logged_in(&["push", &reference]);
+        let out = self.docker_logged_in(&["push", &reference]);
+        // `1: digest: sha256:… size: 527`
+        let digest = out
+            .split_whitespace()
+            .find(|w| w.starts_with("sha256:"))
+            .unwrap_or_else(|| panic!("no digest in the push output:\n{out}"))
+            .to_string();
         // The id, not the tag: removes the image and its layer.
         crate::docker::docker(&["rmi", "-f", imported.trim()]);
-        reference
+        Pushed { reference, digest }
     }
 
     /// Run `docker` with a login to this registry in a throwaway config.

@@ -14,7 +14,9 @@ use hyperhive_tests::hive::{HiveProc, HiveSpec};
 use hyperhive_tests::kv::{container, Swarm};
 use hyperhive_tests::registry::{write_auth_file, Registry, SlowProxy};
 use hyperhive_tests::{hive_bin, unique_name, wait_until, NatsServer};
-use serde_json::json;
+use serde_json::{json, Value};
+use swarm_queue_client::subjects::HiveSubjects;
+use swarm_queue_client::{AgentName, DeployRequest, HiveName};
 
 const T: Duration = Duration::from_secs(90);
 const USER: &str = "hh-user";
@@ -41,6 +43,10 @@ fn password() -> String {
 /// A hive whose `registry_auth_file` holds `login_password` for the
 /// proxy's address; the registry accepts `password`.
 fn setup(test: &str, password: &str, login_password: &str) -> Setup {
+    setup_with(test, password, login_password, "")
+}
+
+fn setup_with(test: &str, password: &str, login_password: &str, extra: &str) -> Setup {
     let hive_name = unique_name(test);
     let containers = ContainerGuard::new(&hive_name);
     let nats = NatsServer::start();
@@ -52,7 +58,10 @@ fn setup(test: &str, password: &str, login_password: &str) -> Setup {
         .unwrap();
     let auth = dir.path().join("config.json");
     write_auth_file(&auth, &proxy.host(), USER, login_password);
-    let extra = format!("registry_auth_file = {:?}\n", auth.display().to_string());
+    let extra = format!(
+        "registry_auth_file = {:?}\n{extra}",
+        auth.display().to_string()
+    );
     let hive = HiveProc::start(HiveSpec {
         name: Some(&hive_name),
         nats_url: Some(&nats.url()),
@@ -74,13 +83,22 @@ impl Setup {
     /// Push a fresh image and return its reference through the proxy; it
     /// is absent from the local dockerd.
     fn push(&self, repo: &str) -> String {
-        let pushed = self.registry.push_new_image(repo, "1", 3_000_000);
-        let reference = pushed.replace(&self.registry.host(), &self.proxy.host());
+        let (reference, _) = self.push_digest(repo);
         assert!(
             !image_present(&reference),
             "{reference} must be absent before the test pulls it"
         );
         reference
+    }
+
+    /// Push a fresh image under `repo:1` (again: the tag moves); its
+    /// reference through the proxy and the digest the registry gave it.
+    fn push_digest(&self, repo: &str) -> (String, String) {
+        let pushed = self.registry.push_new_image(repo, "1", 3_000_000);
+        let reference = pushed
+            .reference
+            .replace(&self.registry.host(), &self.proxy.host());
+        (reference, pushed.digest)
     }
 
     /// `hive deploy AGENT --spec FILE --wait`: (exit code, stdout, stderr).
@@ -235,4 +253,85 @@ async fn a_wrong_login_is_a_clear_error_naming_the_registry_and_not_the_password
     write_auth_file(&auth, &s.proxy.host(), USER, &pw);
     let (code, out, err) = s.deploy_wait("app", &image).await;
     assert_eq!(code, 0, "deploy after fixing the login failed:\n{out}{err}");
+}
+
+/// The digest the hive publishes for `agent`, once its container runs.
+async fn digest_of(kv: &Swarm, hive: &str, agent: &str, want: &str) -> Value {
+    kv.status_until(hive, &format!("{agent} reported running {want}"), T, |s| {
+        s["agents"][agent]["observed"] == "running" && s["agents"][agent]["image_digest"] == want
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_tag_is_picked_up_by_a_relock_and_never_by_a_reconcile() {
+    let pw = password();
+    let s = setup_with("reg-digest", &pw, &pw, "reconcile_interval_secs = 1\n");
+    let kv = Swarm::connect(&s.nats.url()).await;
+    let (image, d1) = s.push_digest("hh/app");
+    let declaration = json!({ "schema": 1, "agents": { "app": { "image": image } } });
+    let revision = kv.declare(&s.hive_name, &declaration.to_string()).await;
+    kv.converged(&s.hive_name, revision, T).await;
+    let status = digest_of(&kv, &s.hive_name, "app", &d1).await;
+    println!(
+        "published after the pull: agents.app = {}",
+        status["agents"]["app"]
+    );
+
+    // The tag moves in the registry.
+    let (_, d2) = s.push_digest("hh/app");
+    assert_ne!(d1, d2);
+
+    // A reconcile round that re-creates the container uses the image the
+    // hive has: the digest it locked, not the moved tag.
+    let (old_id, _, _) = container(&s.hive_name, "app").unwrap();
+    hyperhive_tests::docker::docker(&["rm", "-f", &old_id]);
+    wait_until(T, "the reconciler to re-create app", || async {
+        container(&s.hive_name, "app")
+            .filter(|(id, running, _)| *id != old_id && *running)
+            .map(|_| ())
+    })
+    .await;
+    let status = digest_of(&kv, &s.hive_name, "app", &d1).await;
+    assert_eq!(status["agents"]["app"]["image_digest"], d1.as_str());
+
+    // An operator's relocking rebuild picks the moved tag up.
+    let api = s.hive.api().await;
+    let out = tokio::process::Command::new(hive_bin())
+        .args(["rebuild", "app", "--relock", "--wait"])
+        .env("HYPERHIVE_API", &api)
+        .output()
+        .await
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "rebuild failed: {printed}");
+    digest_of(&kv, &s.hive_name, "app", &d2).await;
+
+    // So does a deploy event from the swarm (it relocks).
+    let (_, d3) = s.push_digest("hh/app");
+    let subject = HiveSubjects::new(&HiveName::new(&s.hive_name).unwrap()).deploy;
+    let req =
+        swarm_queue_client::encode(&DeployRequest::new(AgentName::new("app").unwrap())).unwrap();
+    let reply = kv.client.request(subject, req.into()).await.unwrap();
+    println!(
+        "deploy event answered {}",
+        String::from_utf8_lossy(&reply.payload)
+    );
+    let status = digest_of(&kv, &s.hive_name, "app", &d3).await;
+    println!(
+        "published after the deploy event: agents.app = {}",
+        status["agents"]["app"]
+    );
+
+    // A spec may pin a digest: the pinned agent runs d1 whatever the tag says.
+    let repo = image.rsplit_once(':').unwrap().0;
+    let pinned = format!("{repo}@{d1}");
+    let declaration = json!({ "schema": 1, "agents": {
+        "app": { "image": image },
+        "pinned": { "image": pinned }
+    } });
+    let revision = kv.declare(&s.hive_name, &declaration.to_string()).await;
+    kv.converged(&s.hive_name, revision, T).await;
+    digest_of(&kv, &s.hive_name, "pinned", &d1).await;
+    digest_of(&kv, &s.hive_name, "app", &d3).await;
 }

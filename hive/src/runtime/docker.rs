@@ -44,6 +44,9 @@ pub struct DockerRuntime {
     client: Mutex<Option<Docker>>,
     /// Logins sent with pulls (`registry_auth_file`), if configured.
     registry_auth: Option<Arc<RegistryAuth>>,
+    /// Image id -> repo digest, once found: an image id names fixed
+    /// content, so its digest never needs asking again.
+    digests: Mutex<HashMap<String, Option<String>>>,
 }
 
 impl std::fmt::Debug for DockerRuntime {
@@ -74,6 +77,7 @@ impl DockerRuntime {
             host,
             client: Mutex::new(None),
             registry_auth: None,
+            digests: Mutex::new(HashMap::new()),
         }
     }
 
@@ -254,6 +258,37 @@ impl ContainerRuntime for DockerRuntime {
             }) => Ok(false),
             Err(e) => Err(self.classify("inspect image", image, e)),
         }
+    }
+
+    async fn image_digest(&self, image_id: &str) -> Result<Option<String>, RuntimeError> {
+        if let Some(known) = self
+            .digests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(image_id)
+        {
+            return Ok(known.clone());
+        }
+        let docker = self.client()?;
+        let found = match docker.inspect_image(image_id).await {
+            Ok(found) => found,
+            Err(BollardError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => return Ok(None),
+            Err(e) => return Err(self.classify("inspect image", image_id, e)),
+        };
+        // `repo@sha256:…`; every repo of one image id has the same digest
+        // when it came from one manifest, and the first is as good as any.
+        let digest = found
+            .repo_digests
+            .unwrap_or_default()
+            .into_iter()
+            .find_map(|r| r.split_once('@').map(|(_, d)| d.to_string()));
+        self.digests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(image_id.to_string(), digest.clone());
+        Ok(digest)
     }
 
     async fn pull(&self, image: &str, progress: ProgressFn<'_>) -> Result<(), RuntimeError> {
@@ -480,6 +515,7 @@ impl ContainerRuntime for DockerRuntime {
                 .trim_start_matches('/')
                 .to_string(),
             image: config.image.unwrap_or_default(),
+            image_id: found.image.unwrap_or_default(),
             running: state.running.unwrap_or(false),
             status: state.status.map(|s| s.to_string()).unwrap_or_default(),
             labels: labels_of(config.labels),
@@ -511,6 +547,7 @@ impl ContainerRuntime for DockerRuntime {
                         .trim_start_matches('/')
                         .to_string(),
                     image: c.image.unwrap_or_default(),
+                    image_id: c.image_id.unwrap_or_default(),
                     running: status == "running",
                     status,
                     labels: labels_of(c.labels),

@@ -65,6 +65,7 @@ impl FakeRuntime {
                 id: format!("planted-{name}"),
                 name: name.to_string(),
                 image: "other".into(),
+                image_id: "sha256:other".into(),
                 running,
                 status: if running { "running" } else { "created" }.into(),
                 labels,
@@ -134,6 +135,11 @@ impl ContainerRuntime for FakeRuntime {
         Ok(self.images.lock().unwrap().contains(image))
     }
 
+    async fn image_digest(&self, image_id: &str) -> Result<Option<String>, RuntimeError> {
+        self.enter("image_digest", image_id)?;
+        Ok(None)
+    }
+
     async fn pull(&self, image: &str, progress: ProgressFn<'_>) -> Result<(), RuntimeError> {
         self.enter("pull", image)?;
         if !self.registry.lock().unwrap().contains(image) {
@@ -190,6 +196,7 @@ impl ContainerRuntime for FakeRuntime {
                 id: id.clone(),
                 name: spec.name.clone(),
                 image: spec.image.clone(),
+                image_id: format!("sha256:{}", spec.image),
                 running: false,
                 status: "created".into(),
                 labels: spec.labels.clone(),

@@ -123,6 +123,9 @@ pub struct ContainerInfo {
     /// Without Docker's leading `/`.
     pub name: String,
     pub image: String,
+    /// The id (`sha256:…`) of the image the container was created from:
+    /// what it runs, whatever the reference's tag points to now.
+    pub image_id: String,
     pub running: bool,
     /// Docker's word for the state: created, running, exited, …
     pub status: String,
@@ -294,6 +297,14 @@ pub trait ContainerRuntime: Send + Sync + 'static {
         container: &str,
     ) -> impl Future<Output = Result<Option<ContainerInfo>, RuntimeError>> + Send;
 
+    /// The repo digest (`sha256:…`, what a registry calls the manifest)
+    /// of the local image `image_id`; `None` for an image that came from no
+    /// registry (a local build).
+    fn image_digest(
+        &self,
+        image_id: &str,
+    ) -> impl Future<Output = Result<Option<String>, RuntimeError>> + Send;
+
     /// Every container carrying this hive's label, running or not.
     fn list(&self) -> impl Future<Output = Result<Vec<ContainerInfo>, RuntimeError>> + Send;
 }
@@ -384,6 +395,7 @@ mod tests {
             id: "c1".into(),
             name: "hyperhive.alpha.x".into(),
             image: "i".into(),
+            image_id: "sha256:i".into(),
             running: true,
             status: "running".into(),
             labels: owner

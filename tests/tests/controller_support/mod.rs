@@ -221,6 +221,7 @@ pub fn agent_status(
         spec: Some(spec.spec_hash()),
         declared_spec: Some(spec.spec_hash()),
         image_progress: None,
+        image_digest: None,
         last_job: job.map(|(state, error)| JobSummary {
             id: 42,
             kind: "first_deploy".into(),

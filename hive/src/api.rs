@@ -195,6 +195,7 @@ impl AgentRow {
             declared_spec: None,
             image_progress: None,
             image_digest: None,
+            health: None,
             last_job: self.last_job.clone(),
         }
     }

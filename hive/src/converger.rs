@@ -97,7 +97,7 @@ impl<R: ContainerRuntime> Converger<R> {
             .list()
             .await
             .map_err(|e| PassError::Docker(crate::error_chain(&e)))?;
-        self.report_digests(&containers).await;
+        self.report_images_and_health(&containers).await;
         let mut seen = BTreeMap::new();
         for c in containers {
             if c.owner() != Some(self.deps.hive.as_str()) {
@@ -118,10 +118,12 @@ impl<R: ContainerRuntime> Converger<R> {
         Ok(seen)
     }
 
-    /// Put the repo digest each agent's container runs into Readiness. A
-    /// digest that cannot be looked up is left out, never guessed.
-    async fn report_digests(&self, containers: &[crate::runtime::ContainerInfo]) {
+    /// Put the repo digest each agent's container runs, and its health,
+    /// into Readiness; an unhealthy agent degrades the hive. A digest that
+    /// cannot be looked up is left out, never guessed.
+    async fn report_images_and_health(&self, containers: &[crate::runtime::ContainerInfo]) {
         let mut digests = BTreeMap::new();
+        let mut health = BTreeMap::new();
         for c in containers
             .iter()
             .filter(|c| c.owner() == Some(self.deps.hive.as_str()))
@@ -129,11 +131,15 @@ impl<R: ContainerRuntime> Converger<R> {
             let Some(agent) = c.agent().and_then(|a| AgentName::new(a).ok()) else {
                 continue;
             };
+            if let Some(h) = &c.health {
+                health.insert(agent.clone(), h.clone());
+            }
             if let Ok(Some(d)) = self.deps.runtime.image_digest(&c.image_id).await {
                 digests.insert(agent, d);
             }
         }
         self.deps.health.set_image_digests(digests);
+        self.deps.health.set_agent_health(health);
     }
 
     async fn installed(&self) -> Result<BTreeMap<AgentName, Installed>, StoreError> {
@@ -312,6 +318,7 @@ impl<R: ContainerRuntime> Converger<R> {
                     declared_spec: spec_decl.map(|s| s.spec_hash()),
                     image_progress: None,
                     image_digest: None,
+                    health: None,
                     last_job: last.get(&name).map(summary),
                 },
             );

@@ -29,6 +29,7 @@ pub mod keys {
     pub const CREDENTIALS: &str = "credentials";
     pub const KNOWLEDGE: &str = "knowledge";
     pub const JOBS: &str = "jobs";
+    pub const AGENT_HEALTH: &str = "agent_health";
 }
 
 /// How many failed publishes in a row before the hive warns that the swarm
@@ -52,6 +53,8 @@ struct Inner {
     image_progress: BTreeMap<AgentName, String>,
     /// Repo digests of the images the agents' containers run.
     image_digests: BTreeMap<AgentName, String>,
+    /// Docker's health status of each agent that has a health check.
+    agent_health: BTreeMap<AgentName, String>,
     converged_revision: Option<u64>,
     seen_revision: Option<u64>,
     job_outcomes: BTreeMap<(String, String), u64>,
@@ -210,6 +213,41 @@ impl Health {
         }
     }
 
+    /// Docker's health status of each agent with a health check; any
+    /// `unhealthy` one raises the `agent_health` warning, naming it.
+    pub fn set_agent_health(&self, health: BTreeMap<AgentName, String>) {
+        let unhealthy: Vec<&str> = health
+            .iter()
+            .filter(|(_, h)| h.as_str() == "unhealthy")
+            .map(|(a, _)| a.as_str())
+            .collect();
+        if unhealthy.is_empty() {
+            self.clear(keys::AGENT_HEALTH);
+        } else {
+            self.raise(
+                keys::AGENT_HEALTH,
+                Level::Warn,
+                if unhealthy.len() == 1 {
+                    format!(
+                        "agent {} is unhealthy: its health check fails",
+                        unhealthy[0]
+                    )
+                } else {
+                    format!(
+                        "agents {} are unhealthy: their health checks fail",
+                        unhealthy.join(", ")
+                    )
+                },
+            );
+        }
+        let mut inner = self.lock();
+        if inner.agent_health != health {
+            inner.agent_health = health;
+            drop(inner);
+            self.changed.notify_one();
+        }
+    }
+
     pub fn set_revisions(&self, seen: Option<u64>, converged: Option<u64>) {
         let mut inner = self.lock();
         if inner.seen_revision != seen || inner.converged_revision != converged {
@@ -297,6 +335,7 @@ fn agents_with_progress(inner: &Inner) -> BTreeMap<AgentName, AgentStatus> {
             declared_spec: None,
             image_progress: None,
             image_digest: None,
+            health: None,
             last_job: None,
         });
         entry.image_progress = Some(swarm_queue_client::limits::clip(progress, MAX_SHORT_LEN));
@@ -304,6 +343,9 @@ fn agents_with_progress(inner: &Inner) -> BTreeMap<AgentName, AgentStatus> {
     for (agent, entry) in agents.iter_mut() {
         if let Some(d) = inner.image_digests.get(agent) {
             entry.image_digest = Some(swarm_queue_client::limits::clip(d, MAX_SHORT_LEN));
+        }
+        if let Some(h) = inner.agent_health.get(agent) {
+            entry.health = Some(swarm_queue_client::limits::clip(h, MAX_SHORT_LEN));
         }
     }
     agents.into_iter().take(MAX_AGENTS_PER_HIVE).collect()
@@ -457,6 +499,39 @@ mod tests {
         swarm_queue_client::Payload::validate(&r).unwrap();
         h.set_image_progress(&agent, None);
         assert!(h.snapshot().readiness.agents.is_empty());
+    }
+
+    #[test]
+    fn an_unhealthy_agent_degrades_the_hive_and_is_named() {
+        let h = health();
+        let a = |n: &str| AgentName::new(n).unwrap();
+        h.set_agents(BTreeMap::from([(
+            a("web"),
+            AgentStatus {
+                wanted: swarm_queue_client::Power::Up,
+                observed: swarm_queue_client::Observed::Running,
+                spec: None,
+                declared_spec: None,
+                image_progress: None,
+                image_digest: None,
+                health: None,
+                last_job: None,
+            },
+        )]));
+        h.set_agent_health(BTreeMap::from([(a("web"), "starting".to_string())]));
+        let r = h.snapshot().readiness;
+        assert_eq!(r.state, HiveState::Ok);
+        assert_eq!(r.agents[&a("web")].health.as_deref(), Some("starting"));
+        h.set_agent_health(BTreeMap::from([(a("web"), "unhealthy".to_string())]));
+        let r = h.snapshot().readiness;
+        assert_eq!(r.state, HiveState::Degraded);
+        assert!(
+            r.warnings[0].message.contains("agent web is unhealthy"),
+            "{:?}",
+            r.warnings
+        );
+        h.set_agent_health(BTreeMap::from([(a("web"), "healthy".to_string())]));
+        assert_eq!(h.snapshot().readiness.state, HiveState::Ok);
     }
 
     #[test]

@@ -167,6 +167,7 @@ fn readiness_for(i: usize, rev: u64, generation: u64) -> Readiness {
                 declared_spec: Some(spec.spec_hash()),
                 image_progress: None,
                 image_digest: None,
+                health: None,
                 last_job: Some(JobSummary {
                     id: generation * 10 + i as u64,
                     kind: "rebuild".into(),

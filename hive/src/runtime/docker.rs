@@ -217,6 +217,24 @@ impl DockerRuntime {
     }
 }
 
+/// The spec's health check in Docker's terms: exec form, durations in
+/// nanoseconds; unset ones stay unset so Docker's defaults apply.
+fn health_config(h: &swarm_queue_client::HealthSpec) -> bollard::models::HealthConfig {
+    let nanos = |secs: Option<u64>| {
+        secs.map(|s| (s.min(i64::MAX as u64 / 1_000_000_000) * 1_000_000_000) as i64)
+    };
+    let mut test = vec!["CMD".to_string()];
+    test.extend(h.command.iter().cloned());
+    bollard::models::HealthConfig {
+        test: Some(test),
+        interval: nanos(h.interval_secs),
+        timeout: nanos(h.timeout_secs),
+        retries: h.retries.map(i64::from),
+        start_period: nanos(h.start_period_secs),
+        ..Default::default()
+    }
+}
+
 /// Whether dockerd's message says the registry wants (other) credentials.
 fn is_auth_refusal(message: &str) -> bool {
     let m = message.to_ascii_lowercase();
@@ -413,12 +431,14 @@ impl ContainerRuntime for DockerRuntime {
             init: Some(true),
             ..Default::default()
         };
+        let healthcheck = spec.health.as_ref().map(health_config);
         let body = ContainerCreateBody {
             image: Some(spec.image.clone()),
             env: Some(spec.env.clone()),
             cmd: spec.command.clone(),
             labels: Some(spec.labels.clone().into_iter().collect()),
             host_config: Some(host_config),
+            healthcheck,
             ..Default::default()
         };
         let options = CreateContainerOptions {
@@ -518,6 +538,11 @@ impl ContainerRuntime for DockerRuntime {
             image_id: found.image.unwrap_or_default(),
             running: state.running.unwrap_or(false),
             status: state.status.map(|s| s.to_string()).unwrap_or_default(),
+            health: state
+                .health
+                .and_then(|h| h.status)
+                .map(|s| s.to_string())
+                .filter(|s| matches!(s.as_str(), "starting" | "healthy" | "unhealthy")),
             labels: labels_of(config.labels),
         }))
     }
@@ -549,6 +574,7 @@ impl ContainerRuntime for DockerRuntime {
                     image: c.image.unwrap_or_default(),
                     image_id: c.image_id.unwrap_or_default(),
                     running: status == "running",
+                    health: c.status.as_deref().and_then(super::health_of_status_text),
                     status,
                     labels: labels_of(c.labels),
                 }

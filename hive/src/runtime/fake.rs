@@ -68,6 +68,7 @@ impl FakeRuntime {
                 image_id: "sha256:other".into(),
                 running,
                 status: if running { "running" } else { "created" }.into(),
+                health: None,
                 labels,
             },
         );
@@ -199,6 +200,7 @@ impl ContainerRuntime for FakeRuntime {
                 image_id: format!("sha256:{}", spec.image),
                 running: false,
                 status: "created".into(),
+                health: None,
                 labels: spec.labels.clone(),
             },
         );

@@ -74,6 +74,8 @@ pub struct ContainerSpec {
     pub nano_cpus: Option<i64>,
     /// The state directory at `/state`, then any extra mounts.
     pub binds: Vec<Bind>,
+    /// The spec's health check; `None` leaves the image's own.
+    pub health: Option<swarm_queue_client::HealthSpec>,
 }
 
 impl ContainerSpec {
@@ -112,6 +114,7 @@ impl ContainerSpec {
                 .map(|mb| mb.saturating_mul(1024 * 1024).min(i64::MAX as u64) as i64),
             nano_cpus: spec.cpus.map(|c| (c * 1e9).round() as i64),
             binds,
+            health: spec.health.clone(),
         }
     }
 }
@@ -129,6 +132,9 @@ pub struct ContainerInfo {
     pub running: bool,
     /// Docker's word for the state: created, running, exited, …
     pub status: String,
+    /// Docker's health status (`starting`, `healthy`, `unhealthy`);
+    /// `None` without a health check.
+    pub health: Option<String>,
     pub labels: BTreeMap<String, String>,
 }
 
@@ -309,6 +315,14 @@ pub trait ContainerRuntime: Send + Sync + 'static {
     fn list(&self) -> impl Future<Output = Result<Vec<ContainerInfo>, RuntimeError>> + Send;
 }
 
+/// The health status in the text `docker ps` shows for a container
+/// (`Up 5 seconds (health: starting)`, `Up 2 minutes (unhealthy)`).
+pub fn health_of_status_text(text: &str) -> Option<String> {
+    let inner = text.rsplit_once('(')?.1.strip_suffix(')')?;
+    let word = inner.strip_prefix("health: ").unwrap_or(inner);
+    matches!(word, "starting" | "healthy" | "unhealthy").then(|| word.to_string())
+}
+
 /// Split an image reference into repository and tag for a pull; a digest
 /// reference is passed whole, a missing tag means `latest` (Docker would
 /// otherwise pull every tag).
@@ -329,6 +343,21 @@ pub fn split_image_ref(image: &str) -> (String, Option<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn health_is_read_from_the_status_text() {
+        let cases = [
+            ("Up 5 seconds (health: starting)", Some("starting")),
+            ("Up 2 minutes (healthy)", Some("healthy")),
+            ("Up 2 minutes (unhealthy)", Some("unhealthy")),
+            ("Up 2 minutes", None),
+            ("Exited (1) 3 seconds ago", None),
+            ("Created", None),
+        ];
+        for (text, want) in cases {
+            assert_eq!(health_of_status_text(text).as_deref(), want, "{text}");
+        }
+    }
 
     #[test]
     fn image_refs_split_into_repo_and_tag() {
@@ -398,6 +427,7 @@ mod tests {
             image_id: "sha256:i".into(),
             running: true,
             status: "running".into(),
+            health: None,
             labels: owner
                 .map(|o| BTreeMap::from([(LABEL_HIVE.to_string(), o.to_string())]))
                 .unwrap_or_default(),

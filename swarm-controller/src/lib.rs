@@ -37,6 +37,7 @@ pub mod knowledge;
 pub mod nats;
 pub mod nats_config;
 pub mod render;
+pub mod rollback;
 pub mod serve;
 pub mod swarm_file;
 pub mod webhook;

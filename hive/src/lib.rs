@@ -27,6 +27,7 @@ pub mod credentials;
 pub mod daemon;
 pub mod events;
 pub mod http;
+pub mod images;
 pub mod jobs;
 pub mod knowledge;
 pub mod ops;

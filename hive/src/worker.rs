@@ -349,6 +349,18 @@ async fn execute<R: ContainerRuntime>(deps: &WorkerDeps<R>, clock: Clock, claim:
                     if let Some(h) = &deps.health {
                         h.record_job_outcome(claim.request.kind().as_str(), state.as_str());
                     }
+                    if state == crate::jobs::JobState::Done
+                        && matches!(
+                            claim.request.kind(),
+                            crate::jobs::JobKind::Rebuild
+                                | crate::jobs::JobKind::Retire
+                                | crate::jobs::JobKind::Purge
+                        )
+                    {
+                        if let Err(e) = crate::images::clean(&deps.store, deps.runtime.as_ref()).await {
+                            tracing::warn!(error = %crate::error_chain(&e), "image cleanup failed; the next one tries again");
+                        }
+                    }
                     break;
                 }
                 Ok(None) => break,
@@ -797,8 +809,20 @@ async fn ensure_image<R: ContainerRuntime>(
     };
     drop(progress);
     let _ = writer.await;
-    if result.is_ok() {
+    if let Ok(detail) = &result {
         tracing::info!(image = %image, "image ready");
+        let how = if spec.build.is_some() {
+            "built"
+        } else {
+            "pulled"
+        };
+        if !detail.starts_with("kept the local") {
+            if let Err(e) =
+                crate::images::record(&deps.store, deps.runtime.as_ref(), agent, &image, how).await
+            {
+                tracing::warn!(%image, error = %crate::error_chain(&e), "cannot record the image; cleanup will not remove it");
+            }
+        }
     }
     result.map(Some)
 }

@@ -335,3 +335,98 @@ async fn a_moved_tag_is_picked_up_by_a_relock_and_never_by_a_reconcile() {
     digest_of(&kv, &s.hive_name, "pinned", &d1).await;
     digest_of(&kv, &s.hive_name, "app", &d3).await;
 }
+
+/// Local image ids whose repository is `repo` (tagged or not) and their
+/// total size in bytes, as `docker image inspect` reports it.
+fn local_images_of(repo: &str) -> (BTreeSet<String>, u64) {
+    let out = hyperhive_tests::docker::docker(&[
+        "images",
+        "-a",
+        "--no-trunc",
+        "--format",
+        "{{.Repository}} {{.ID}}",
+    ]);
+    let ids: BTreeSet<String> = out
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(r, _)| *r == repo)
+        .map(|(_, id)| id.to_string())
+        .collect();
+    let size = ids
+        .iter()
+        .map(|id| {
+            hyperhive_tests::docker::docker(&["image", "inspect", "--format", "{{.Size}}", id])
+                .parse::<u64>()
+                .unwrap_or(0)
+        })
+        .sum();
+    (ids, size)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_rebuilds_keep_the_current_and_previous_image_and_no_foreign_one_is_touched() {
+    let pw = password();
+    let s = setup("reg-clean", &pw, &pw);
+    let kv = Swarm::connect(&s.nats.url()).await;
+    let foreign = hyperhive_tests::docker::TestImage::busybox("foreign");
+    let image = s.push("hh/app");
+    let repo = image.rsplit_once(':').unwrap().0.to_string();
+    let declaration = json!({ "schema": 1, "agents": { "app": { "image": image } } });
+    let revision = kv.declare(&s.hive_name, &declaration.to_string()).await;
+    kv.converged(&s.hive_name, revision, T).await;
+    let api = s.hive.api().await;
+    let hive = |args: &'static [&'static str]| {
+        let api = api.clone();
+        async move {
+            let out = tokio::process::Command::new(hive_bin())
+                .args(args)
+                .env("HYPERHIVE_API", &api)
+                .output()
+                .await
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            assert!(out.status.success(), "hive {args:?} failed: {text}");
+            text
+        }
+    };
+
+    let mut previous_id = String::new();
+    let (first, one_image) = local_images_of(&repo);
+    let mut current_id = first.into_iter().next().unwrap();
+    // Every pushed image has the same size (busybox and 3 MB of noise).
+    let bound = 2 * one_image + one_image / 10;
+    for round in 1..=4 {
+        s.push_digest("hh/app");
+        hive(&["rebuild", "app", "--relock", "--wait"]).await;
+        let (ids, size) = local_images_of(&repo);
+        let (new_id, _, _) = container(&s.hive_name, "app").unwrap();
+        let running =
+            hyperhive_tests::docker::docker(&["inspect", "--format", "{{.Image}}", &new_id]);
+        println!(
+            "after rebuild {round}: {} images of {repo}, {size} bytes",
+            ids.len()
+        );
+        previous_id = std::mem::replace(&mut current_id, running);
+        assert!(ids.contains(&current_id), "the running image is kept");
+        assert!(ids.contains(&previous_id), "the previous image is kept");
+        assert_eq!(ids.len(), 2, "only current and previous remain: {ids:?}");
+        assert!(
+            size <= bound,
+            "disk use {size} grew past two images ({bound})"
+        );
+    }
+    let listing = hive(&["images", "--json"]).await;
+    println!("hive images --json: {listing}");
+    let view: Value = serde_json::from_str(&listing).unwrap();
+    let rows = view["images"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{listing}");
+    assert_eq!(rows[0]["image_id"], current_id.as_str());
+    assert_eq!(rows[0]["why"], "current");
+    assert_eq!(rows[1]["image_id"], previous_id.as_str());
+    assert_eq!(rows[1]["why"], "previous (kept for rollback)");
+    assert!(
+        image_present(&foreign.reference),
+        "an image the hive did not pull was removed"
+    );
+    println!("{}", hive(&["images"]).await);
+}

@@ -278,6 +278,38 @@ impl ContainerRuntime for DockerRuntime {
         }
     }
 
+    async fn image_id(&self, image: &str) -> Result<Option<String>, RuntimeError> {
+        let docker = self.client()?;
+        match docker.inspect_image(image).await {
+            Ok(found) => Ok(found.id),
+            Err(BollardError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(None),
+            Err(e) => Err(self.classify("inspect image", image, e)),
+        }
+    }
+
+    async fn remove_image(&self, image_id: &str) -> Result<bool, RuntimeError> {
+        let docker = self.client()?;
+        let options = bollard::query_parameters::RemoveImageOptions {
+            force: false,
+            noprune: false,
+            ..Default::default()
+        };
+        match docker.remove_image(image_id, Some(options), None).await {
+            Ok(_) => Ok(true),
+            Err(BollardError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(true),
+            // 409: a container uses it, or it is tagged in several
+            // repositories and needs force; either way, leave it.
+            Err(BollardError::DockerResponseServerError {
+                status_code: 409, ..
+            }) => Ok(false),
+            Err(e) => Err(self.classify("remove image", image_id, e)),
+        }
+    }
+
     async fn image_digest(&self, image_id: &str) -> Result<Option<String>, RuntimeError> {
         if let Some(known) = self
             .digests

@@ -136,6 +136,23 @@ impl ContainerRuntime for FakeRuntime {
         Ok(self.images.lock().unwrap().contains(image))
     }
 
+    async fn image_id(&self, image: &str) -> Result<Option<String>, RuntimeError> {
+        self.enter("image_id", image)?;
+        Ok(self
+            .images
+            .lock()
+            .unwrap()
+            .contains(image)
+            .then(|| format!("sha256:{image}")))
+    }
+
+    async fn remove_image(&self, image_id: &str) -> Result<bool, RuntimeError> {
+        self.enter("remove_image", image_id)?;
+        let name = image_id.trim_start_matches("sha256:");
+        self.images.lock().unwrap().remove(name);
+        Ok(true)
+    }
+
     async fn image_digest(&self, image_id: &str) -> Result<Option<String>, RuntimeError> {
         self.enter("image_digest", image_id)?;
         Ok(None)

@@ -311,6 +311,20 @@ pub trait ContainerRuntime: Send + Sync + 'static {
         image_id: &str,
     ) -> impl Future<Output = Result<Option<String>, RuntimeError>> + Send;
 
+    /// The id (`sha256:…`) of the local image `image`, if it is there.
+    fn image_id(
+        &self,
+        image: &str,
+    ) -> impl Future<Output = Result<Option<String>, RuntimeError>> + Send;
+
+    /// Remove the local image `image_id` and every tag of it, unless a
+    /// container uses it (never forced): `Ok(false)` when it is in use.
+    /// Gone already counts as removed.
+    fn remove_image(
+        &self,
+        image_id: &str,
+    ) -> impl Future<Output = Result<bool, RuntimeError>> + Send;
+
     /// Every container carrying this hive's label, running or not.
     fn list(&self) -> impl Future<Output = Result<Vec<ContainerInfo>, RuntimeError>> + Send;
 }

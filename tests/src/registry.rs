@@ -241,19 +241,25 @@ pub fn write_auth_file(path: &Path, host: &str, user: &str, password: &str) {
 /// a test pulled through that address.
 pub fn remove_images_from(host: &str) {
     let Ok(out) = Command::new("docker")
-        .args(["images", "--format", "{{.Repository}}:{{.Tag}}"])
+        .args([
+            "images",
+            "--no-trunc",
+            "--format",
+            "{{.Repository}} {{.ID}}",
+        ])
         .output()
     else {
         return;
     };
     let prefix = format!("{host}/");
-    for reference in String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .filter(|r| r.starts_with(&prefix))
+    // By id: an image whose tag moved away is `<none>` and has no
+    // reference left to remove it by.
+    for (_, id) in String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(repo, _)| repo.starts_with(&prefix))
     {
-        let _ = Command::new("docker")
-            .args(["rmi", "-f", reference])
-            .output();
+        let _ = Command::new("docker").args(["rmi", "-f", id]).output();
     }
 }
 

@@ -11,6 +11,7 @@
 //!
 //! ```toml
 //! stale_after_secs = 120
+//! attention_progressing_secs = 600
 //! http_listen = "127.0.0.1:7380"
 //! xkey_seed_file = "controller.xkey"
 //! webhook_secret_file = "webhook.secret"
@@ -75,6 +76,9 @@ pub struct Config {
     pub path: PathBuf,
     /// A status entry older than this is `stale`.
     pub stale_after: Duration,
+    /// A hive still progressing this long after its declaration needs
+    /// attention (the dashboard lists it with the failed and stale ones).
+    pub attention_progressing: Duration,
     /// Where `serve` listens.
     pub http_listen: SocketAddr,
     /// The controller's xkey seed, used to seal credentials. Created with
@@ -104,6 +108,8 @@ pub struct ConfigError {
 struct RawConfig {
     #[serde(default = "default_stale_after")]
     stale_after_secs: u64,
+    #[serde(default = "default_attention_progressing")]
+    attention_progressing_secs: u64,
     #[serde(default)]
     http_listen: Option<String>,
     #[serde(default)]
@@ -126,6 +132,10 @@ struct RawConfig {
 
 fn default_stale_after() -> u64 {
     DEFAULT_STALE_AFTER_SECS
+}
+
+fn default_attention_progressing() -> u64 {
+    crate::view::DEFAULT_PROGRESSING_ATTENTION.as_secs()
 }
 
 /// Byte offset to line number, for error messages. Built once per file so
@@ -301,6 +311,7 @@ impl Config {
         Ok(Config {
             path: path.to_path_buf(),
             stale_after: Duration::from_secs(raw.stale_after_secs),
+            attention_progressing: Duration::from_secs(raw.attention_progressing_secs),
             // Checked above: a parse failure is a problem, and we returned.
             http_listen: http_listen.unwrap_or_else(|| ([127, 0, 0, 1], 7380).into()),
             xkey_seed_file,

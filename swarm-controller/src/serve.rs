@@ -48,7 +48,7 @@ use crate::fleet::{Change, Fleet, Update};
 use crate::live::{LiveView, Push};
 use crate::nats::{Buckets, Follower, NatsError};
 use crate::render::{unix_ms, Report};
-use crate::view::{Query, DEFAULT_PAGE};
+use crate::view::{Query, QueryError, DEFAULT_PAGE};
 use crate::webhook;
 
 /// How long a webhook waits for each hive's deploy reply. Forges give up on
@@ -286,19 +286,18 @@ async fn dashboard() -> Html<&'static str> {
     Html(DASHBOARD)
 }
 
-/// The query of `/api/status` and `/api/events`, or 400 naming the bad
-/// parameter and value.
+/// The decoded query pairs of `/api/status` and `/api/events`, for
+/// [`Query::parse`]; a bad one is a 400 that names it and its value.
 type Pairs = QueryPairs<Vec<(String, String)>>;
 
-fn parse_query(QueryPairs(pairs): Pairs) -> Result<Query, Response> {
-    Query::parse(&pairs)
-        .map_err(|e| reply(StatusCode::BAD_REQUEST, json!({ "error": e.to_string() })))
+fn bad_query(e: QueryError) -> Response {
+    reply(StatusCode::BAD_REQUEST, json!({ "error": e.to_string() }))
 }
 
 async fn api_status(State(shared): State<Arc<Shared>>, pairs: Pairs) -> Response {
-    match parse_query(pairs) {
+    match Query::parse(&pairs.0) {
         Ok(query) => Json(shared.report(&query)).into_response(),
-        Err(bad) => bad,
+        Err(e) => bad_query(e),
     }
 }
 
@@ -322,9 +321,9 @@ async fn api_stats(State(shared): State<Arc<Shared>>) -> Json<serde_json::Value>
 /// rows unless `limit` says otherwise), then what changes on it. Ends at
 /// shutdown, so open pages do not hold the server up.
 async fn events(State(shared): State<Arc<Shared>>, pairs: Pairs) -> Response {
-    let mut query = match parse_query(pairs) {
+    let mut query = match Query::parse(&pairs.0) {
         Ok(q) => q,
-        Err(bad) => return bad,
+        Err(e) => return bad_query(e),
     };
     query.limit = Some(query.limit.unwrap_or(DEFAULT_PAGE));
     // Subscribe before the snapshot; changes it already holds are skipped

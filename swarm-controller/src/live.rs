@@ -133,8 +133,11 @@ impl LiveView {
         plan
     }
 
-    /// Take a new selection of the page (made at fleet sequence `seq`).
-    pub fn reselect(&mut self, selection: Selection, seq: u64) -> Diff {
+    /// Take a new selection of the page. `seen` does not move: a
+    /// reselection re-sends only the rows that entered or changed in the
+    /// batch, so later pushes still in the channel must still be handled
+    /// (one that repeats a state already sent is harmless).
+    pub fn reselect(&mut self, selection: Selection) -> Diff {
         let new: HashSet<String> = selection.names.iter().cloned().collect();
         let mut diff = Diff {
             leaving: self.shown.difference(&new).cloned().collect(),
@@ -147,7 +150,6 @@ impl LiveView {
         diff.leaving.sort();
         self.shown = new;
         self.matched = selection.matched;
-        self.seen = seq;
         diff
     }
 }
@@ -281,13 +283,10 @@ mod tests {
     #[test]
     fn reselect_reports_who_left_and_who_entered() {
         let mut v = view(attention_page(), &["a", "b"], 5);
-        let diff = v.reselect(
-            Selection {
-                names: vec!["z".into(), "a".into()],
-                matched: 6,
-            },
-            20,
-        );
+        let diff = v.reselect(Selection {
+            names: vec!["z".into(), "a".into()],
+            matched: 6,
+        });
         assert_eq!(
             diff,
             Diff {
@@ -295,7 +294,7 @@ mod tests {
                 entering: vec!["z".into()]
             }
         );
-        assert_eq!((v.matched, v.seen, v.len()), (6, 20, 2));
+        assert_eq!((v.matched, v.seen, v.len()), (6, 10, 2));
         assert!(v.shows("z") && !v.shows("b"));
     }
 }

@@ -441,9 +441,7 @@ impl Page {
     fn reselect(&mut self, changed: &[String]) {
         let fleet = self.shared.fleet.read().unwrap_or_else(|p| p.into_inner());
         let now = OffsetDateTime::now_utc();
-        let diff = self
-            .view
-            .reselect(fleet.select(&self.view.query), fleet.seq());
+        let diff = self.view.reselect(fleet.select(&self.view.query));
         let summary = fleet.summary();
         let view = json!({
             "matched": self.view.matched,

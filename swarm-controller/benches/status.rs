@@ -409,8 +409,9 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
         f("hidden_bytes_per_update")
     );
     println!(
-        "| update of a hive the page does not show: row events sent | {:.0} |",
-        f("hidden_rows")
+        "| - events sent for them: rows / summaries (half of them moved a fleet count) | {:.0} / {:.0} |",
+        f("hidden_rows"),
+        f("hidden_summaries")
     );
     println!("| update: KV put -> SSE row event, p50 / p95 / max ({updates} updates) | {:.2} / {:.2} / {:.2} ms |", f("p50_ms"), f("p95_ms"), f("max_ms"));
     println!(
@@ -666,6 +667,8 @@ async fn dashboard(
         .step_by(7)
         .take(updates)
         .collect();
+    // The first half keep their class; the second half turn `published`
+    // (a fleet count moves: the page gets a summary, still no row).
     for (u, &i) in hidden.iter().enumerate() {
         let rev = buckets
             .wanted
@@ -673,7 +676,12 @@ async fn dashboard(
             .await?
             .map(|e| e.revision)
             .unwrap_or(1);
-        let value = Bytes::from(encode_pretty(&readiness_for(i, rev, 1000 + u as u64))?);
+        let mut readiness = readiness_for(i, rev, 1000 + u as u64);
+        if u >= hidden.len() / 2 {
+            readiness.seen_revision = Some(rev.saturating_sub(1));
+            readiness.converged_revision = Some(rev.saturating_sub(1));
+        }
+        let value = Bytes::from(encode_pretty(&readiness)?);
         buckets.status.put(hives[i].as_str(), value).await?;
     }
     let sentinel = &shown[0];
@@ -692,7 +700,7 @@ async fn dashboard(
         )
         .await?;
     let marker = format!("\"name\":\"{sentinel}\"");
-    let (mut hidden_bytes, mut hidden_rows) = (0usize, 0usize);
+    let (mut hidden_bytes, mut hidden_rows, mut hidden_summaries) = (0usize, 0usize, 0usize);
     loop {
         let (event, data) = sse.next().await?;
         if event == "row" && data.contains(&marker) {
@@ -700,6 +708,7 @@ async fn dashboard(
         }
         hidden_bytes += data.len();
         hidden_rows += usize::from(event == "row");
+        hidden_summaries += usize::from(event == "summary");
     }
 
     // Baseline in the same run: what one update would cost as a re-read.
@@ -721,6 +730,7 @@ async fn dashboard(
         "full_bytes": full_bytes,
         "hidden_bytes_per_update": hidden_bytes as f64 / hidden.len().max(1) as f64,
         "hidden_rows": hidden_rows,
+        "hidden_summaries": hidden_summaries,
         "p50_ms": pct(0.5),
         "p95_ms": pct(0.95),
         "max_ms": latencies.last().copied().unwrap_or(0.0),

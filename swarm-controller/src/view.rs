@@ -118,7 +118,7 @@ pub fn attention(row: &HiveRow, progress: Progress, now: OffsetDateTime) -> Opti
                 return None;
             }
             let why = format!(
-                "still progressing {} after the declaration (over {})",
+                "still progressing {} after the declaration (attention after {})",
                 human_age(since),
                 human_age(progress.limit)
             );
@@ -401,7 +401,7 @@ mod tests {
         let why = attention(&row(F::Fresh, C::Progressing), declared(900), t0()).unwrap();
         assert_eq!(
             why.why,
-            "still progressing 15m00s after the declaration (over 10m00s)"
+            "still progressing 15m00s after the declaration (attention after 10m00s)"
         );
     }
 

@@ -608,3 +608,46 @@ async fn api_status_and_events_filter_and_page_and_bad_values_get_400() {
     );
     assert_eq!(push["view"]["matched"], 0);
 }
+
+#[tokio::test]
+async fn a_declaration_progressing_too_long_enters_the_attention_page_with_no_kv_update() {
+    let env = Env::new(&["alpha"], "attention_progressing_secs = 2").await;
+    let mut agents = std::collections::BTreeMap::new();
+    agents.insert(agent("bot"), image_spec("local/bot:1"));
+    let declaration =
+        swarm_queue_client::encode_pretty(&swarm_queue_client::Declaration::new(agents)).unwrap();
+    let rev = env
+        .wanted
+        .put("alpha", Bytes::from(declaration))
+        .await
+        .unwrap();
+    // The hive read the revision and works on it: progressing.
+    env.put_status(&readiness("alpha", HiveState::Ok, Some(rev), None, vec![]))
+        .await;
+    let (_serve, base) = env.serve("serve.log").await;
+    let mut events = Events::open_query(&base, "attention=true").await;
+    let (name, snapshot) = events.next().await;
+    assert_eq!(name, "snapshot");
+    let decoded = get_json(&format!("{base}/api/stats")).await["values_decoded"].clone();
+    let row = match snapshot["hives"].as_array().unwrap().first() {
+        // A slow machine: it was already over the threshold at the snapshot.
+        Some(row) => {
+            println!("already in the snapshot");
+            row.clone()
+        }
+        None => loop {
+            let (name, push) = events.next().await;
+            if name == "row" {
+                break push["row"].clone();
+            }
+        },
+    };
+    assert_eq!(row["name"], "alpha");
+    assert_eq!(row["convergence"], "progressing");
+    assert_eq!(row["attention"]["kind"], "slow_progress", "{row}");
+    println!("{}", row["attention"]["why"]);
+    let after = get_json(&format!("{base}/api/stats")).await["values_decoded"].clone();
+    assert_eq!(decoded, after, "no KV value read: time alone moved it");
+    let doc = get_json(&format!("{base}/api/status?attention=true")).await;
+    assert_eq!(doc["summary"]["attention"], 1);
+}

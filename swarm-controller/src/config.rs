@@ -232,6 +232,16 @@ impl Config {
                 raw.stale_after_secs
             ));
         }
+        // Bounded like stale_after: the deadline is the declaration's time
+        // plus this, and a sum past the calendar would not be a time.
+        if raw.attention_progressing_secs == 0
+            || raw.attention_progressing_secs > MAX_STALE_AFTER_SECS
+        {
+            problems.push(format!(
+                "attention_progressing_secs = {}: it must be between 1 and {MAX_STALE_AFTER_SECS} (a week)",
+                raw.attention_progressing_secs
+            ));
+        }
         let listen_text = raw.http_listen.as_deref().unwrap_or(DEFAULT_HTTP_LISTEN);
         let http_listen = match listen_text.parse::<SocketAddr>() {
             Ok(a) => Some(a),
@@ -426,6 +436,25 @@ mod tests {
             assert!(
                 err.iter().any(|p| p.contains(&format!(
                     "stale_after_secs = {past}: it must be at most {MAX_STALE_AFTER_SECS}"
+                ))),
+                "{err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn attention_progressing_defaults_to_ten_minutes_and_is_bounded() {
+        assert_eq!(
+            parse(MINIMAL).unwrap().attention_progressing,
+            Duration::from_secs(600)
+        );
+        let c = parse(&format!("attention_progressing_secs = 5\n{MINIMAL}")).unwrap();
+        assert_eq!(c.attention_progressing, Duration::from_secs(5));
+        for bad in [0, MAX_STALE_AFTER_SECS + 1, i64::MAX as u64] {
+            let err = parse(&format!("attention_progressing_secs = {bad}\n{MINIMAL}")).unwrap_err();
+            assert!(
+                err.iter().any(|p| p.contains(&format!(
+                    "attention_progressing_secs = {bad}: it must be between 1"
                 ))),
                 "{err:?}"
             );

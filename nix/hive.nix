@@ -32,6 +32,10 @@ let
         option = "services.hyperhive.xkeySeedFile";
         path = cfg.xkeySeedFile;
       };
+      "registry-auth.json" = {
+        option = "services.hyperhive.registryAuthFile";
+        path = cfg.registryAuthFile;
+      };
     }
   );
 
@@ -55,6 +59,11 @@ let
       # mode 0660, group hyperhive. Operators join that group.
       api_socket = apiSocket;
       api_socket_group = user;
+      registry_auth_file =
+        if cfg.registryAuthFile == null then
+          null
+        else
+          secretPath "registry-auth.json" cfg.registryAuthFile;
     };
 
   configFile = toml.generate "hyperhive-hive.toml" cfg.settings;
@@ -125,6 +134,14 @@ in
     xkeySeedFile = common.secretFileOption "hive-xkey.seed" ''
       The hive's xkey seed, which opens credentials sealed for it. Leave null
       to let the hive generate one under stateDir at first start'';
+
+    registryAuthFile = common.secretFileOption "registry-auth.json" ''
+      Registry logins for image pulls: a Docker config.json, the file
+      `docker login` writes ({"auths": {"host:port": {"auth": base64 of
+      user:password}}}, or `username` and `password` per entry). The hive
+      sends the login of an image's registry with its pull and never logs or
+      publishes it. The LoadCredential copy is taken at unit start: restart
+      the unit after changing the file'';
 
     trustedControllerXkeys = mkOption {
       type = types.listOf types.str;

@@ -39,6 +39,7 @@ pub struct FileConfig {
     pub api_token_file: Option<PathBuf>,
     pub build_roots: Vec<PathBuf>,
     pub build_context_max_bytes: Option<u64>,
+    pub registry_auth_file: Option<PathBuf>,
     pub nats: NatsConfig,
 }
 
@@ -82,6 +83,9 @@ pub struct HiveConfig {
     pub build_roots: Vec<PathBuf>,
     /// The largest build context streamed to Docker.
     pub build_context_max_bytes: u64,
+    /// A Docker `config.json` whose logins go with pulls; re-read when it
+    /// changes (see [`crate::registry_auth`]).
+    pub registry_auth_file: Option<PathBuf>,
     pub nats: NatsConfig,
 }
 
@@ -319,6 +323,16 @@ pub fn load(
             problems.push("api_socket_group is empty".into());
         }
     }
+    if let Some(p) = file
+        .registry_auth_file
+        .as_ref()
+        .filter(|p| !p.is_absolute())
+    {
+        problems.push(format!(
+            "registry_auth_file = {:?} must be an absolute path",
+            p.display().to_string()
+        ));
+    }
 
     if !problems.is_empty() {
         return Err(ConfigErrors { problems });
@@ -345,6 +359,7 @@ pub fn load(
         api_token,
         build_roots: file.build_roots,
         build_context_max_bytes,
+        registry_auth_file: file.registry_auth_file,
         nats,
     })
 }
@@ -402,7 +417,7 @@ mod tests {
     #[test]
     fn every_problem_is_reported_with_its_value() {
         let f = write(
-            "name = \"Bad.Name\"\nhttp_listen = \"0.0.0.0:80\"\nstate_dir = \"rel\"\npublish_interval_secs = 0\ntrusted_controller_xkeys = [\"nope\"]\n[nats]\nurl = \"http://[::1\"\n",
+            "name = \"Bad.Name\"\nhttp_listen = \"0.0.0.0:80\"\nstate_dir = \"rel\"\npublish_interval_secs = 0\ntrusted_controller_xkeys = [\"nope\"]\nregistry_auth_file = \"auth.json\"\n[nats]\nurl = \"http://[::1\"\n",
         );
         let e = load(Some(f.path()), &Overrides::default(), no_env).unwrap_err();
         let all = e.to_string();
@@ -412,6 +427,7 @@ mod tests {
             "\"rel\"",
             "publish_interval_secs = 0",
             "\"nope\"",
+            "registry_auth_file = \"auth.json\"",
             "http://[::1",
         ] {
             assert!(all.contains(want), "missing {want:?} in:\n{all}");

@@ -1,22 +1,38 @@
 //! Credential delivery: fetch a sealed envelope from `hyperhive-credentials`,
 //! open it with this hive's xkey (only when a trusted controller sealed it),
 //! and write the secret to `<state>/agents/<agent>/credentials/<account>`
-//! (mode 0600, atomic). At boot everything under this hive's prefix is
-//! delivered, so a missed notice repairs itself.
+//! (mode 0600, atomic).
+//!
+//! A key is read by direct get only ([`KeyReader`]): a hive holds no
+//! consumer and cannot list keys, since listing would show other hives' key
+//! names (`<hive>.<agent>.<account>`). So it learns which keys to read from
+//! three places: a credential notice (names only), the doorbell of a write
+//! of one of its own keys (a core-NATS subscription on
+//! `$KV.hyperhive-credentials.<hive>.>`, whose subject names the key), and
+//! its declaration (each agent's `credentials` accounts), read in full at
+//! start, after every reconnect, when the declaration changes and on a
+//! timer, so a missed notice or doorbell repairs itself.
+//!
+//! A key whose revision goes back means the bucket was made again: the
+//! value read is delivered and a `credentials_reset` warning says so
+//! ([`crate::revision`]). A deleted or purged key is not a deletion order:
+//! the file delivered before stays.
 //!
 //! Invariant: no error, log line or warning carries a secret. Errors name
 //! the key and the reason only.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_nats::jetstream::kv;
 use swarm_queue_client::credentials::{self, CredentialEnvelope, XKey};
-use swarm_queue_client::subjects::{
-    credential_key, credential_prefix_filter, parse_credential_key,
-};
-use swarm_queue_client::{decode, AccountName, AgentName, HiveName};
+use swarm_queue_client::direct::{KeyEntry, KeyOp, KeyReader, ReadKeyError};
+use swarm_queue_client::subjects::{credential_key, parse_credential_key};
+use swarm_queue_client::{decode, AccountName, AgentName, Declaration, HiveName};
+use tokio::time::Instant;
+
+use crate::revision::{judge, Seen, Suspect, Verdict};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeliverError {
@@ -24,11 +40,13 @@ pub enum DeliverError {
     NotConnected(#[from] swarm_queue_client::NotConnected),
     #[error("credential {key} is not in the credentials bucket")]
     Missing { key: String },
+    #[error("credential {key} was deleted or purged at revision {revision}")]
+    Removed { key: String, revision: u64 },
     #[error("reading credential {key} failed")]
     Read {
         key: String,
         #[source]
-        source: kv::EntryError,
+        source: ReadKeyError,
     },
     #[error("credential {key}: {source}")]
     Decode {
@@ -49,15 +67,59 @@ pub enum DeliverError {
         #[source]
         source: std::io::Error,
     },
-    #[error("listing this hive's credentials failed")]
-    List(#[from] swarm_queue_client::buckets::ReadPrefixError),
+}
+
+impl DeliverError {
+    /// The credentials bucket itself does not answer.
+    pub fn bucket_missing(&self) -> bool {
+        matches!(
+            self,
+            DeliverError::Read {
+                source: ReadKeyError::BucketMissing { .. },
+                ..
+            }
+        )
+    }
+}
+
+/// Per key: the last revision acted on and a lower one awaiting its
+/// confirming read ([`crate::revision`]).
+#[derive(Debug, Default)]
+pub struct Book {
+    keys: BTreeMap<String, (Seen, Option<Suspect>)>,
+}
+
+/// What one delivery did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivered {
+    /// Written (again, when nothing changed: the write is idempotent).
+    Written {
+        path: PathBuf,
+        /// Set when the key's revision went back: the bucket was made
+        /// again, and this is the revision handled before.
+        reset_from: Option<u64>,
+    },
+    /// A lower revision not yet confirmed: read again after
+    /// [`crate::revision::CONFIRM_AFTER`].
+    Unconfirmed { key: String },
 }
 
 /// What credential delivery needs.
 #[derive(Clone)]
 pub struct Deliverer {
     pub client: async_nats::Client,
-    pub store: kv::Store,
+    /// Direct gets of this hive's keys in `hyperhive-credentials`.
+    pub reader: KeyReader,
+    pub hive: HiveName,
+    pub xkey: Arc<XKey>,
+    pub trusted: Arc<Vec<String>>,
+    pub agents_dir: PathBuf,
+    pub book: Arc<Mutex<Book>>,
+}
+
+/// What [`Deliverer::new`] takes.
+pub struct DelivererParts {
+    pub client: async_nats::Client,
     pub hive: HiveName,
     pub xkey: Arc<XKey>,
     pub trusted: Arc<Vec<String>>,
@@ -73,6 +135,20 @@ pub fn credential_path(agents_dir: &Path, agent: &AgentName, account: &AccountNa
 }
 
 impl Deliverer {
+    /// A deliverer for `hive`'s keys; sends nothing yet.
+    pub fn new(parts: DelivererParts) -> Self {
+        let js = async_nats::jetstream::new(parts.client.clone());
+        Deliverer {
+            reader: KeyReader::new(&js, swarm_queue_client::Bucket::Credentials),
+            client: parts.client,
+            hive: parts.hive,
+            xkey: parts.xkey,
+            trusted: parts.trusted,
+            agents_dir: parts.agents_dir,
+            book: Arc::default(),
+        }
+    }
+
     fn write(
         &self,
         key: &str,
@@ -108,83 +184,148 @@ impl Deliverer {
         Ok(path)
     }
 
-    /// Deliver one credential named by a notice.
+    /// Deliver one credential (named by a notice, a doorbell or the
+    /// declaration): read its key by direct get, open it, write it.
     pub async fn deliver(
         &self,
         agent: &AgentName,
         account: &AccountName,
-    ) -> Result<PathBuf, DeliverError> {
+    ) -> Result<Delivered, DeliverError> {
         swarm_queue_client::ensure_connected(&self.client)?;
         let key = credential_key(&self.hive, agent, account);
         let entry = self
-            .store
-            .get(&key)
+            .reader
+            .last(&key)
             .await
             .map_err(|source| DeliverError::Read {
                 key: key.clone(),
                 source,
             })?
             .ok_or_else(|| DeliverError::Missing { key: key.clone() })?;
-        let path = self.write(&key, agent, account, &entry)?;
-        tracing::info!(hive = %self.hive, %agent, %account, path = %path.display(), "credential delivered");
-        Ok(path)
+        let reset_from = match self.judge(&entry) {
+            Verdict::Confirm { .. } => return Ok(Delivered::Unconfirmed { key }),
+            Verdict::Reset { last } => Some(last),
+            Verdict::New | Verdict::Same => None,
+        };
+        if entry.operation != KeyOp::Put {
+            // Not a deletion order: the file delivered before stays.
+            return Err(DeliverError::Removed {
+                key,
+                revision: entry.revision,
+            });
+        }
+        let path = self.write(&key, agent, account, &entry.value)?;
+        tracing::info!(hive = %self.hive, %agent, %account, revision = entry.revision, path = %path.display(), "credential delivered");
+        Ok(Delivered::Written { path, reset_from })
     }
 
-    /// Deliver everything under this hive's prefix. Returns how many were
-    /// written and the failures (each names its key, never a secret).
-    pub async fn deliver_all(&self) -> Result<(usize, Vec<DeliverError>), DeliverError> {
-        swarm_queue_client::ensure_connected(&self.client)?;
-        let records = swarm_queue_client::buckets::read_prefix(
-            &self.client,
-            &self.store,
-            &credential_prefix_filter(&self.hive),
-            Duration::from_secs(30),
-        )
-        .await?;
-        let mut written = 0;
-        let mut failures = Vec::new();
-        for r in records {
-            let (hive, agent, account) = match parse_credential_key(&r.key) {
-                Ok(parts) => parts,
-                Err(e) => {
-                    tracing::warn!(key = %r.key, error = %e, "ignoring a credential key with a bad name");
-                    continue;
+    fn judge(&self, entry: &KeyEntry) -> Verdict {
+        let now = Instant::now();
+        let read = Seen {
+            revision: entry.revision,
+            created: Some(entry.created),
+        };
+        let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+        let (last, suspect) = match book.keys.get(&entry.key) {
+            Some((last, suspect)) => (Some(*last), *suspect),
+            None => (None, None),
+        };
+        let verdict = judge(last, suspect, read, now);
+        match verdict {
+            Verdict::Confirm { .. } => {
+                let first_seen = suspect
+                    .filter(|s| s.revision == read.revision)
+                    .map_or(now, |s| s.first_seen);
+                if let Some(last) = last {
+                    book.keys.insert(
+                        entry.key.clone(),
+                        (
+                            last,
+                            Some(Suspect {
+                                revision: read.revision,
+                                first_seen,
+                            }),
+                        ),
+                    );
                 }
-            };
-            if hive != self.hive {
-                continue;
             }
-            match self.write(&r.key, &agent, &account, &r.value) {
-                Ok(_) => written += 1,
-                Err(e) => failures.push(e),
+            _ => {
+                book.keys.insert(entry.key.clone(), (read, None));
             }
         }
-        tracing::info!(hive = %self.hive, written, failed = failures.len(), "boot credential delivery done");
-        Ok((written, failures))
+        verdict
+    }
+
+    /// Deliver every credential the declaration names for its agents
+    /// (`credentials = [...]` of each). A hive cannot list keys (that would
+    /// list other hives' key names too), so the declaration is the index; a
+    /// credential stored for an account no agent declares is delivered by
+    /// its doorbell or notice instead. A declared key not stored yet is
+    /// skipped. Returns the outcomes and the failures (each names its key,
+    /// never a secret); a missing bucket fails the whole pass.
+    pub async fn deliver_declared(
+        &self,
+        declaration: &Declaration,
+    ) -> Result<(Vec<Delivered>, Vec<DeliverError>), DeliverError> {
+        let mut done = Vec::new();
+        let mut failures = Vec::new();
+        for (agent, spec) in &declaration.agents {
+            for account in &spec.credentials {
+                match self.deliver(agent, account).await {
+                    Ok(d) => done.push(d),
+                    Err(DeliverError::Missing { key }) => {
+                        tracing::debug!(hive = %self.hive, %key, "declared credential not stored yet")
+                    }
+                    Err(e) if e.bucket_missing() || matches!(e, DeliverError::NotConnected(_)) => {
+                        return Err(e)
+                    }
+                    Err(e) => failures.push(e),
+                }
+            }
+        }
+        tracing::info!(hive = %self.hive, delivered = done.len(), failed = failures.len(), "credential delivery pass done");
+        Ok((done, failures))
     }
 }
 
-/// What the boot delivery task needs.
+/// What the delivery task needs.
 pub struct BootDeps {
     pub nats: swarm_queue_client::Connection,
     pub hive: HiveName,
     pub health: Arc<crate::readiness::Health>,
+    /// Unused since hives stopped creating buckets; kept for the config.
     pub bucket: swarm_queue_client::BucketSettings,
     pub xkey: Arc<XKey>,
     pub trusted: Arc<Vec<String>>,
     pub agents_dir: PathBuf,
-    /// Filled once the credentials bucket is open; the event listener
-    /// delivers through it.
+    /// Filled at start; the event listener delivers notices through it.
     pub slot: Arc<std::sync::OnceLock<Deliverer>>,
+    /// The declaration in force: which keys to read at boot.
+    pub wanted: crate::wanted::WantedRx,
 }
 
-/// Open the credentials bucket as soon as NATS is reachable, then deliver
-/// everything under this hive's prefix; again after every reconnect, since
-/// notices sent during an outage were missed.
+/// Deliver the declared credentials whenever NATS (re)connects, the
+/// declaration changes, or [`crate::wanted::REPULL_EVERY`] passes; and each
+/// credential whose key's doorbell rings (`$KV.hyperhive-credentials.<hive>.>`,
+/// a core-NATS subscription: no consumer).
 pub async fn run_boot_delivery(deps: BootDeps, mut shutdown: crate::shutdown::Shutdown) {
-    use crate::readiness::keys;
-    use swarm_queue_client::Level;
+    let deliverer = deps
+        .slot
+        .get_or_init(|| {
+            Deliverer::new(DelivererParts {
+                client: deps.nats.client.clone(),
+                hive: deps.hive.clone(),
+                xkey: deps.xkey.clone(),
+                trusted: deps.trusted.clone(),
+                agents_dir: deps.agents_dir.clone(),
+            })
+        })
+        .clone();
     let mut connects = deps.nats.connects.clone();
+    let mut wanted = deps.wanted.clone();
+    let subject = swarm_queue_client::Bucket::Credentials.key_subject(
+        &swarm_queue_client::subjects::credential_prefix_filter(&deps.hive),
+    );
     let mut backoff = Duration::from_millis(500);
     loop {
         tokio::select! {
@@ -192,57 +333,10 @@ pub async fn run_boot_delivery(deps: BootDeps, mut shutdown: crate::shutdown::Sh
             _ = connects.wait_for(|n| *n > 0) => {}
         }
         connects.mark_unchanged();
-        let deliverer = match deps.slot.get() {
-            Some(d) => d.clone(),
-            None => {
-                let js = async_nats::jetstream::new(deps.nats.client.clone());
-                match swarm_queue_client::open_or_create(
-                    &js,
-                    swarm_queue_client::Bucket::Credentials,
-                    &deps.bucket,
-                )
-                .await
-                {
-                    Ok(store) => {
-                        let d = Deliverer {
-                            client: deps.nats.client.clone(),
-                            store,
-                            hive: deps.hive.clone(),
-                            xkey: deps.xkey.clone(),
-                            trusted: deps.trusted.clone(),
-                            agents_dir: deps.agents_dir.clone(),
-                        };
-                        let _ = deps.slot.set(d.clone());
-                        d
-                    }
-                    Err(e) => {
-                        tracing::warn!(hive = %deps.hive, error = %crate::error_chain(&e), retry_in = ?backoff, "cannot open the credentials bucket");
-                        tokio::select! {
-                            _ = shutdown.wait() => return,
-                            _ = tokio::time::sleep(backoff) => {}
-                        }
-                        backoff = (backoff * 2).min(Duration::from_secs(60));
-                        continue;
-                    }
-                }
-            }
-        };
-        match deliverer.deliver_all().await {
-            Ok((_, failures)) if failures.is_empty() => deps.health.clear(keys::CREDENTIALS),
-            Ok((written, failures)) => {
-                let first = crate::error_chain(&failures[0]);
-                deps.health.raise(
-                    keys::CREDENTIALS,
-                    Level::Warn,
-                    format!(
-                        "{} of {} credentials could not be delivered (first: {first})",
-                        failures.len(),
-                        written + failures.len()
-                    ),
-                );
-            }
+        let mut doorbell = match deps.nats.client.subscribe(subject.clone()).await {
+            Ok(s) => s,
             Err(e) => {
-                tracing::warn!(hive = %deps.hive, error = %crate::error_chain(&e), "boot credential delivery failed; retrying");
+                tracing::warn!(hive = %deps.hive, %subject, error = %e, retry_in = ?backoff, "cannot subscribe to the credential doorbell");
                 tokio::select! {
                     _ = shutdown.wait() => return,
                     _ = tokio::time::sleep(backoff) => {}
@@ -250,12 +344,155 @@ pub async fn run_boot_delivery(deps: BootDeps, mut shutdown: crate::shutdown::Sh
                 backoff = (backoff * 2).min(Duration::from_secs(60));
                 continue;
             }
-        }
+        };
         backoff = Duration::from_millis(500);
-        // Wait for the next reconnect.
-        tokio::select! {
-            _ = shutdown.wait() => return,
-            _ = connects.changed() => {}
+        let session = Session {
+            deliverer: &deliverer,
+            deps: &deps,
+        };
+        let end = session
+            .run(&mut doorbell, &mut connects, &mut wanted, &mut shutdown)
+            .await;
+        if end.is_none() {
+            return;
         }
+    }
+}
+
+struct Session<'a> {
+    deliverer: &'a Deliverer,
+    deps: &'a BootDeps,
+}
+
+impl Session<'_> {
+    /// Until shutdown (`None`) or a reconnect (`Some(())`).
+    async fn run(
+        &self,
+        doorbell: &mut async_nats::Subscriber,
+        connects: &mut tokio::sync::watch::Receiver<u64>,
+        wanted: &mut crate::wanted::WantedRx,
+        shutdown: &mut crate::shutdown::Shutdown,
+    ) -> Option<()> {
+        use futures_util::StreamExt;
+        let mut confirm_at = self.pass().await;
+        let mut repull = tokio::time::interval(crate::wanted::REPULL_EVERY);
+        repull.tick().await;
+        loop {
+            let confirm = confirm_at;
+            tokio::select! {
+                // Cancel-safe: each branch can be dropped between polls
+                // without loss (a message stays queued in the subscriber).
+                _ = shutdown.wait() => return None,
+                _ = connects.changed() => return Some(()),
+                _ = wanted.changed() => confirm_at = self.pass().await,
+                _ = repull.tick() => confirm_at = self.pass().await,
+                _ = tokio::time::sleep_until(confirm.unwrap_or_else(Instant::now)), if confirm.is_some() => {
+                    confirm_at = self.pass().await;
+                }
+                ring = doorbell.next() => match ring {
+                    None => return Some(()),
+                    Some(msg) => {
+                        if let Some(again) = self.ring(&msg.subject).await {
+                            confirm_at = Some(again);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// One delivery pass over the declared keys; returns when a confirming
+    /// pass is due.
+    async fn pass(&self) -> Option<Instant> {
+        let declaration = match self.deps.wanted.borrow().clone() {
+            Some(w) => w.declaration.clone(),
+            None => return None,
+        };
+        let result = self.deliverer.deliver_declared(&declaration).await;
+        self.report(result)
+    }
+
+    /// A doorbell on `subject`: deliver that one key.
+    async fn ring(&self, subject: &str) -> Option<Instant> {
+        let prefix = swarm_queue_client::Bucket::Credentials.key_subject("");
+        let key = subject.strip_prefix(&prefix)?;
+        let (hive, agent, account) = match parse_credential_key(key) {
+            Ok(parts) => parts,
+            Err(e) => {
+                tracing::warn!(%key, error = %e, "ignoring a credential doorbell with a bad key name");
+                return None;
+            }
+        };
+        if hive != self.deps.hive {
+            return None;
+        }
+        let result = match self.deliverer.deliver(&agent, &account).await {
+            Ok(d) => Ok((vec![d], Vec::new())),
+            Err(e) if e.bucket_missing() || matches!(e, DeliverError::NotConnected(_)) => Err(e),
+            Err(e) => Ok((Vec::new(), vec![e])),
+        };
+        self.report(result)
+    }
+
+    fn report(
+        &self,
+        result: Result<(Vec<Delivered>, Vec<DeliverError>), DeliverError>,
+    ) -> Option<Instant> {
+        use crate::readiness::keys;
+        use swarm_queue_client::Level;
+        let health = &self.deps.health;
+        let (done, failures) = match result {
+            Ok(r) => r,
+            Err(e) if e.bucket_missing() => {
+                let msg = crate::error_chain(&e);
+                tracing::warn!(hive = %self.deps.hive, error = %msg, "credentials bucket missing");
+                health.raise(
+                    keys::CREDENTIALS_BUCKET,
+                    Level::Warn,
+                    format!("{msg}; credentials delivered before stay; the hive reads its keys again when the bucket answers"),
+                );
+                return None;
+            }
+            Err(e) => {
+                tracing::warn!(hive = %self.deps.hive, error = %crate::error_chain(&e), "credential delivery failed; retrying on the next pass");
+                return None;
+            }
+        };
+        health.clear(keys::CREDENTIALS_BUCKET);
+        for d in &done {
+            if let Delivered::Written {
+                path,
+                reset_from: Some(last),
+            } = d
+            {
+                health.raise(
+                    keys::CREDENTIALS_RESET,
+                    Level::Warn,
+                    format!(
+                        "the credentials bucket {} was made again (or its store lost): a key went back from revision {last}; \
+                         the hive took the new value as the truth and wrote {}",
+                        swarm_queue_client::Bucket::Credentials.name(),
+                        path.display()
+                    ),
+                );
+            }
+        }
+        if failures.is_empty() {
+            health.clear(keys::CREDENTIALS);
+        } else {
+            let first = crate::error_chain(&failures[0]);
+            health.raise(
+                keys::CREDENTIALS,
+                Level::Warn,
+                format!(
+                    "{} of {} credentials could not be delivered (first: {first})",
+                    failures.len(),
+                    done.len() + failures.len()
+                ),
+            );
+        }
+        done.iter()
+            .any(|d| matches!(d, Delivered::Unconfirmed { .. }))
+            .then(|| Instant::now() + crate::revision::CONFIRM_AFTER)
     }
 }

@@ -209,6 +209,7 @@ pub async fn run(config: HiveConfig, shutdown: Shutdown) -> Result<(), DaemonErr
                     trusted: Arc::new(config.trusted_controller_xkeys.clone()),
                     agents_dir: config.agents_dir(),
                     slot: Arc::clone(&deliverer),
+                    wanted: wanted_rx.clone(),
                 },
                 shutdown.clone(),
             ));

@@ -36,7 +36,7 @@ pub struct EventDeps {
     pub hive: HiveName,
     pub health: Arc<Health>,
     pub knowledge: Option<Arc<Notify>>,
-    /// Set once the credentials bucket is open.
+    /// Set when the credential delivery task starts.
     pub credentials: Arc<std::sync::OnceLock<Deliverer>>,
     pub deploy: DeployFn,
 }
@@ -148,7 +148,7 @@ async fn on_credential(deps: &EventDeps, msg: async_nats::Message) {
         }
     };
     let Some(deliverer) = deps.credentials.get() else {
-        tracing::warn!(hive = %deps.hive, "credential notice ignored: credentials bucket not open");
+        tracing::warn!(hive = %deps.hive, "credential notice ignored: credential delivery not started yet");
         return;
     };
     match deliverer.deliver(&notice.agent, &notice.account).await {

@@ -32,6 +32,7 @@ pub mod knowledge;
 pub mod ops;
 pub mod publisher;
 pub mod readiness;
+pub mod revision;
 pub mod runtime;
 pub mod shutdown;
 pub mod systemd;

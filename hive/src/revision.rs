@@ -122,8 +122,16 @@ mod tests {
                 first_seen: t0,
             })
         };
+        type Case = (
+            &'static str,
+            Option<Seen>,
+            Option<Suspect>,
+            Seen,
+            tokio::time::Instant,
+            Verdict,
+        );
         #[rustfmt::skip]
-        let cases: Vec<(&str, Option<Seen>, Option<Suspect>, Seen, tokio::time::Instant, Verdict)> = vec![
+        let cases: Vec<Case> = vec![
             ("first read", None, None, seen(5, at(10)), t0, Verdict::New),
             ("higher", Some(seen(5, at(10))), None, seen(6, at(11)), t0, Verdict::New),
             ("duplicate doorbell", Some(seen(5, at(10))), None, seen(5, at(10)), t0, Verdict::Same),

@@ -98,6 +98,8 @@ pub enum Delivered {
         /// Set when the key's revision went back: the bucket was made
         /// again, and this is the revision handled before.
         reset_from: Option<u64>,
+        /// A revision not delivered before (not a repeat of the last one).
+        fresh: bool,
     },
     /// A lower revision not yet confirmed: read again after
     /// [`crate::revision::CONFIRM_AFTER`].
@@ -202,11 +204,13 @@ impl Deliverer {
                 source,
             })?
             .ok_or_else(|| DeliverError::Missing { key: key.clone() })?;
-        let reset_from = match self.judge(&entry) {
+        let verdict = self.judge(&entry);
+        let reset_from = match verdict {
             Verdict::Confirm { .. } => return Ok(Delivered::Unconfirmed { key }),
             Verdict::Reset { last } => Some(last),
             Verdict::New | Verdict::Same => None,
         };
+        let fresh = verdict != Verdict::Same;
         if entry.operation != KeyOp::Put {
             // Not a deletion order: the file delivered before stays.
             return Err(DeliverError::Removed {
@@ -216,7 +220,11 @@ impl Deliverer {
         }
         let path = self.write(&key, agent, account, &entry.value)?;
         tracing::info!(hive = %self.hive, %agent, %account, revision = entry.revision, path = %path.display(), "credential delivered");
-        Ok(Delivered::Written { path, reset_from })
+        Ok(Delivered::Written {
+            path,
+            reset_from,
+            fresh,
+        })
     }
 
     fn judge(&self, entry: &KeyEntry) -> Verdict {
@@ -377,8 +385,14 @@ impl Session<'_> {
         let mut confirm_at = self.pass().await;
         let mut repull = tokio::time::interval(crate::wanted::REPULL_EVERY);
         repull.tick().await;
+        // A doorbell whose read showed nothing new is read again (the
+        // stream may not have stored the put yet when the doorbell rang).
+        let mut recheck: Option<(Instant, usize, async_nats::Subject)> = None;
         loop {
-            let confirm = confirm_at;
+            let confirm = match (confirm_at, recheck.as_ref().map(|r| r.0)) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             tokio::select! {
                 // Cancel-safe: each branch can be dropped between polls
                 // without loss (a message stays queued in the subscriber).
@@ -387,15 +401,19 @@ impl Session<'_> {
                 _ = wanted.changed() => confirm_at = self.pass().await,
                 _ = repull.tick() => confirm_at = self.pass().await,
                 _ = tokio::time::sleep_until(confirm.unwrap_or_else(Instant::now)), if confirm.is_some() => {
-                    confirm_at = self.pass().await;
+                    match recheck.take() {
+                        Some((at, tries, subject)) if at <= Instant::now() => {
+                            recheck = self.ring_and_plan(&subject, tries, &mut confirm_at).await;
+                        }
+                        other => {
+                            recheck = other;
+                            confirm_at = self.pass().await;
+                        }
+                    }
                 }
                 ring = doorbell.next() => match ring {
                     None => return Some(()),
-                    Some(msg) => {
-                        if let Some(again) = self.ring(&msg.subject).await {
-                            confirm_at = Some(again);
-                        }
-                    }
+                    Some(msg) => recheck = self.ring_and_plan(&msg.subject, 0, &mut confirm_at).await,
                 }
             }
         }
@@ -412,26 +430,50 @@ impl Session<'_> {
         self.report(result)
     }
 
-    /// A doorbell on `subject`: deliver that one key.
-    async fn ring(&self, subject: &str) -> Option<Instant> {
+    /// Ring, then plan a re-read when nothing new showed
+    /// ([`crate::wanted::RECHECK_AFTER`]).
+    async fn ring_and_plan(
+        &self,
+        subject: &async_nats::Subject,
+        tries: usize,
+        confirm_at: &mut Option<Instant>,
+    ) -> Option<(Instant, usize, async_nats::Subject)> {
+        let (again, fresh) = self.ring(subject).await;
+        if again.is_some() {
+            *confirm_at = again;
+        }
+        match crate::wanted::RECHECK_AFTER.get(tries) {
+            Some(after) if !fresh => Some((Instant::now() + *after, tries + 1, subject.clone())),
+            _ => None,
+        }
+    }
+
+    /// A doorbell on `subject`: deliver that one key. Returns when a
+    /// confirming read is due, and whether a new revision was delivered.
+    async fn ring(&self, subject: &str) -> (Option<Instant>, bool) {
         let prefix = swarm_queue_client::Bucket::Credentials.key_subject("");
-        let key = subject.strip_prefix(&prefix)?;
+        let Some(key) = subject.strip_prefix(&prefix) else {
+            return (None, true);
+        };
         let (hive, agent, account) = match parse_credential_key(key) {
             Ok(parts) => parts,
             Err(e) => {
                 tracing::warn!(%key, error = %e, "ignoring a credential doorbell with a bad key name");
-                return None;
+                return (None, true);
             }
         };
         if hive != self.deps.hive {
-            return None;
+            return (None, true);
         }
         let result = match self.deliverer.deliver(&agent, &account).await {
             Ok(d) => Ok((vec![d], Vec::new())),
+            // Not stored yet, maybe: the recheck reads it again.
+            Err(DeliverError::Missing { .. }) => Ok((Vec::new(), Vec::new())),
             Err(e) if e.bucket_missing() || matches!(e, DeliverError::NotConnected(_)) => Err(e),
             Err(e) => Ok((Vec::new(), vec![e])),
         };
-        self.report(result)
+        let fresh = matches!(&result, Ok((d, _)) if d.iter().any(|d| matches!(d, Delivered::Written { fresh: true, .. })));
+        (self.report(result), fresh)
     }
 
     fn report(
@@ -463,6 +505,7 @@ impl Session<'_> {
             if let Delivered::Written {
                 path,
                 reset_from: Some(last),
+                ..
             } = d
             {
                 health.raise(

@@ -104,6 +104,12 @@ fn save(state_dir: &Path, wanted: &Wanted) {
     }
 }
 
+/// After a doorbell whose read showed nothing new, read again after these
+/// delays: the core-NATS message can reach the hive before the stream has
+/// stored it, so the first read may still see the old value. A doorbell for
+/// a refused put or a duplicate costs these few reads and changes nothing.
+pub const RECHECK_AFTER: [Duration; 2] = [Duration::from_millis(100), Duration::from_secs(1)];
+
 /// How long the `wanted_reset` warning stays after a bucket made again.
 pub const RESET_WARNING_FOR: Duration = Duration::from_secs(600);
 
@@ -133,6 +139,9 @@ struct Session<'a> {
     confirm_at: Option<Instant>,
     /// When the `wanted_reset` warning was raised.
     reset_at: Option<Instant>,
+    /// A re-read after a doorbell that showed nothing new, and how many
+    /// are left ([`RECHECK_AFTER`]).
+    recheck: Option<(Instant, usize)>,
 }
 
 impl Session<'_> {
@@ -147,15 +156,16 @@ impl Session<'_> {
         }
     }
 
-    /// Read the key and act on what it holds. Never ends the session: a
-    /// missing bucket is a warning, and the next doorbell or pull retries.
-    async fn pull(&mut self, reader: &KeyReader, why: &str) {
+    /// Read the key and act on what it holds; whether it held a revision
+    /// not handled before. Never ends the session: a missing bucket is a
+    /// warning, and the next doorbell or pull retries.
+    async fn pull(&mut self, reader: &KeyReader, why: &str) -> bool {
         let hive = &self.deps.hive;
         match reader.last(hive.as_str()).await {
             Ok(found) => {
                 self.deps.health.clear(keys::WANTED_BUCKET);
                 match found {
-                    Some(entry) => self.handle(entry, Instant::now()),
+                    Some(entry) => return self.handle(entry, Instant::now()),
                     None => tracing::debug!(%hive, why, "no declaration for this hive yet"),
                 }
             }
@@ -174,16 +184,47 @@ impl Session<'_> {
                 tracing::warn!(%hive, why, error = %crate::error_chain(&e), "reading the declaration failed")
             }
         }
+        false
     }
 
-    fn handle(&mut self, entry: KeyEntry, now: Instant) {
+    /// A doorbell rang: read, and if nothing new showed, read again later.
+    async fn ring(&mut self, reader: &KeyReader, why: &str, tries: usize) {
+        let acted = self.pull(reader, why).await;
+        self.recheck = match RECHECK_AFTER.get(tries) {
+            Some(after) if !acted => Some((Instant::now() + *after, tries + 1)),
+            _ => None,
+        };
+    }
+
+    /// The next timed read: a confirmation or a doorbell's re-read.
+    fn next_read(&self) -> Option<Instant> {
+        match (self.confirm_at, self.recheck.map(|(at, _)| at)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    async fn timed_read(&mut self, reader: &KeyReader) {
+        let now = Instant::now();
+        if self.confirm_at.is_some_and(|t| t <= now) {
+            self.confirm_at = None;
+        }
+        match self.recheck {
+            Some((at, tries)) if at <= now => self.ring(reader, "recheck", tries).await,
+            _ => {
+                self.pull(reader, "confirm").await;
+            }
+        }
+    }
+
+    fn handle(&mut self, entry: KeyEntry, now: Instant) -> bool {
         let read = Seen {
             revision: entry.revision,
             created: Some(entry.created),
         };
         let hive = &self.deps.hive;
         match judge(self.last, self.suspect, read, now) {
-            Verdict::Same => return,
+            Verdict::Same => return false,
             Verdict::Confirm { last } => {
                 if self.suspect.map(|s| s.revision) != Some(read.revision) {
                     self.suspect = Some(Suspect {
@@ -193,7 +234,7 @@ impl Session<'_> {
                 }
                 self.confirm_at = Some(now + CONFIRM_AFTER);
                 tracing::warn!(%hive, revision = read.revision, last, "declaration revision went back; reading again to confirm");
-                return;
+                return false;
             }
             Verdict::Reset { last } => {
                 tracing::warn!(%hive, revision = read.revision, last, "the wanted bucket was made again; taking its value as the truth");
@@ -226,6 +267,7 @@ impl Session<'_> {
             KeyOp::Delete | KeyOp::Purge => self.removed(&entry),
             KeyOp::Put => self.put(entry),
         }
+        true
     }
 
     fn removed(&self, entry: &KeyEntry) {
@@ -301,10 +343,11 @@ impl Session<'_> {
         };
         let reader = KeyReader::new(&jetstream::new(client.clone()), Bucket::Wanted);
         self.pull(&reader, "start").await;
+        self.recheck = None;
         let mut repull = tokio::time::interval(REPULL_EVERY);
         repull.tick().await;
         loop {
-            let confirm = self.confirm_at;
+            let next_read = self.next_read();
             tokio::select! {
                 // Cancel-safe: watch::changed, Interval::tick, sleep_until
                 // and Subscriber::next can be dropped between polls without
@@ -316,13 +359,12 @@ impl Session<'_> {
                         self.pull(&reader, "timer").await;
                     }
                 }
-                _ = tokio::time::sleep_until(confirm.unwrap_or_else(Instant::now)), if confirm.is_some() => {
-                    self.confirm_at = None;
-                    self.pull(&reader, "confirm").await;
+                _ = tokio::time::sleep_until(next_read.unwrap_or_else(Instant::now)), if next_read.is_some() => {
+                    self.timed_read(&reader).await;
                 }
                 ring = doorbell.next() => match ring {
                     None => return SessionEnd::Failed(format!("the subscription to {subject} ended")),
-                    Some(_) => self.pull(&reader, "doorbell").await,
+                    Some(_) => self.ring(&reader, "doorbell", 0).await,
                 }
             }
         }
@@ -338,6 +380,7 @@ pub async fn run(deps: WantedDeps, mut shutdown: Shutdown) {
         suspect: None,
         confirm_at: None,
         reset_at: None,
+        recheck: None,
     };
     let mut backoff = Duration::from_millis(500);
     loop {

@@ -85,7 +85,11 @@ async fn a_wanted_bucket_made_again_is_taken_as_the_truth() {
     // revision 1, below the one the hive handled.
     let r1 = swarm.declare(&hive, &decl(&img.reference, "4")).await;
     assert!(r1 < r3, "revision {r1} after a new bucket");
-    let s = swarm.converged(&hive, r1, T).await;
+    let s = swarm
+        .status_until(&hive, "converged on the new bucket's revision", T, |s| {
+            s["converged_revision"].as_u64() == Some(r1)
+        })
+        .await;
     assert_eq!(s["agents"]["a"]["observed"], "running", "{s}");
     let (_, running, spec4) = container(&hive, "a").unwrap();
     assert!(running);
@@ -106,7 +110,11 @@ async fn a_wanted_bucket_made_again_is_taken_as_the_truth() {
 
     // The doorbell keeps working: the next declaration is applied too.
     let r2 = swarm.declare(&hive, &decl(&img.reference, "5")).await;
-    swarm.converged(&hive, r2, T).await;
+    swarm
+        .status_until(&hive, "converged on the next revision", T, |s| {
+            s["converged_revision"].as_u64() == Some(r2)
+        })
+        .await;
 }
 
 #[tokio::test]

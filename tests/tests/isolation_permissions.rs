@@ -398,21 +398,22 @@ async fn a_hive_opens_buckets_but_never_creates_them() {
         msg.contains("hyperhive-status") && msg.contains("controller"),
         "{msg}"
     );
-    // Opening asks for the stream's info first; a hive may not, so it
-    // never gets as far as a create.
-    s.violation(
-        Violation::Publish,
-        &me,
-        &js_api::stream_info(Bucket::Status),
+    // Opening asks for the stream's info, creating for a create: a hive
+    // may do neither.
+    for subject in [
+        js_api::stream_info(Bucket::Status),
+        js_api::stream_create(Bucket::Status),
+    ] {
+        s.violation(Violation::Publish, &me, &subject).await;
+    }
+    let err = swarm_queue_client::buckets::create_bucket(
+        &js(&a, REFUSED_WAIT),
+        Bucket::Status,
+        &BucketSettings::default(),
     )
-    .await;
-    assert!(
-        !s.server
-            .log()
-            .contains(&js_api::stream_create(Bucket::Status)),
-        "the create request itself was never sent"
-    );
-
+    .await
+    .expect_err("what the status publisher tries on a missing bucket is refused");
+    assert!(err.to_string().contains("controller"), "{err}");
     // Its put names the missing bucket; once the controller created it,
     // the same put lands.
     let err = put_own(

@@ -301,7 +301,8 @@ pub struct BootDeps {
     pub nats: swarm_queue_client::Connection,
     pub hive: HiveName,
     pub health: Arc<crate::readiness::Health>,
-    /// Unused since hives stopped creating buckets; kept for the config.
+    /// How the bucket is made if it is missing at start and this identity
+    /// may create it (no per-hive permissions).
     pub bucket: swarm_queue_client::BucketSettings,
     pub xkey: Arc<XKey>,
     pub trusted: Arc<Vec<String>>,
@@ -357,6 +358,7 @@ pub async fn run_boot_delivery(deps: BootDeps, mut shutdown: crate::shutdown::Sh
         let session = Session {
             deliverer: &deliverer,
             deps: &deps,
+            missing: std::sync::atomic::AtomicBool::new(false),
         };
         let end = session
             .run(&mut doorbell, &mut connects, &mut wanted, &mut shutdown)
@@ -370,6 +372,8 @@ pub async fn run_boot_delivery(deps: BootDeps, mut shutdown: crate::shutdown::Sh
 struct Session<'a> {
     deliverer: &'a Deliverer,
     deps: &'a BootDeps,
+    /// Whether the last read found the bucket missing.
+    missing: std::sync::atomic::AtomicBool,
 }
 
 impl Session<'_> {
@@ -383,6 +387,17 @@ impl Session<'_> {
     ) -> Option<()> {
         use futures_util::StreamExt;
         let mut confirm_at = self.pass().await;
+        if self.missing.load(std::sync::atomic::Ordering::Relaxed) {
+            // As at every start: make it where this identity may.
+            let js = async_nats::jetstream::new(self.deps.nats.client.clone());
+            let bucket = swarm_queue_client::Bucket::Credentials;
+            match swarm_queue_client::buckets::create_bucket(&js, bucket, &self.deps.bucket).await {
+                Ok(()) => confirm_at = self.pass().await,
+                Err(e) => {
+                    tracing::debug!(error = %crate::error_chain(&e), "cannot create the credentials bucket")
+                }
+            }
+        }
         let mut repull = tokio::time::interval(crate::wanted::REPULL_EVERY);
         repull.tick().await;
         // A doorbell whose read showed nothing new is read again (the
@@ -483,6 +498,10 @@ impl Session<'_> {
         use crate::readiness::keys;
         use swarm_queue_client::Level;
         let health = &self.deps.health;
+        self.missing.store(
+            matches!(&result, Err(e) if e.bucket_missing()),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         let (done, failures) = match result {
             Ok(r) => r,
             Err(e) if e.bucket_missing() => {

@@ -29,6 +29,7 @@ use std::time::Duration;
 use async_nats::jetstream;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
+use swarm_queue_client::buckets::create_bucket;
 use swarm_queue_client::direct::{KeyEntry, KeyOp, KeyReader, ReadKeyError};
 use swarm_queue_client::{
     decode, ensure_connected, Bucket, BucketSettings, Connection, Declaration, HiveName, Level,
@@ -117,7 +118,8 @@ pub struct WantedDeps {
     pub nats: Connection,
     pub hive: HiveName,
     pub health: Arc<Health>,
-    /// Unused since hives stopped creating buckets; kept for the config.
+    /// How the bucket is made if it is missing at start and this identity
+    /// may create it (no per-hive permissions).
     pub bucket: BucketSettings,
     pub state_dir: PathBuf,
     pub tx: WantedTx,
@@ -142,6 +144,8 @@ struct Session<'a> {
     /// A re-read after a doorbell that showed nothing new, and how many
     /// are left ([`RECHECK_AFTER`]).
     recheck: Option<(Instant, usize)>,
+    /// Whether the last read found the bucket missing.
+    missing: bool,
 }
 
 impl Session<'_> {
@@ -163,6 +167,7 @@ impl Session<'_> {
         let hive = &self.deps.hive;
         match reader.last(hive.as_str()).await {
             Ok(found) => {
+                self.missing = false;
                 self.deps.health.clear(keys::WANTED_BUCKET);
                 match found {
                     Some(entry) => return self.handle(entry, Instant::now()),
@@ -170,6 +175,7 @@ impl Session<'_> {
                 }
             }
             Err(e @ ReadKeyError::BucketMissing { .. }) => {
+                self.missing = true;
                 tracing::warn!(%hive, why, error = %e, "wanted bucket missing");
                 self.deps.health.raise(
                     keys::WANTED_BUCKET,
@@ -343,6 +349,18 @@ impl Session<'_> {
         };
         let reader = KeyReader::new(&jetstream::new(client.clone()), Bucket::Wanted);
         self.pull(&reader, "start").await;
+        if self.missing {
+            // As at every start: make it where this identity may (no
+            // per-hive permissions); under them only the controller can.
+            let js = jetstream::new(client.clone());
+            match create_bucket(&js, Bucket::Wanted, &deps.bucket).await {
+                Ok(()) => self.pull(&reader, "created").await,
+                Err(e) => {
+                    tracing::debug!(error = %crate::error_chain(&e), "cannot create the wanted bucket");
+                    false
+                }
+            };
+        }
         self.recheck = None;
         let mut repull = tokio::time::interval(REPULL_EVERY);
         repull.tick().await;
@@ -381,6 +399,7 @@ pub async fn run(deps: WantedDeps, mut shutdown: Shutdown) {
         confirm_at: None,
         reset_at: None,
         recheck: None,
+        missing: false,
     };
     let mut backoff = Duration::from_millis(500);
     loop {

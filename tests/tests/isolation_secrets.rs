@@ -276,7 +276,7 @@ async fn no_secret_in_plain_text_anywhere_the_run_wrote() {
     ));
     let in_process = std::fs::read(log_file).unwrap();
     assert!(
-        String::from_utf8_lossy(&in_process).contains("boot credential delivery done"),
+        String::from_utf8_lossy(&in_process).contains("credential delivery pass done"),
         "the in-process log captured the hive's delivery"
     );
     sources.push(("in-process hive log".into(), in_process));

@@ -79,16 +79,16 @@ impl Publisher {
         // hives are not limited to their own keys) and put again.
         let attempt = async {
             let snapshot = self.deps.health.snapshot();
-            let bytes = bytes::Bytes::from(encode_pretty(&snapshot.readiness)?);
+            let bytes = encode_pretty(&snapshot.readiness)?;
             let key = self.deps.hive.as_str();
-            match put_own(&self.js, Bucket::Status, key, bytes.clone()).await {
+            match put_own(&self.js, Bucket::Status, key, bytes.clone().into()).await {
                 Err(missing @ PutOwnError::BucketMissing { .. }) => {
                     if let Err(e) = create_bucket(&self.js, Bucket::Status, &self.deps.bucket).await
                     {
                         tracing::debug!(error = %crate::error_chain(&e), "cannot create the status bucket");
                         return Err(missing.into());
                     }
-                    Ok(put_own(&self.js, Bucket::Status, key, bytes).await?)
+                    Ok(put_own(&self.js, Bucket::Status, key, bytes.into()).await?)
                 }
                 other => Ok(other?),
             }

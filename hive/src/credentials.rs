@@ -18,8 +18,13 @@
 //! ([`crate::revision`]). A deleted or purged key is not a deletion order:
 //! the file delivered before stays.
 //!
-//! Invariant: no error, log line or warning carries a secret. Errors name
-//! the key and the reason only.
+//! The daemon's boot task and event listener share one [`Credentials`]
+//! handle.
+//!
+//! Invariants: no error, log line or warning carries a secret (errors name
+//! the key and the reason only); an opened secret lives in a buffer that is
+//! zeroed when dropped; file I/O runs on the blocking pool, never on the
+//! async workers.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -31,6 +36,8 @@ use swarm_queue_client::direct::{KeyEntry, KeyOp, KeyReader, ReadKeyError};
 use swarm_queue_client::subjects::{credential_key, parse_credential_key};
 use swarm_queue_client::{decode, AccountName, AgentName, Declaration, HiveName};
 use tokio::time::Instant;
+
+use zeroize::Zeroizing;
 
 use crate::revision::{judge, Seen, Suspect, Verdict};
 
@@ -66,6 +73,13 @@ pub enum DeliverError {
         path: PathBuf,
         #[source]
         source: std::io::Error,
+    },
+    #[error("credential {key}: the write to {path} was cut off")]
+    WriteTask {
+        key: String,
+        path: PathBuf,
+        #[source]
+        source: tokio::task::JoinError,
     },
 }
 
@@ -151,7 +165,8 @@ impl Deliverer {
         }
     }
 
-    fn write(
+    /// Open the envelope and write the secret, off the async workers.
+    async fn write(
         &self,
         key: &str,
         agent: &AgentName,
@@ -164,25 +179,30 @@ impl Deliverer {
                 source,
             })?
             .value;
-        let secret = credentials::open(&envelope, &self.xkey, &self.trusted).map_err(|source| {
-            DeliverError::Open {
+        let secret = credentials::open(&envelope, &self.xkey, &self.trusted)
+            .map(Zeroizing::new)
+            .map_err(|source| DeliverError::Open {
                 key: key.to_string(),
                 source,
-            }
-        })?;
+            })?;
         let path = credential_path(&self.agents_dir, agent, account);
-        let dir = path.parent().expect("credential path has a parent");
-        let write = || -> std::io::Result<()> {
-            std::fs::create_dir_all(dir)?;
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-            crate::xkey::write_private(&path, &secret)
-        };
-        write().map_err(|source| DeliverError::Write {
+        let target = path.clone();
+        let written = tokio::task::spawn_blocking(move || write_secret(&target, &secret)).await;
+        let io = |source| DeliverError::Write {
             key: key.to_string(),
             path: path.clone(),
             source,
-        })?;
+        };
+        match written {
+            Ok(r) => r.map_err(io)?,
+            Err(source) => {
+                return Err(DeliverError::WriteTask {
+                    key: key.to_string(),
+                    path,
+                    source,
+                })
+            }
+        }
         Ok(path)
     }
 
@@ -218,7 +238,7 @@ impl Deliverer {
                 revision: entry.revision,
             });
         }
-        let path = self.write(&key, agent, account, &entry.value)?;
+        let path = self.write(&key, agent, account, &entry.value).await?;
         tracing::info!(hive = %self.hive, %agent, %account, revision = entry.revision, path = %path.display(), "credential delivered");
         Ok(Delivered::Written {
             path,
@@ -296,19 +316,100 @@ impl Deliverer {
     }
 }
 
+/// The directory 0700, the file 0600 through a unique temporary file in
+/// the same directory. Blocking: run it on the blocking pool.
+fn write_secret(path: &Path, secret: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    crate::xkey::write_private(path, secret)
+}
+
+/// Where the daemon's credential delivery reads and writes: one handle
+/// shared by the boot task and the event listener.
+#[derive(Clone)]
+pub struct Credentials {
+    opened: Arc<tokio::sync::Mutex<Option<Deliverer>>>,
+    opener: Option<Arc<Opener>>,
+}
+
+/// What opening the credentials bucket needs.
+pub struct Opener {
+    pub client: async_nats::Client,
+    pub bucket: swarm_queue_client::BucketSettings,
+    pub hive: HiveName,
+    pub xkey: Arc<XKey>,
+    pub trusted: Arc<Vec<String>>,
+    pub agents_dir: PathBuf,
+}
+
+impl Credentials {
+    /// Opens the bucket when first needed.
+    pub fn new(opener: Opener) -> Credentials {
+        Credentials {
+            opened: Arc::default(),
+            opener: Some(Arc::new(opener)),
+        }
+    }
+
+    /// Over a bucket that is already open.
+    pub fn open(deliverer: Deliverer) -> Credentials {
+        Credentials {
+            opened: Arc::new(tokio::sync::Mutex::new(Some(deliverer))),
+            opener: None,
+        }
+    }
+
+    /// The deliverer (made on first use; it sends nothing until asked).
+    pub async fn deliverer(&self) -> Deliverer {
+        let mut opened = self.opened.lock().await;
+        if let Some(d) = opened.as_ref() {
+            return d.clone();
+        }
+        // Only `Credentials::open` makes one without an opener, and it is
+        // open from the start, so this cannot fail.
+        let o = self
+            .opener
+            .as_ref()
+            .expect("a Credentials without an opener is made open");
+        let d = Deliverer::new(DelivererParts {
+            client: o.client.clone(),
+            hive: o.hive.clone(),
+            xkey: o.xkey.clone(),
+            trusted: o.trusted.clone(),
+            agents_dir: o.agents_dir.clone(),
+        });
+        *opened = Some(d.clone());
+        d
+    }
+
+    /// How the bucket is made if it is missing at start and this identity
+    /// may create it (no per-hive permissions).
+    fn bucket_settings(&self) -> swarm_queue_client::BucketSettings {
+        self.opener
+            .as_ref()
+            .map(|o| o.bucket.clone())
+            .unwrap_or_default()
+    }
+
+    /// Deliver one credential named by a notice.
+    pub async fn deliver(
+        &self,
+        agent: &AgentName,
+        account: &AccountName,
+    ) -> Result<Delivered, DeliverError> {
+        self.deliverer().await.deliver(agent, account).await
+    }
+}
+
 /// What the delivery task needs.
+#[derive(Clone)]
 pub struct BootDeps {
     pub nats: swarm_queue_client::Connection,
     pub hive: HiveName,
     pub health: Arc<crate::readiness::Health>,
-    /// How the bucket is made if it is missing at start and this identity
-    /// may create it (no per-hive permissions).
-    pub bucket: swarm_queue_client::BucketSettings,
-    pub xkey: Arc<XKey>,
-    pub trusted: Arc<Vec<String>>,
-    pub agents_dir: PathBuf,
-    /// Filled at start; the event listener delivers notices through it.
-    pub slot: Arc<std::sync::OnceLock<Deliverer>>,
+    pub credentials: Credentials,
     /// The declaration in force: which keys to read at boot.
     pub wanted: crate::wanted::WantedRx,
 }
@@ -318,18 +419,7 @@ pub struct BootDeps {
 /// credential whose key's doorbell rings (`$KV.hyperhive-credentials.<hive>.>`,
 /// a core-NATS subscription: no consumer).
 pub async fn run_boot_delivery(deps: BootDeps, mut shutdown: crate::shutdown::Shutdown) {
-    let deliverer = deps
-        .slot
-        .get_or_init(|| {
-            Deliverer::new(DelivererParts {
-                client: deps.nats.client.clone(),
-                hive: deps.hive.clone(),
-                xkey: deps.xkey.clone(),
-                trusted: deps.trusted.clone(),
-                agents_dir: deps.agents_dir.clone(),
-            })
-        })
-        .clone();
+    let deliverer = deps.credentials.deliverer().await;
     let mut connects = deps.nats.connects.clone();
     let mut wanted = deps.wanted.clone();
     let subject = swarm_queue_client::Bucket::Credentials.key_subject(
@@ -391,7 +481,8 @@ impl Session<'_> {
             // As at every start: make it where this identity may.
             let js = async_nats::jetstream::new(self.deps.nats.client.clone());
             let bucket = swarm_queue_client::Bucket::Credentials;
-            match swarm_queue_client::buckets::create_bucket(&js, bucket, &self.deps.bucket).await {
+            let settings = self.deps.credentials.bucket_settings();
+            match swarm_queue_client::buckets::create_bucket(&js, bucket, &settings).await {
                 Ok(()) => confirm_at = self.pass().await,
                 Err(e) => {
                     tracing::debug!(error = %crate::error_chain(&e), "cannot create the credentials bucket")

@@ -16,7 +16,7 @@
 //!   meanwhile; [`deploy`]: the deploy subject's handler.
 //! - [`jobs`]: the durable job DAG in SQLite (power intent, installed
 //!   agents, cleanup journal); [`runtime`]: the Docker runtime behind a
-//!   narrow trait.
+//!   narrow trait; [`registry_auth`]: the registry logins pulls send.
 //! - [`xkey`]: the hive's sealing key; [`systemd`]: sd_notify;
 //!   [`shutdown`]: the signal every task takes; [`test_hooks`]: hooks that
 //!   exist only with the `test-hooks` feature.
@@ -34,11 +34,13 @@ pub mod daemon;
 pub mod deploy;
 pub mod events;
 pub mod http;
+pub mod images;
 pub mod jobs;
 pub mod knowledge;
 pub mod ops;
 pub mod publisher;
 pub mod readiness;
+pub mod registry_auth;
 pub mod revision;
 pub mod runtime;
 pub mod shutdown;

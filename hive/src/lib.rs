@@ -7,6 +7,9 @@
 //! - [`readiness`]: the one computation of "is this hive OK" (`Readiness`),
 //!   and the metrics from the same snapshot.
 //! - [`publisher`]: task that puts the `Readiness` in `hyperhive-status`.
+//! - [`wanted`], [`credentials`]: this hive's keys, read by direct get on a
+//!   core-NATS doorbell (no JetStream consumer); [`revision`]: the rule for
+//!   a revision that went back (a bucket made again).
 //! - [`http`]: loopback `/health/ready`, `/health/live`, `/metrics`.
 //! - [`access`]: who may reach the operator API ([`api`]): its Unix socket
 //!   (0660, group `hyperhive`), and the guarded TCP remote writes;
@@ -43,6 +46,7 @@ pub mod ops;
 pub mod publisher;
 pub mod readiness;
 pub mod registry_auth;
+pub mod revision;
 pub mod runtime;
 pub mod shutdown;
 pub mod supervisor;

@@ -21,6 +21,7 @@ pub mod identity;
 pub mod jobs;
 pub mod kv;
 pub mod nats;
+pub mod oracle;
 pub mod process;
 pub mod swarm;
 pub mod trace_log;

@@ -74,6 +74,16 @@ pub struct Step {
     pub toggle_b: bool,
 }
 
+impl Step {
+    /// The hives this step touches, out of `hives`.
+    pub fn affects(&self, hives: usize) -> Vec<usize> {
+        match self.kind {
+            FaultKind::NatsRestart | FaultKind::WantedRecreate => (0..hives).collect(),
+            _ => vec![self.hive],
+        }
+    }
+}
+
 /// SplitMix64 (Steele, Lea, Flood 2014).
 #[derive(Debug, Clone)]
 pub struct Rng(u64);

@@ -34,8 +34,9 @@ const HOSTILE_SETTLE: Duration =
 struct Record {
     kind: FaultKind,
     time_to_truth: Option<Duration>,
-    /// The hives it touched were not wholly true when it began (an earlier
-    /// fault never healed): its time-to-truth says nothing about this kind.
+    /// None of the hives it touched was wholly true when it began (an
+    /// earlier fault never healed): its time-to-truth says nothing about
+    /// this kind.
     tainted: bool,
 }
 
@@ -69,12 +70,16 @@ fn why_not(w: &World) -> String {
 
 async fn run_step(w: &mut World, step: &Step, records: &mut Vec<Record>) {
     let target = w.names[step.hive].clone();
-    let tainted = {
+    // Only the touched hives that were wholly true when it began say
+    // anything about this fault; when none was, the fault is tainted.
+    let clean: Vec<usize> = {
         let c = lock(&w.shared.counts);
         step.affects(w.names.len())
-            .iter()
-            .any(|i| c.why_not.contains_key(&w.names[*i]))
+            .into_iter()
+            .filter(|i| !c.why_not.contains_key(&w.names[*i]))
+            .collect()
     };
+    let tainted = clean.is_empty();
     let injected_at = Instant::now();
     let done = w.inject(step).await;
     // The hostile label is a fault the hive must live with: it stays while
@@ -86,7 +91,8 @@ async fn run_step(w: &mut World, step: &Step, records: &mut Vec<Record>) {
         (done.heal_at, Duration::ZERO)
     };
     let budget = HEAL_BUDGET + settle;
-    let ttt = time_to_truth(w, origin + settle, done.hives.clone(), budget)
+    let watched = if tainted { done.hives.clone() } else { clean };
+    let ttt = time_to_truth(w, origin + settle, watched, budget)
         .await
         .map(|t| t + settle);
     let mut shown = match ttt {
@@ -94,7 +100,7 @@ async fn run_step(w: &mut World, step: &Step, records: &mut Vec<Record>) {
         None => format!("NOT true within {budget:?}: {}", why_not(w)),
     };
     if tainted {
-        shown.push_str(" [tainted: not true before this fault]");
+        shown.push_str(" [tainted: no touched hive was true before this fault]");
     }
     println!(
         "{} {} {} ({}) -> {shown}",

@@ -250,7 +250,8 @@ mod tests {
         let grace = CONVERGED_GRACE.as_millis() as u64;
         let evidence = at(20_000);
         let now = at(22_000);
-        let cases: Vec<(&str, Vec<(Instant, bool)>, bool)> = vec![
+        type Samples = Vec<(Instant, bool)>;
+        let cases: Vec<(&str, Samples, bool)> = vec![
             ("matched just now", vec![(at(21_900), true)], false),
             (
                 "matched within grace",

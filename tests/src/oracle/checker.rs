@@ -257,8 +257,11 @@ async fn sample(shared: &Shared) {
     {
         let mut hives = lock(&shared.hives);
         for (h, v) in hives.iter_mut().zip(&views) {
+            // A hive that died by itself: it died at some moment before
+            // this look, so dating it now can only excuse, never invent, a
+            // false claim. (Faults the oracle injects are dated exactly.)
             if h.down_since.is_none() && !process_up(h.pid) {
-                h.down_since = Some(asked);
+                h.down_since = Some(seen_at);
             }
             h.history.push_back((seen_at, v.clone()));
             while h

@@ -416,11 +416,13 @@ fn nats_config_cmd(config: &Config, json: bool) -> i32 {
 async fn status(config: &Config, json: bool, watch_mode: bool) -> anyhow::Result<i32> {
     let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
     let buckets = nats::open_buckets(&conn, &config.nats).await?;
-    let fleet = RwLock::new(Fleet::new(
+    let mut fleet = Fleet::new(
         config.hives.clone(),
         config.stale_after,
         OffsetDateTime::now_utc(),
-    ));
+    );
+    fleet.set_progress_limit(config.attention_progressing, OffsetDateTime::now_utc());
+    let fleet = RwLock::new(fleet);
     let mut follower = tokio::time::timeout(LOAD_WAIT, nats::load(&buckets, &fleet))
         .await
         .map_err(|_| anyhow::anyhow!("reading the buckets took over {LOAD_WAIT:?}"))?

@@ -222,11 +222,13 @@ fn start_container_side(
     hive: HiveName,
     tasks: &mut Supervisor,
 ) -> ContainerSide {
+    let mut runtime = DockerRuntime::new(hive.clone(), config.docker_host.as_deref());
+    if let Some(path) = &config.registry_auth_file {
+        let auth = crate::registry_auth::RegistryAuth::new(path.clone());
+        runtime = runtime.with_registry_auth(Arc::new(auth));
+    }
     let side = ContainerSide {
-        runtime: Arc::new(DockerRuntime::new(
-            hive.clone(),
-            config.docker_host.as_deref(),
-        )),
+        runtime: Arc::new(runtime),
         wake: Arc::default(),
         hive,
     };
@@ -341,6 +343,7 @@ fn start_nats_side(
         hive: hive.clone(),
         health: health.clone(),
         credentials: credentials.clone(),
+        wanted: state.wanted_rx.clone(),
     };
     tasks.spawn("credentials", Role::Auxiliary, move |shutdown| {
         credentials::run_boot_delivery(boot.clone(), shutdown)

@@ -7,13 +7,16 @@
 //! - [`readiness`]: the one computation of "is this hive OK" (`Readiness`),
 //!   and the metrics from the same snapshot.
 //! - [`publisher`]: task that puts the `Readiness` in `hyperhive-status`.
+//! - [`wanted`], [`credentials`]: this hive's keys, read by direct get on a
+//!   core-NATS doorbell (no JetStream consumer); [`revision`]: the rule for
+//!   a revision that went back (a bucket made again).
 //! - [`http`]: loopback `/health/ready`, `/health/live`, `/metrics`.
 //! - [`daemon`]: `hive run`, which wires the tasks and drains on shutdown;
 //!   [`supervisor`]: restarts a task that dies and names it in readiness
 //!   meanwhile; [`deploy`]: the deploy subject's handler.
 //! - [`jobs`]: the durable job DAG in SQLite (power intent, installed
 //!   agents, cleanup journal); [`runtime`]: the Docker runtime behind a
-//!   narrow trait.
+//!   narrow trait; [`registry_auth`]: the registry logins pulls send.
 //! - [`xkey`]: the hive's sealing key; [`systemd`]: sd_notify;
 //!   [`shutdown`]: the signal every task takes; [`test_hooks`]: hooks that
 //!   exist only with the `test-hooks` feature.
@@ -31,11 +34,14 @@ pub mod daemon;
 pub mod deploy;
 pub mod events;
 pub mod http;
+pub mod images;
 pub mod jobs;
 pub mod knowledge;
 pub mod ops;
 pub mod publisher;
 pub mod readiness;
+pub mod registry_auth;
+pub mod revision;
 pub mod runtime;
 pub mod shutdown;
 pub mod supervisor;

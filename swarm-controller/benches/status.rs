@@ -168,6 +168,9 @@ fn readiness_for(i: usize, rev: u64, generation: u64) -> Readiness {
                 },
                 spec: (!failed).then(|| spec.spec_hash()),
                 declared_spec: Some(spec.spec_hash()),
+                image_progress: None,
+                image_digest: None,
+                health: None,
                 last_job: Some(JobSummary {
                     id: generation * 10 + i as u64,
                     kind: "rebuild".into(),

@@ -92,6 +92,20 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Declare an earlier value of a hive's declaration again, as a new
+    /// revision: the one before the current by default, or --to REVISION
+    /// (the wanted bucket keeps the last 10). Shows the same diff as declare.
+    Rollback {
+        hive: HiveName,
+        /// The revision of hyperhive-wanted/<hive> to restore.
+        #[arg(long, value_name = "REVISION")]
+        to: Option<u64>,
+        /// Show the diff and publish nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Publish a swarm file: show each hive's diff, then write the changed declarations.
     Declare {
         /// The swarm file (TOML); defaults to the config's swarm_file.
@@ -132,6 +146,11 @@ enum Command {
         /// Print the same permissions as JSON.
         #[arg(long)]
         json: bool,
+        /// Instead of printing, connect to NATS and check the existing
+        /// buckets' settings: exit 1 and name each unsafe setting (for
+        /// example allow_rollup_hdrs on hyperhive-status).
+        #[arg(long, conflicts_with = "json")]
+        check: bool,
     },
 }
 
@@ -141,7 +160,7 @@ impl Command {
         !matches!(
             self,
             Command::Roster { .. }
-                | Command::NatsConfig { .. }
+                | Command::NatsConfig { check: false, .. }
                 | Command::Credential {
                     action: CredentialCommand::Xkey
                 }
@@ -282,6 +301,12 @@ async fn run(config: Config, command: Command) -> anyhow::Result<i32> {
             dry_run,
             json,
         } => declare_cmd(&config, file, dry_run, json).await,
+        Command::Rollback {
+            hive,
+            to,
+            dry_run,
+            json,
+        } => rollback_cmd(&config, hive, to, dry_run, json).await,
         Command::Deploy {
             hive,
             agent,
@@ -377,7 +402,32 @@ async fn run(config: Config, command: Command) -> anyhow::Result<i32> {
             Ok(EXIT_OK)
         }
         Command::Serve { http_listen } => serve_cmd(&config, http_listen).await,
-        Command::NatsConfig { json } => Ok(nats_config_cmd(&config, json)),
+        Command::NatsConfig { check: true, .. } => {
+            let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
+            Ok(bucket_check_cmd(&conn).await)
+        }
+        Command::NatsConfig { json, .. } => Ok(nats_config_cmd(&config, json)),
+    }
+}
+
+/// `nats-config --check`: every unsafe bucket setting on stderr, exit 1.
+async fn bucket_check_cmd(conn: &swarm_queue_client::Connection) -> i32 {
+    let js = async_nats::jetstream::new(conn.client.clone());
+    match swarm_queue_client::buckets::check_buckets(&js).await {
+        Ok(found) if found.is_empty() => {
+            println!("buckets: ok (no setting lets a writer of one key reach another)");
+            EXIT_OK
+        }
+        Ok(found) => {
+            for f in &found {
+                eprintln!("unsafe: {f}");
+            }
+            EXIT_FAILURE
+        }
+        Err(e) => {
+            eprintln!("{:#}", anyhow::Error::new(e));
+            EXIT_FAILURE
+        }
     }
 }
 
@@ -529,6 +579,34 @@ async fn declare_cmd(
                 untouched.join(", ")
             );
         }
+    }
+    Ok(EXIT_OK)
+}
+
+async fn rollback_cmd(
+    config: &Config,
+    hive: HiveName,
+    to: Option<u64>,
+    dry_run: bool,
+    json: bool,
+) -> anyhow::Result<i32> {
+    if !config.hives.contains_key(&hive) {
+        bail!("hive {hive} is not on the roster of this controller's config");
+    }
+    let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
+    let buckets = nats::open_buckets(&conn, &config.nats).await?;
+    let (restored, plan) = crate::rollback::plan(&conn.client, &buckets.wanted, &hive, to).await?;
+    let mut plans = vec![plan];
+    if !dry_run {
+        declare::publish(&conn.client, &buckets.wanted, &mut plans).await?;
+    }
+    if json {
+        print_json(&serde_json::json!({
+            "dry_run": dry_run, "restored_revision": restored, "hives": plans
+        }))?;
+    } else {
+        println!("rolling hive {hive} back to the declaration of revision {restored}");
+        print!("{}", declare::describe(&plans));
     }
     Ok(EXIT_OK)
 }

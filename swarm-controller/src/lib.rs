@@ -41,6 +41,7 @@ pub mod live;
 pub mod nats;
 pub mod nats_config;
 pub mod render;
+pub mod rollback;
 pub mod serve;
 pub mod swarm_file;
 pub mod view;

@@ -27,6 +27,7 @@ pub mod identity;
 pub mod jobs;
 pub mod kv;
 pub mod nats;
+pub mod oracle;
 pub mod process;
 pub mod registry;
 pub mod swarm;

@@ -618,9 +618,11 @@ impl Session<'_> {
                 ..
             } = d
             {
+                // Info: handled (the new value was written), so the hive is
+                // not degraded by it; the note says what happened.
                 health.raise(
                     keys::CREDENTIALS_RESET,
-                    Level::Warn,
+                    Level::Info,
                     format!(
                         "the credentials bucket {} was made again (or its store lost): a key went back from revision {last}; \
                          the hive took the new value as the truth and wrote {}",

@@ -229,6 +229,15 @@ impl Session<'_> {
             created: Some(entry.created),
         };
         let hive = &self.deps.hive;
+        // The reset was handled when it was seen; its note stays a while
+        // for the operator, then goes with any later read.
+        if self
+            .reset_at
+            .is_some_and(|t| now.duration_since(t) >= RESET_WARNING_FOR)
+        {
+            self.deps.health.clear(keys::WANTED_RESET);
+            self.reset_at = None;
+        }
         match judge(self.last, self.suspect, read, now) {
             Verdict::Same => return false,
             Verdict::Confirm { last } => {
@@ -244,9 +253,13 @@ impl Session<'_> {
             }
             Verdict::Reset { last } => {
                 tracing::warn!(%hive, revision = read.revision, last, "the wanted bucket was made again; taking its value as the truth");
+                // Info, not warn: the hive has handled it (it takes the new
+                // value as the truth and converges on it), so it is neither
+                // degraded nor kept from converging; the note says what
+                // happened.
                 self.deps.health.raise(
                     keys::WANTED_RESET,
-                    Level::Warn,
+                    Level::Info,
                     format!(
                         "the wanted bucket {} was made again (or its store lost): this hive's key is at revision {}, \
                          not after revision {last} handled before; the hive takes it as the truth",
@@ -256,15 +269,7 @@ impl Session<'_> {
                 );
                 self.reset_at = Some(now);
             }
-            Verdict::New => {
-                if self
-                    .reset_at
-                    .is_some_and(|t| now.duration_since(t) >= RESET_WARNING_FOR)
-                {
-                    self.deps.health.clear(keys::WANTED_RESET);
-                    self.reset_at = None;
-                }
-            }
+            Verdict::New => {}
         }
         self.suspect = None;
         self.confirm_at = None;

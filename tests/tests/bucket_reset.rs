@@ -107,6 +107,9 @@ async fn a_wanted_bucket_made_again_is_taken_as_the_truth() {
         !warning_keys(&r).contains(&"wanted_bucket".to_string()),
         "{r}"
     );
+    // Handled, so a note (info), not a degradation: the controller can
+    // count the hive converged on the new bucket's revision.
+    assert_eq!(r["state"], "ok", "{r}");
 
     // The doorbell keeps working: the next declaration is applied too.
     let r2 = swarm.declare(&hive, &decl(&img.reference, "5")).await;

@@ -194,6 +194,7 @@ impl AgentRow {
             spec: self.container_spec.clone(),
             declared_spec: None,
             last_job: self.last_job.clone(),
+            retry: None,
         }
     }
 }

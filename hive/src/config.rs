@@ -26,6 +26,7 @@ pub struct FileConfig {
     pub publish_interval_secs: Option<u64>,
     pub reconcile_interval_secs: Option<u64>,
     pub orphan_grace_secs: Option<u64>,
+    pub agent_retry_base_secs: Option<u64>,
     pub trusted_controller_xkeys: Vec<String>,
     pub xkey_seed_file: Option<PathBuf>,
     pub knowledge_repo: Option<String>,
@@ -55,6 +56,9 @@ pub struct HiveConfig {
     pub publish_interval: Duration,
     pub reconcile_interval: Duration,
     pub orphan_grace: Duration,
+    /// The first retry of an agent whose job failed comes this long after
+    /// the failure; each further one twice as late, capped at an hour.
+    pub agent_retry_base: Duration,
     pub trusted_controller_xkeys: Vec<String>,
     pub xkey_seed_file: PathBuf,
     pub knowledge_repo: Option<String>,
@@ -219,6 +223,14 @@ pub fn load(
         &mut problems,
     );
 
+    let agent_retry_base = secs(
+        "agent_retry_base_secs",
+        file.agent_retry_base_secs,
+        crate::retry::DEFAULT_BASE.as_secs(),
+        1,
+        &mut problems,
+    );
+
     if !problems.is_empty() {
         return Err(ConfigErrors { problems });
     }
@@ -232,6 +244,7 @@ pub fn load(
         publish_interval,
         reconcile_interval,
         orphan_grace,
+        agent_retry_base,
         trusted_controller_xkeys: file.trusted_controller_xkeys,
         xkey_seed_file,
         knowledge_repo: file.knowledge_repo.filter(|s| !s.trim().is_empty()),

@@ -9,13 +9,23 @@
 //! 2. **apply** a new declaration (from the wanted task): plan against the
 //!    durable installed record ([`converge::plan_declaration`]) and queue the
 //!    jobs, remembering which jobs belong to the revision.
-//! 3. **reconcile**, at start and every `reconcile_interval`: repair drift
-//!    ([`converge::plan_round`]); a failing round backs off from the interval
+//! 3. **reconcile**, at start and every `reconcile_interval`: compare the
+//!    declaration, the installed record, Docker and the job store
+//!    ([`converge::plan_round`], level-triggered) and queue a job for every
+//!    agent that is not as declared and has no job in flight, so a first
+//!    deploy, rebuild, start or retire that failed is tried again. Each
+//!    agent backs off on its own ([`crate::retry`]: `retry_base`, 30 s,
+//!    doubling to an hour; reset on success, on a new revision and when an
+//!    operator queues a job). A failing round backs off from the interval
 //!    doubling to an hour and resets after a clean round. Orphans (labelled
-//!    containers not in the installed record) are reaped only after the grace
-//!    period, and never when the record cannot be read.
-//! 4. **report**: the agents' wanted and observed state, spec hashes and last
-//!    jobs go into [`Health`], and the revision becomes `converged_revision`
+//!    containers not in the installed record) are reaped only after the
+//!    grace period, and never when the record cannot be read; a retire that
+//!    finished while the same containers are still there is not queued
+//!    again.
+//! 4. **report**: the agents' wanted and observed state, spec hashes, last
+//!    jobs and retry state (failing step, attempts, next try) go into
+//!    [`Health`], every string from Docker made safe first
+//!    ([`crate::observe`]), and the revision becomes `converged_revision`
 //!    only when [`converge::convergence_gap`] finds nothing missing.
 //!
 //! It wakes on a new declaration, on job progress, on a short observation
@@ -26,13 +36,19 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use swarm_queue_client::{AgentName, AgentStatus, HiveName, JobSummary, Level, Observed, Power};
+use swarm_queue_client::{
+    AgentName, AgentStatus, HiveName, JobSummary, Level, Observed, Power, RetryStatus,
+};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::converge::{self, Action, Installed, JobOutcome, Seen};
-use crate::jobs::{now_ms, JobFilter, JobId, JobRequest, JobStore, JobView, StoreError};
+use crate::jobs::{
+    now_ms, JobFilter, JobId, JobRequest, JobState, JobStore, JobView, NodeState, StoreError,
+};
+use crate::observe;
 use crate::readiness::{keys, Health};
+use crate::retry::{Failure, Retries};
 use crate::runtime::ContainerRuntime;
 use crate::shutdown::Shutdown;
 use crate::wanted::{Wanted, WantedRx};
@@ -52,6 +68,9 @@ pub struct ConvergerDeps<R> {
     pub wanted: WantedRx,
     pub reconcile_interval: Duration,
     pub orphan_grace: Duration,
+    /// The first per-agent retry comes this long after a failed job
+    /// ([`crate::retry::DEFAULT_BASE`] unless configured).
+    pub retry_base: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -75,6 +94,15 @@ struct Converger<R> {
     orphan_first_seen: BTreeMap<AgentName, Instant>,
     next_round: Instant,
     backoff: Duration,
+    /// Per-agent backoff of failed jobs.
+    retries: Retries,
+    /// The newest job this converger queued per agent: any other job is an
+    /// operator's, whose outcome starts the backoff count again.
+    queued: BTreeMap<AgentName, JobId>,
+    /// Orphans a retire was queued for: the container ids and the job. The
+    /// same containers still there after that job finished are not queued
+    /// again.
+    reaped: BTreeMap<AgentName, (Vec<String>, JobId)>,
 }
 
 fn summary(job: &JobView) -> JobSummary {
@@ -89,6 +117,19 @@ fn summary(job: &JobView) -> JobSummary {
     }
 }
 
+/// The failed node of a failed job: its op and error.
+fn failure(job: &JobView, ours: bool) -> Failure {
+    let node = job.nodes.iter().find(|n| n.state == NodeState::Failed);
+    Failure {
+        job: job.id,
+        step: node.map(|n| n.op.clone()),
+        error: node
+            .and_then(|n| n.error.clone())
+            .or_else(|| job.error.clone()),
+        ours,
+    }
+}
+
 impl<R: ContainerRuntime> Converger<R> {
     async fn observe(&self) -> Result<BTreeMap<AgentName, Seen>, PassError> {
         let containers = self
@@ -97,24 +138,65 @@ impl<R: ContainerRuntime> Converger<R> {
             .list()
             .await
             .map_err(|e| PassError::Docker(crate::error_chain(&e)))?;
-        let mut seen = BTreeMap::new();
-        for c in containers {
-            if c.owner() != Some(self.deps.hive.as_str()) {
-                continue;
-            }
-            let Some(agent) = c.agent().and_then(|a| AgentName::new(a).ok()) else {
-                tracing::warn!(container = %c.name, "container with this hive's label but no valid agent label; leaving it alone");
-                continue;
-            };
-            seen.insert(
-                agent,
-                Seen {
-                    running: c.running,
-                    spec: c.spec_hash().map(str::to_string),
-                },
+        let observed = observe::group(&self.deps.hive, containers);
+        if observed.odd.is_empty() {
+            self.deps.health.clear(keys::ODD_CONTAINERS);
+        } else {
+            self.deps.health.raise(
+                keys::ODD_CONTAINERS,
+                Level::Warn,
+                format!(
+                    "{} container(s) carry this hive's label but cannot be placed, so the hive \
+                     leaves them alone: {}",
+                    observed.odd.len(),
+                    observed.odd.join("; ")
+                ),
             );
         }
-        Ok(seen)
+        Ok(observed.seen)
+    }
+
+    /// Learn from each agent's newest job: a failure backs it off, a success
+    /// or an operator's job in flight resets it.
+    fn note_jobs(&mut self, last: &BTreeMap<AgentName, JobView>, now: Instant) {
+        for (agent, job) in last {
+            let ours = self.queued.get(agent) == Some(&job.id);
+            match job.state {
+                JobState::Failed => self.retries.failed(agent, failure(job, ours), now),
+                JobState::Done => self.retries.reset(agent),
+                _ if !ours => self.retries.reset(agent),
+                _ => {}
+            }
+        }
+    }
+
+    /// Drop a reap whose containers are the ones a finished retire was
+    /// already queued for: queueing it again would change nothing.
+    async fn fresh_reap(
+        &self,
+        action: &Action,
+        seen: &BTreeMap<AgentName, Seen>,
+    ) -> Result<bool, StoreError> {
+        let Action::ReapOrphan(agent) = action else {
+            return Ok(true);
+        };
+        let Some((ids, job)) = self.reaped.get(agent) else {
+            return Ok(true);
+        };
+        if seen.get(agent).map(|s| &s.ids) != Some(ids) {
+            return Ok(true);
+        }
+        let job = *job;
+        let state = match self.deps.store.call(move |s| s.job(job)).await {
+            Ok(j) => j.state,
+            Err(StoreError::NoSuchJob { .. }) => JobState::Done,
+            Err(e) => return Err(e),
+        };
+        if state == JobState::Done {
+            tracing::warn!(hive = %self.deps.hive, %agent, job = job.0, ?ids, "retire job finished but the same containers are still there; not queueing it again");
+            return Ok(false);
+        }
+        Ok(true)
     }
 
     async fn installed(&self) -> Result<BTreeMap<AgentName, Installed>, StoreError> {
@@ -193,9 +275,12 @@ impl<R: ContainerRuntime> Converger<R> {
         let installed = self.installed().await?;
         let actions = converge::plan_declaration(&wanted.declaration.agents, &installed);
         tracing::info!(hive = %self.deps.hive, revision = wanted.revision, actions = actions.len(), "applying declaration");
+        // A new revision: every agent may be tried at once.
+        self.retries.reset_all();
         let mut jobs = Vec::new();
         for action in &actions {
             if let Some(job) = self.carry_out(action, Some(wanted)).await? {
+                self.queued.insert(action.agent().clone(), job);
                 jobs.push((action.agent().clone(), job));
             }
         }
@@ -229,21 +314,42 @@ impl<R: ContainerRuntime> Converger<R> {
             .filter(|(_, t)| now.duration_since(**t) >= self.deps.orphan_grace)
             .map(|(a, _)| a.clone())
             .collect();
-        let actions = converge::plan_round(&converge::RoundInput {
+        let last = self.deps.store.call(|s| s.last_jobs()).await?;
+        self.note_jobs(&last, now);
+        let needs = converge::plan_round(&converge::RoundInput {
+            declared: wanted.map(|w| &w.declaration.agents),
             installed: &installed,
             power: &power,
             seen,
             busy: &busy,
             orphans_past_grace: &past_grace,
         });
-        for action in &actions {
-            tracing::info!(hive = %self.deps.hive, agent = %action.agent(), ?action, "reconciler repair");
-            self.carry_out(action, wanted).await?;
+        // An agent that needs nothing and has nothing in flight is as
+        // declared: its failures are over.
+        let needing: BTreeSet<&AgentName> = needs.iter().map(Action::agent).collect();
+        self.retries
+            .retain(|a| needing.contains(a) || busy.contains(a));
+        let mut queued = 0;
+        for action in &needs {
+            let agent = action.agent();
+            if self.retries.waiting(agent, now) || !self.fresh_reap(action, seen).await? {
+                continue;
+            }
+            let attempt = self.retries.get(agent).map_or(0, |r| r.attempts) + 1;
+            tracing::info!(hive = %self.deps.hive, %agent, ?action, attempt, "reconciler queues a job");
+            if let Some(job) = self.carry_out(action, wanted).await? {
+                self.queued.insert(agent.clone(), job);
+                if let (Action::ReapOrphan(_), Some(s)) = (action, seen.get(agent)) {
+                    self.reaped.insert(agent.clone(), (s.ids.clone(), job));
+                }
+                queued += 1;
+            }
         }
-        if !actions.is_empty() {
+        self.reaped.retain(|a, _| seen.contains_key(a));
+        if queued > 0 {
             self.deps.wake.notify_one();
         }
-        Ok(actions.len())
+        Ok(queued)
     }
 
     async fn report(
@@ -263,6 +369,7 @@ impl<R: ContainerRuntime> Converger<R> {
             names.extend(seen.keys().cloned());
         }
         let mut agents = BTreeMap::new();
+        let mut due = BTreeMap::new();
         for name in names {
             let spec_decl = declared.and_then(|d| d.get(&name));
             let wanted_power = power
@@ -280,10 +387,20 @@ impl<R: ContainerRuntime> Converger<R> {
                         } else {
                             Observed::Stopped
                         },
-                        s.spec.clone(),
+                        s.spec.as_deref().map(observe::reported_spec),
                     ),
                 },
             };
+            let retry = self.retries.get(&name).map(|r| {
+                due.insert(name.clone(), r.next_try);
+                RetryStatus {
+                    step: r.step.clone(),
+                    attempts: r.attempts,
+                    // Filled in from `due` when the status is taken.
+                    next_try_in_secs: 0,
+                    error: r.error.clone(),
+                }
+            });
             agents.insert(
                 name.clone(),
                 AgentStatus {
@@ -292,20 +409,27 @@ impl<R: ContainerRuntime> Converger<R> {
                     spec,
                     declared_spec: spec_decl.map(|s| s.spec_hash()),
                     last_job: last.get(&name).map(summary),
-                },
+                    retry,
+                }
+                .sanitized(),
             );
         }
-        self.deps.health.set_agents(agents);
+        self.deps.health.set_agents(agents, due);
 
         if let (Some(w), Some(seen)) = (wanted, observation) {
             if self.applied == Some(w.revision) {
                 let mut outcomes = Vec::new();
                 for (agent, id) in &self.revision_jobs {
-                    let id = *id;
+                    // A newer job of the agent (a retry, an operator's
+                    // deploy) speaks for it instead of the one that failed.
+                    let id = match last.get(agent) {
+                        Some(newer) if newer.id.0 > id.0 => newer.id,
+                        _ => *id,
+                    };
                     let outcome = match self.deps.store.call(move |s| s.job(id)).await {
                         Ok(j) => match j.state {
-                            crate::jobs::JobState::Done => JobOutcome::Done,
-                            crate::jobs::JobState::Failed => JobOutcome::Failed,
+                            JobState::Done => JobOutcome::Done,
+                            JobState::Failed => JobOutcome::Failed,
                             _ => JobOutcome::Active,
                         },
                         // Pruned: its effect is judged from Docker below.
@@ -438,6 +562,7 @@ impl<R: ContainerRuntime> Converger<R> {
 /// Run until shutdown.
 pub async fn run<R: ContainerRuntime>(deps: ConvergerDeps<R>, mut shutdown: Shutdown) {
     let interval = deps.reconcile_interval;
+    let retry_base = deps.retry_base;
     let mut c = Converger {
         deps,
         applied: None,
@@ -446,6 +571,9 @@ pub async fn run<R: ContainerRuntime>(deps: ConvergerDeps<R>, mut shutdown: Shut
         orphan_first_seen: BTreeMap::new(),
         next_round: Instant::now(),
         backoff: interval,
+        retries: Retries::new(retry_base),
+        queued: BTreeMap::new(),
+        reaped: BTreeMap::new(),
     };
     let mut wanted = c.deps.wanted.clone();
     let health = c.deps.health.clone();
@@ -482,6 +610,7 @@ mod tests {
                 wanted: rx,
                 reconcile_interval: interval,
                 orphan_grace: Duration::from_secs(600),
+                retry_base: crate::retry::DEFAULT_BASE,
             },
             applied: None,
             revision_jobs: Vec::new(),
@@ -489,6 +618,9 @@ mod tests {
             orphan_first_seen: BTreeMap::new(),
             next_round: Instant::now(),
             backoff: interval,
+            retries: Retries::new(crate::retry::DEFAULT_BASE),
+            queued: BTreeMap::new(),
+            reaped: BTreeMap::new(),
         }
     }
 

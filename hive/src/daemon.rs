@@ -172,6 +172,7 @@ pub async fn run(config: HiveConfig, shutdown: Shutdown) -> Result<(), DaemonErr
                 wanted: wanted_rx.clone(),
                 reconcile_interval: config.reconcile_interval,
                 orphan_grace: config.orphan_grace,
+                retry_base: config.agent_retry_base,
             },
             shutdown.clone(),
         ));

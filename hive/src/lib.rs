@@ -12,6 +12,8 @@
 //! - [`jobs`]: the durable job DAG in SQLite (power intent, installed
 //!   agents, cleanup journal); [`runtime`]: the Docker runtime behind a
 //!   narrow trait.
+//! - [`converge`] decides and [`converger`] does: declaration, Docker and
+//!   job store compared every round; [`retry`]: the per-agent backoff.
 //! - [`xkey`]: the hive's sealing key; [`systemd`]: sd_notify;
 //!   [`shutdown`]: the signal every task takes.
 //!
@@ -29,9 +31,11 @@ pub mod events;
 pub mod http;
 pub mod jobs;
 pub mod knowledge;
+pub mod observe;
 pub mod ops;
 pub mod publisher;
 pub mod readiness;
+pub mod retry;
 pub mod runtime;
 pub mod shutdown;
 pub mod systemd;

@@ -27,6 +27,7 @@ pub mod keys {
     pub const CREDENTIALS: &str = "credentials";
     pub const KNOWLEDGE: &str = "knowledge";
     pub const JOBS: &str = "jobs";
+    pub const ODD_CONTAINERS: &str = "odd_containers";
 }
 
 /// How many failed publishes in a row before the hive warns that the swarm
@@ -46,6 +47,10 @@ struct Inner {
     warnings: BTreeMap<String, Warning>,
     publish: PublishStats,
     agents: BTreeMap<AgentName, AgentStatus>,
+    /// When each backing-off agent's next try is due; turned into
+    /// `retry.next_try_in_secs` as of each snapshot, so the number is true
+    /// when it is published and a countdown alone never wakes the publisher.
+    retry_due: BTreeMap<AgentName, tokio::time::Instant>,
     converged_revision: Option<u64>,
     seen_revision: Option<u64>,
     job_outcomes: BTreeMap<(String, String), u64>,
@@ -165,8 +170,14 @@ impl Health {
         }
     }
 
-    pub fn set_agents(&self, agents: BTreeMap<AgentName, AgentStatus>) {
+    /// The agents' status, and when each backing-off agent is next tried.
+    pub fn set_agents(
+        &self,
+        agents: BTreeMap<AgentName, AgentStatus>,
+        retry_due: BTreeMap<AgentName, tokio::time::Instant>,
+    ) {
         let mut inner = self.lock();
+        inner.retry_due = retry_due;
         if inner.agents != agents {
             inner.agents = agents;
             drop(inner);
@@ -242,15 +253,31 @@ fn compute(hive: Option<HiveName>, xkey: Option<String>, inner: &Inner) -> Readi
         warnings,
         converged_revision: inner.converged_revision,
         seen_revision: inner.seen_revision,
-        agents: inner
-            .agents
-            .iter()
-            .take(MAX_AGENTS_PER_HIVE)
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
+        agents: agents(inner),
         xkey,
         version: env!("CARGO_PKG_VERSION").to_string(),
     }
+}
+
+/// The agents as published: at most the bound, every field made valid
+/// (a publish is refused only for a bug, never for what Docker showed), and
+/// each retry's countdown as of now.
+fn agents(inner: &Inner) -> BTreeMap<AgentName, AgentStatus> {
+    let now = tokio::time::Instant::now();
+    inner
+        .agents
+        .iter()
+        .take(MAX_AGENTS_PER_HIVE)
+        .map(|(name, status)| {
+            let mut status = status.clone().sanitized();
+            if let (Some(r), Some(due)) = (status.retry.as_mut(), inner.retry_due.get(name)) {
+                // Rounded up: "in 0 s" only once it is due.
+                let left = due.saturating_duration_since(now);
+                r.next_try_in_secs = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+            }
+            (name.clone(), status)
+        })
+        .collect()
 }
 
 /// Prometheus text exposition of a snapshot.

@@ -40,5 +40,5 @@ pub use names::{AccountName, AgentName, HiveName, NameError};
 pub use payload::{
     decode, encode, encode_pretty, AgentSpec, AgentStatus, BuildSpec, CredentialNotice,
     Declaration, DecodeError, Decoded, DeployReply, DeployRequest, EncodeError, HiveState,
-    JobSummary, Level, Observed, Payload, Power, Readiness, Warning,
+    JobSummary, Level, Observed, Payload, Power, Readiness, RetryStatus, Warning,
 };

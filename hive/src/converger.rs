@@ -360,6 +360,9 @@ impl<R: ContainerRuntime> Converger<R> {
         let installed = self.deps.store.call(|s| s.installed_all()).await?;
         let power = self.deps.store.call(|s| s.all_power()).await?;
         let last = self.deps.store.call(|s| s.last_jobs()).await?;
+        // What the jobs did since the last round (a retry that succeeded)
+        // shows at once, not a round later.
+        self.note_jobs(&last, Instant::now());
         let declared = wanted.map(|w| &w.declaration.agents);
         let mut names: BTreeSet<AgentName> = installed.keys().cloned().collect();
         if let Some(d) = declared {
@@ -478,6 +481,11 @@ impl<R: ContainerRuntime> Converger<R> {
         let wanted = self.deps.wanted.borrow().clone();
         let observation: Observation = match self.observe().await {
             Ok(seen) => {
+                if self.deps.health.has_warning(keys::DOCKER) {
+                    // Docker is back: look at everything now rather than
+                    // when the failed rounds' backoff ends.
+                    self.next_round = Instant::now();
+                }
                 self.deps.health.clear(keys::DOCKER);
                 Some(seen)
             }

@@ -413,6 +413,49 @@ mod tests {
         Health::new(Some(HiveName::new("alpha").unwrap()), None)
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn what_docker_showed_never_makes_the_status_unpublishable() {
+        use swarm_queue_client::{JobSummary, Observed, Power, RetryStatus};
+        let h = health();
+        let hostile = format!("sha256:{}\u{7}\n{}", "f".repeat(64), "x".repeat(4100));
+        let agent = AgentName::new("hostile").unwrap();
+        let status = AgentStatus {
+            wanted: Power::Up,
+            observed: Observed::Stopped,
+            spec: Some(hostile.clone()),
+            declared_spec: None,
+            last_job: Some(JobSummary {
+                id: 1,
+                kind: "first_deploy".into(),
+                state: "failed".into(),
+                error: Some(hostile.clone()),
+            }),
+            retry: Some(RetryStatus {
+                step: Some(hostile.clone()),
+                attempts: 3,
+                next_try_in_secs: 0,
+                error: Some(hostile),
+            }),
+        };
+        let due = tokio::time::Instant::now() + std::time::Duration::from_millis(240_500);
+        h.set_agents(
+            [(agent.clone(), status)].into(),
+            [(agent.clone(), due)].into(),
+        );
+        let r = h.snapshot().readiness;
+        swarm_queue_client::encode(&r).expect("the status encodes");
+        let a = &r.agents[&agent];
+        assert!(a.spec.as_deref().unwrap().starts_with("sha256:fff"));
+        assert_eq!(
+            a.retry.as_ref().unwrap().next_try_in_secs,
+            241,
+            "rounded up"
+        );
+        tokio::time::advance(std::time::Duration::from_secs(300)).await;
+        let r = h.snapshot().readiness;
+        assert_eq!(r.agents[&agent].retry.as_ref().unwrap().next_try_in_secs, 0);
+    }
+
     #[test]
     fn state_follows_the_worst_warning() {
         let h = health();

@@ -1285,6 +1285,41 @@ mod tests {
     }
 
     #[test]
+    fn retry_countdown_is_anchored_to_the_entry_timestamp() {
+        let r = RetryStatus {
+            step: Some("image".into()),
+            attempts: 5,
+            next_try_in_secs: 300,
+            error: Some("image local/x:1 is not available".into()),
+        };
+        assert_eq!(
+            retry_text(&r, Duration::from_secs(60)),
+            "failed at image, retrying in 4m00s (attempt 5): image local/x:1 is not available"
+        );
+        assert!(
+            retry_text(&r, Duration::from_secs(400)).starts_with("failed at image, retry due now")
+        );
+
+        // A failed agent with a retry: the reason says so.
+        let mut status = agent("img:1", Observed::Missing, Some(("failed", Some("boom"))));
+        status.retry = Some(r);
+        let d = declaration(&[("web", "img:1")]);
+        let mut ready = ok_hive(3, 2);
+        ready.agents.insert(AgentName::new("web").unwrap(), status);
+        let row = run(true, Some(&status_at(60, ready)), Some(&wanted(3, d)));
+        assert_eq!(row.convergence, Convergence::Failed, "{}", row.reason);
+        assert!(
+            row.reason
+                .contains("web: failed at image, retrying in 4m00s (attempt 5)"),
+            "{}",
+            row.reason
+        );
+        let web = row.agents.iter().find(|a| a.name == "web").unwrap();
+        assert_eq!(web.retry.as_ref().unwrap().next_try_in_secs, 240);
+        assert!(web.note.as_deref().unwrap().contains("retrying in 4m00s"));
+    }
+
+    #[test]
     fn human_ages() {
         for (secs, text) in [
             (0, "0s"),

@@ -542,7 +542,12 @@ fn convergence(
         if let Some(job) = &a.last_job {
             if job.state == "failed" && job_is_current {
                 let text = match &a.retry {
-                    Some(r) => format!("{agent}: {}", retry_text(r, age.unwrap_or_default())),
+                    Some(r) => format!(
+                        "{agent}: job {} ({}) {}",
+                        job.id,
+                        job.kind,
+                        retry_text(r, age.unwrap_or_default())
+                    ),
                     None => job_text(agent.as_str(), job),
                 };
                 if in_place {
@@ -1309,8 +1314,9 @@ mod tests {
         let row = run(true, Some(&status_at(60, ready)), Some(&wanted(3, d)));
         assert_eq!(row.convergence, Convergence::Failed, "{}", row.reason);
         assert!(
-            row.reason
-                .contains("web: failed at image, retrying in 4m00s (attempt 5)"),
+            row.reason.contains(
+                "web: job 7 (first_deploy) failed at image, retrying in 4m00s (attempt 5)"
+            ),
             "{}",
             row.reason
         );

@@ -103,8 +103,10 @@ async fn a_first_deploy_that_failed_is_retried_until_the_image_appears() {
     let row = wait_until(T, "the controller shows the retry", || async {
         let row = controller_status(dir.path(), &url, &hive);
         let reason = row["reason"].as_str().unwrap_or_default();
-        (reason.contains("web: failed at image, retr") && reason.contains("(attempt "))
-            .then_some(row)
+        (reason.contains("web: job ")
+            && reason.contains("failed at image, retr")
+            && reason.contains("(attempt "))
+        .then_some(row)
     })
     .await;
     assert_eq!(row["convergence"], "failed", "{row:#}");

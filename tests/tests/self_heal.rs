@@ -21,6 +21,13 @@ const T: Duration = Duration::from_secs(120);
 /// backoff shows in seconds rather than minutes.
 const FAST: &str = "reconcile_interval_secs = 1\nagent_retry_base_secs = 1";
 
+/// Wait for the hive's first status: by then it has made its buckets, so
+/// the test's own bucket lookups do not race its creation.
+async fn first_status(kv: &Swarm, hive: &str) {
+    kv.status_until(hive, "the hive's first status", T, |_| true)
+        .await;
+}
+
 fn decl(agents: Value) -> String {
     json!({ "schema": 1, "agents": agents }).to_string()
 }
@@ -77,6 +84,7 @@ async fn a_first_deploy_that_failed_is_retried_until_the_image_appears() {
         extra: "reconcile_interval_secs = 1\nagent_retry_base_secs = 20",
         ..Default::default()
     });
+    first_status(&kv, &hive).await;
     let r1 = kv
         .declare(&hive, &decl(json!({ "web": agent(&late) })))
         .await;
@@ -141,6 +149,7 @@ async fn docker_down_longer_than_the_job_retry_window_heals_by_itself() {
         ..Default::default()
     });
     let kv = Swarm::connect(&nats.url()).await;
+    first_status(&kv, &hive).await;
     dockerd.kill();
     let r1 = kv
         .declare(&hive, &decl(json!({ "a": agent(&image.reference) })))
@@ -212,6 +221,7 @@ async fn hostile_labels_never_stop_publishing() {
         extra: FAST,
         ..Default::default()
     });
+    first_status(&kv, &hive).await;
     let r1 = kv
         .declare(&hive, &decl(json!({ "web": agent(&image.reference) })))
         .await;
@@ -334,6 +344,7 @@ async fn a_renamed_container_of_a_retired_agent_is_removed_once() {
         extra: &format!("{FAST}\norphan_grace_secs = 0"),
         ..Default::default()
     });
+    first_status(&kv, &hive).await;
     let api = JobApi::new(&h.api().await);
     let r1 = kv
         .declare(

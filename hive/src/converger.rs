@@ -117,6 +117,24 @@ fn summary(job: &JobView) -> JobSummary {
     }
 }
 
+/// What Docker shows for `name`, and its spec label made safe to publish.
+fn observed(observation: &Observation, name: &AgentName) -> (Observed, Option<String>) {
+    match observation {
+        None => (Observed::Unknown, None),
+        Some(seen) => match seen.get(name) {
+            None => (Observed::Missing, None),
+            Some(s) => (
+                if s.running {
+                    Observed::Running
+                } else {
+                    Observed::Stopped
+                },
+                s.spec.as_deref().map(observe::reported_spec),
+            ),
+        },
+    }
+}
+
 /// The failed node of a failed job: its op and error.
 fn failure(job: &JobView, ours: bool) -> Failure {
     let node = job.nodes.iter().find(|n| n.state == NodeState::Failed);
@@ -380,20 +398,7 @@ impl<R: ContainerRuntime> Converger<R> {
                 .copied()
                 .or(spec_decl.and_then(|s| s.power))
                 .unwrap_or(Power::Up);
-            let (observed, spec) = match observation {
-                None => (Observed::Unknown, None),
-                Some(seen) => match seen.get(&name) {
-                    None => (Observed::Missing, None),
-                    Some(s) => (
-                        if s.running {
-                            Observed::Running
-                        } else {
-                            Observed::Stopped
-                        },
-                        s.spec.as_deref().map(observe::reported_spec),
-                    ),
-                },
-            };
+            let (observed, spec) = observed(observation, &name);
             let retry = self.retries.get(&name).map(|r| {
                 due.insert(name.clone(), r.next_try);
                 RetryStatus {
@@ -404,71 +409,29 @@ impl<R: ContainerRuntime> Converger<R> {
                     error: r.error.clone(),
                 }
             });
-            agents.insert(
-                name.clone(),
-                AgentStatus {
-                    wanted: wanted_power,
-                    observed,
-                    spec,
-                    declared_spec: spec_decl.map(|s| s.spec_hash()),
-                    last_job: last.get(&name).map(summary),
-                    retry,
-                }
-                .sanitized(),
-            );
+            let status = AgentStatus {
+                wanted: wanted_power,
+                observed,
+                spec,
+                declared_spec: spec_decl.map(|s| s.spec_hash()),
+                last_job: last.get(&name).map(summary),
+                retry,
+            };
+            agents.insert(name, status.sanitized());
         }
         self.deps.health.set_agents(agents, due);
 
         if let (Some(w), Some(seen)) = (wanted, observation) {
             if self.applied == Some(w.revision) {
-                let mut outcomes = Vec::new();
-                for (agent, id) in &self.revision_jobs {
-                    // A newer job of the agent (a retry, an operator's
-                    // deploy) speaks for it instead of the one that failed.
-                    let id = match last.get(agent) {
-                        Some(newer) if newer.id.0 > id.0 => newer.id,
-                        _ => *id,
-                    };
-                    let outcome = match self.deps.store.call(move |s| s.job(id)).await {
-                        Ok(j) => match j.state {
-                            JobState::Done => JobOutcome::Done,
-                            JobState::Failed => JobOutcome::Failed,
-                            _ => JobOutcome::Active,
-                        },
-                        // Pruned: its effect is judged from Docker below.
-                        Err(StoreError::NoSuchJob { .. }) => JobOutcome::Done,
-                        Err(e) => return Err(e.into()),
-                    };
-                    outcomes.push((agent.clone(), outcome));
-                }
                 let inst: BTreeMap<AgentName, Installed> = installed
                     .iter()
                     .map(|(a, i)| {
-                        (
-                            a.clone(),
-                            Installed {
-                                spec: i.spec_hash.clone(),
-                            },
-                        )
+                        let spec = i.spec_hash.clone();
+                        (a.clone(), Installed { spec })
                     })
                     .collect();
-                match converge::convergence_gap(
-                    &w.declaration.agents,
-                    &power,
-                    seen,
-                    &inst,
-                    &outcomes,
-                ) {
-                    None => {
-                        if self.converged != Some(w.revision) {
-                            tracing::info!(hive = %self.deps.hive, revision = w.revision, "converged");
-                        }
-                        self.converged = Some(w.revision);
-                    }
-                    Some(gap) => {
-                        tracing::debug!(hive = %self.deps.hive, revision = w.revision, %gap, "not converged yet")
-                    }
-                }
+                let outcomes = self.revision_outcomes(&last).await?;
+                self.judge(w, &power, seen, &inst, &outcomes);
             }
         }
         self.deps
@@ -477,9 +440,59 @@ impl<R: ContainerRuntime> Converger<R> {
         Ok(())
     }
 
-    async fn pass(&mut self) {
-        let wanted = self.deps.wanted.borrow().clone();
-        let observation: Observation = match self.observe().await {
+    /// How each job queued for the applied revision stands. A newer job of
+    /// the agent (a retry, an operator's deploy) speaks for it instead of
+    /// the one that failed.
+    async fn revision_outcomes(
+        &self,
+        last: &BTreeMap<AgentName, JobView>,
+    ) -> Result<Vec<(AgentName, JobOutcome)>, PassError> {
+        let mut outcomes = Vec::new();
+        for (agent, id) in &self.revision_jobs {
+            let id = match last.get(agent) {
+                Some(newer) if newer.id.0 > id.0 => newer.id,
+                _ => *id,
+            };
+            let outcome = match self.deps.store.call(move |s| s.job(id)).await {
+                Ok(j) => match j.state {
+                    JobState::Done => JobOutcome::Done,
+                    JobState::Failed => JobOutcome::Failed,
+                    _ => JobOutcome::Active,
+                },
+                // Pruned: its effect is judged from Docker.
+                Err(StoreError::NoSuchJob { .. }) => JobOutcome::Done,
+                Err(e) => return Err(e.into()),
+            };
+            outcomes.push((agent.clone(), outcome));
+        }
+        Ok(outcomes)
+    }
+
+    /// Mark the revision converged when nothing is missing.
+    fn judge(
+        &mut self,
+        w: &Wanted,
+        power: &BTreeMap<AgentName, Power>,
+        seen: &BTreeMap<AgentName, Seen>,
+        installed: &BTreeMap<AgentName, Installed>,
+        outcomes: &[(AgentName, JobOutcome)],
+    ) {
+        match converge::convergence_gap(&w.declaration.agents, power, seen, installed, outcomes) {
+            None => {
+                if self.converged != Some(w.revision) {
+                    tracing::info!(hive = %self.deps.hive, revision = w.revision, "converged");
+                }
+                self.converged = Some(w.revision);
+            }
+            Some(gap) => {
+                tracing::debug!(hive = %self.deps.hive, revision = w.revision, %gap, "not converged yet")
+            }
+        }
+    }
+
+    /// Observe, raising or clearing the `docker` warning.
+    async fn look(&mut self) -> Observation {
+        match self.observe().await {
             Ok(seen) => {
                 if self.deps.health.has_warning(keys::DOCKER) {
                     // Docker is back: look at everything now rather than
@@ -500,7 +513,12 @@ impl<R: ContainerRuntime> Converger<R> {
                 );
                 None
             }
-        };
+        }
+    }
+
+    async fn pass(&mut self) {
+        let wanted = self.deps.wanted.borrow().clone();
+        let observation = self.look().await;
         // How the job store fared in this pass, when it was used: an error
         // (a full or read-only state dir) raises the `jobs` warning, and
         // only a pass that used it successfully clears it.

@@ -188,6 +188,20 @@ impl<R: ContainerRuntime> Converger<R> {
         }
     }
 
+    /// Remember which containers a retire or reap was queued for.
+    fn note_removal(
+        &mut self,
+        action: &Action,
+        seen: Option<&BTreeMap<AgentName, Seen>>,
+        job: JobId,
+    ) {
+        if let (Action::Retire(agent) | Action::ReapOrphan(agent), Some(s)) =
+            (action, seen.and_then(|seen| seen.get(action.agent())))
+        {
+            self.reaped.insert(agent.clone(), (s.ids.clone(), job));
+        }
+    }
+
     /// Drop a reap whose containers are the ones a finished retire was
     /// already queued for: queueing it again would change nothing.
     async fn fresh_reap(
@@ -289,7 +303,7 @@ impl<R: ContainerRuntime> Converger<R> {
         self.queue(agent, request).await.map(Some)
     }
 
-    async fn apply(&mut self, wanted: &Wanted) -> Result<(), PassError> {
+    async fn apply(&mut self, wanted: &Wanted, observation: &Observation) -> Result<(), PassError> {
         let installed = self.installed().await?;
         let actions = converge::plan_declaration(&wanted.declaration.agents, &installed);
         tracing::info!(hive = %self.deps.hive, revision = wanted.revision, actions = actions.len(), "applying declaration");
@@ -299,6 +313,7 @@ impl<R: ContainerRuntime> Converger<R> {
         for action in &actions {
             if let Some(job) = self.carry_out(action, Some(wanted)).await? {
                 self.queued.insert(action.agent().clone(), job);
+                self.note_removal(action, observation.as_ref(), job);
                 jobs.push((action.agent().clone(), job));
             }
         }
@@ -357,9 +372,7 @@ impl<R: ContainerRuntime> Converger<R> {
             tracing::info!(hive = %self.deps.hive, %agent, ?action, attempt, "reconciler queues a job");
             if let Some(job) = self.carry_out(action, wanted).await? {
                 self.queued.insert(agent.clone(), job);
-                if let (Action::ReapOrphan(_), Some(s)) = (action, seen.get(agent)) {
-                    self.reaped.insert(agent.clone(), (s.ids.clone(), job));
-                }
+                self.note_removal(action, Some(seen), job);
                 queued += 1;
             }
         }
@@ -525,7 +538,7 @@ impl<R: ContainerRuntime> Converger<R> {
         let mut store: Option<Result<(), String>> = None;
         if let Some(w) = wanted.as_deref() {
             if self.applied != Some(w.revision) {
-                match self.apply(w).await {
+                match self.apply(w, &observation).await {
                     Ok(()) => store = Some(Ok(())),
                     Err(e) => {
                         tracing::warn!(hive = %self.deps.hive, revision = w.revision, error = %e, "cannot apply the declaration; will retry");

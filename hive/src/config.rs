@@ -87,18 +87,35 @@ pub struct ConfigErrors {
     pub problems: Vec<String>,
 }
 
-fn secs(
-    field: &str,
-    value: Option<u64>,
+/// The longest publish interval: past an hour the swarm would see the hive
+/// as stale between two publishes under any sensible `stale_after_secs`.
+pub const MAX_PUBLISH_INTERVAL_SECS: u64 = 3600;
+/// The longest reconcile interval: a day.
+pub const MAX_RECONCILE_INTERVAL_SECS: u64 = 86_400;
+/// The longest orphan grace: thirty days.
+pub const MAX_ORPHAN_GRACE_SECS: u64 = 30 * 86_400;
+
+/// One interval setting in seconds, with its default and bounds. The upper
+/// bound keeps every `Instant + Duration` the tasks compute far from
+/// overflowing (a panic), and catches a value given in the wrong unit.
+struct Interval {
+    field: &'static str,
     default: u64,
     min: u64,
-    problems: &mut Vec<String>,
-) -> Duration {
-    let v = value.unwrap_or(default);
-    if v < min {
-        problems.push(format!("{field} = {v}: it must be at least {min}"));
+    max: u64,
+}
+
+impl Interval {
+    fn read(&self, value: Option<u64>, problems: &mut Vec<String>) -> Duration {
+        let v = value.unwrap_or(self.default);
+        let field = self.field;
+        if v < self.min {
+            problems.push(format!("{field} = {v}: it must be at least {}", self.min));
+        } else if v > self.max {
+            problems.push(format!("{field} = {v}: it must be at most {}", self.max));
+        }
+        Duration::from_secs(v.clamp(self.min, self.max))
     }
-    Duration::from_secs(v.max(min))
 }
 
 /// Read the file (when given) and apply environment and flags.
@@ -201,35 +218,35 @@ pub fn load(
         }
     }
 
-    let publish_interval = secs(
-        "publish_interval_secs",
-        file.publish_interval_secs,
-        60,
-        1,
-        &mut problems,
-    );
-    let reconcile_interval = secs(
-        "reconcile_interval_secs",
-        file.reconcile_interval_secs,
-        30,
-        1,
-        &mut problems,
-    );
-    let orphan_grace = secs(
-        "orphan_grace_secs",
-        file.orphan_grace_secs,
-        600,
-        0,
-        &mut problems,
-    );
+    let publish_interval = Interval {
+        field: "publish_interval_secs",
+        default: 60,
+        min: 1,
+        max: MAX_PUBLISH_INTERVAL_SECS,
+    }
+    .read(file.publish_interval_secs, &mut problems);
+    let reconcile_interval = Interval {
+        field: "reconcile_interval_secs",
+        default: 30,
+        min: 1,
+        max: MAX_RECONCILE_INTERVAL_SECS,
+    }
+    .read(file.reconcile_interval_secs, &mut problems);
+    let orphan_grace = Interval {
+        field: "orphan_grace_secs",
+        default: 600,
+        min: 0,
+        max: MAX_ORPHAN_GRACE_SECS,
+    }
+    .read(file.orphan_grace_secs, &mut problems);
 
-    let agent_retry_base = secs(
-        "agent_retry_base_secs",
-        file.agent_retry_base_secs,
-        crate::retry::DEFAULT_BASE.as_secs(),
-        1,
-        &mut problems,
-    );
+    let agent_retry_base = Interval {
+        field: "agent_retry_base_secs",
+        default: crate::retry::DEFAULT_BASE.as_secs(),
+        min: 1,
+        max: crate::retry::MAX_DELAY.as_secs(),
+    }
+    .read(file.agent_retry_base_secs, &mut problems);
 
     if !problems.is_empty() {
         return Err(ConfigErrors { problems });
@@ -319,6 +336,30 @@ mod tests {
             "http://[::1",
         ] {
             assert!(all.contains(want), "missing {want:?} in:\n{all}");
+        }
+    }
+
+    #[test]
+    fn intervals_have_upper_bounds_named_in_the_error() {
+        let cases = [
+            ("publish_interval_secs", MAX_PUBLISH_INTERVAL_SECS),
+            ("reconcile_interval_secs", MAX_RECONCILE_INTERVAL_SECS),
+            ("orphan_grace_secs", MAX_ORPHAN_GRACE_SECS),
+            ("agent_retry_base_secs", crate::retry::MAX_DELAY.as_secs()),
+        ];
+        for (field, max) in cases {
+            let at = write(&format!("{field} = {max}\n"));
+            load(Some(at.path()), &Overrides::default(), no_env)
+                .unwrap_or_else(|e| panic!("{field} = {max} refused: {e}"));
+            for past in [max + 1, i64::MAX as u64] {
+                let f = write(&format!("{field} = {past}\n"));
+                let e = load(Some(f.path()), &Overrides::default(), no_env);
+                let text = e.expect_err(field).to_string();
+                assert!(
+                    text.contains(&format!("{field} = {past}: it must be at most {max}")),
+                    "{text}"
+                );
+            }
         }
     }
 

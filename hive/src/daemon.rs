@@ -1,23 +1,42 @@
-//! `hive run`: wires the tasks together and waits for shutdown.
+//! `hive run`: opens the state, starts every task under one
+//! [`Supervisor`], waits for shutdown and drains.
 //!
-//! Order at start: state dir, xkey, readiness, then the loopback HTTP server
-//! (so `/health/ready` answers even when nothing else works), then NATS and
-//! the tasks that need it. Without a NATS URL or without a hive name the hive
-//! still runs locally and says so in a readiness warning; "not configured"
-//! and "configured but unreachable" are different warnings.
+//! [`run`] is a few named steps, in this order:
+//! 1. [`open_state`]: state dir, job database (a damaged one stops the hive
+//!    here), xkey, `Health`, the loopback listener (bound now, so
+//!    `/health/ready` answers even when nothing else works), the saved
+//!    declaration.
+//! 2. [`connect_nats`]: the one NATS connection, or the warning saying why
+//!    there is none.
+//! 3. [`start_container_side`] (with a hive name): the job worker and the
+//!    converger. They need no NATS: the converger starts from the
+//!    declaration saved in `wanted.json`.
+//! 4. [`start_nats_side`] (with a name and NATS): publisher, wanted,
+//!    credentials, event listener.
+//! 5. [`start_local_side`]: knowledge, the HTTP server, the watchdog.
+//! 6. [`wait_and_drain`].
+//!
+//! Without a NATS URL or without a hive name the hive still runs locally and
+//! says so in a readiness warning; "not configured" and "configured but
+//! unreachable" are different warnings. Every task is supervised: one that
+//! ends or panics is restarted with backoff and named in readiness
+//! meanwhile (see [`crate::supervisor`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use swarm_queue_client::{Bucket, Level};
-use tokio::task::JoinSet;
+use swarm_queue_client::credentials::XKey;
+use swarm_queue_client::{Bucket, Connection, HiveName, Level};
+use tokio::sync::Notify;
 
 use crate::config::HiveConfig;
-use crate::jobs::{now_ms, JobStore};
+use crate::deploy::Deployer;
+use crate::jobs::JobStore;
 use crate::readiness::{keys, Health};
 use crate::runtime::DockerRuntime;
 use crate::shutdown::Shutdown;
-use crate::wanted::WantedRx;
+use crate::supervisor::{Role, Supervisor};
+use crate::wanted::{WantedRx, WantedTx};
 use crate::{
     api, converger, credentials, events, http, knowledge, publisher, systemd, wanted, worker, xkey,
 };
@@ -50,22 +69,61 @@ pub enum DaemonError {
 
 /// Run the hive until `shutdown` fires.
 pub async fn run(config: HiveConfig, shutdown: Shutdown) -> Result<(), DaemonError> {
+    let state = open_state(&config).await?;
+    let mut tasks = Supervisor::new(state.health.clone(), shutdown.clone());
+    let nats = connect_nats(&config, &state.health).await;
+    let mut router = http::health_router(state.health.clone());
+    if let Some(hive) = config.name.clone() {
+        let containers = start_container_side(&config, &state, hive, &mut tasks);
+        router = router.merge(api::router(containers.api_state(&state)));
+        if let Some(conn) = &nats {
+            start_nats_side(&config, &state, &containers, conn, &mut tasks);
+        }
+    }
+    start_local_side(&config, &state, router, &mut tasks);
+    systemd::notify_ready();
+    tracing::info!(
+        hive = config.name.as_ref().map(|n| n.as_str()).unwrap_or("(unnamed)"),
+        state_dir = %config.state_dir.display(),
+        "hive running"
+    );
+    wait_and_drain(tasks, shutdown, nats).await;
+    Ok(())
+}
+
+/// What every step shares: opened once, before any task starts.
+struct State {
+    store: JobStore,
+    xkey: Arc<XKey>,
+    health: Arc<Health>,
+    /// The loopback listener; each start of the HTTP task serves a clone.
+    listener: Arc<std::net::TcpListener>,
+    /// The last valid declaration (from `wanted.json`, then from the swarm).
+    /// The sender lives until shutdown, also without NATS.
+    wanted_tx: WantedTx,
+    wanted_rx: WantedRx,
+    /// Wakes the knowledge task; `None` without `knowledge_repo`.
+    knowledge: Option<Arc<Notify>>,
+}
+
+async fn open_state(config: &HiveConfig) -> Result<State, DaemonError> {
     std::fs::create_dir_all(&config.state_dir).map_err(|source| DaemonError::StateDir {
         path: config.state_dir.clone(),
         source,
     })?;
     // The job database first: a damaged one stops the hive before anything
     // else runs, with the file named and its bytes left as they were.
-    let store = crate::jobs::JobStore::open(&config.db_path())?;
+    let store = JobStore::open(&config.db_path())?;
     let xkey = xkey::load_or_create(&config.xkey_seed_file)?;
     let health = Arc::new(Health::new(config.name.clone(), Some(xkey.public_key())));
-
+    let listen_error = |source| DaemonError::Listen {
+        addr: config.http_listen,
+        source,
+    };
     let listener = tokio::net::TcpListener::bind(config.http_listen)
         .await
-        .map_err(|source| DaemonError::Listen {
-            addr: config.http_listen,
-            source,
-        })?;
+        .and_then(|l| l.into_std())
+        .map_err(listen_error)?;
     let addr = listener.local_addr().unwrap_or(config.http_listen);
     tracing::info!(%addr, "local API listening (health: /health/ready, /health/live, /metrics)");
     // Written so that tools (and tests) using `http_listen = "127.0.0.1:0"`
@@ -74,35 +132,21 @@ pub async fn run(config: HiveConfig, shutdown: Shutdown) -> Result<(), DaemonErr
     if let Err(e) = std::fs::write(&addr_file, format!("{addr}\n")) {
         tracing::warn!(path = %addr_file.display(), error = %e, "cannot record the local API address");
     }
+    let saved = wanted::load_saved(&config.state_dir).map(Arc::new);
+    let (wanted_tx, wanted_rx) = tokio::sync::watch::channel(saved);
+    Ok(State {
+        store,
+        xkey: Arc::new(xkey),
+        health,
+        listener: Arc::new(listener),
+        wanted_tx,
+        wanted_rx,
+        knowledge: config.knowledge_repo.as_ref().map(|_| Arc::default()),
+    })
+}
 
-    let mut tasks = JoinSet::new();
-    let mut router = http::health_router(health.clone());
-
-    let nats = if !config.nats.is_configured() {
-        health.raise(
-            keys::NATS_NOT_CONFIGURED,
-            Level::Warn,
-            "no NATS server is configured: this hive runs alone and the swarm cannot see it \
-             (set [nats] url, --nats-url or HYPERHIVE_NATS_URL)",
-        );
-        None
-    } else if config.name.is_none() {
-        None
-    } else {
-        match swarm_queue_client::connect(&config.nats, &connection_name(&config)).await {
-            Ok(conn) => Some(conn),
-            Err(e) => {
-                let msg = crate::error_chain(&e);
-                tracing::error!(error = %msg, "cannot set up the NATS connection");
-                health.raise(
-                    keys::NATS_UNREACHABLE,
-                    Level::Warn,
-                    format!("NATS is configured but cannot be used: {msg}"),
-                );
-                None
-            }
-        }
-    };
+/// The shared NATS connection, or `None` with a warning saying why.
+async fn connect_nats(config: &HiveConfig, health: &Health) -> Option<Connection> {
     if config.name.is_none() {
         health.raise(
             keys::HIVE_NAME_MISSING,
@@ -111,217 +155,260 @@ pub async fn run(config: HiveConfig, shutdown: Shutdown) -> Result<(), DaemonErr
              the swarm (set name, --name or HYPERHIVE_HIVE_NAME)",
         );
     }
+    if !config.nats.is_configured() {
+        health.raise(
+            keys::NATS_NOT_CONFIGURED,
+            Level::Warn,
+            "no NATS server is configured: this hive runs alone and the swarm cannot see it \
+             (set [nats] url, --nats-url or HYPERHIVE_NATS_URL)",
+        );
+        return None;
+    }
+    let name = config.name.as_ref()?;
+    match swarm_queue_client::connect(&config.nats, &format!("hive-{name}")).await {
+        Ok(conn) => Some(conn),
+        Err(e) => {
+            let msg = crate::error_chain(&e);
+            tracing::error!(error = %msg, "cannot set up the NATS connection");
+            health.raise(
+                keys::NATS_UNREACHABLE,
+                Level::Warn,
+                format!("NATS is configured but cannot be used: {msg}"),
+            );
+            None
+        }
+    }
+}
 
-    // The last valid declaration, kept on disk, so the hive knows what is
-    // wanted while NATS is away; the wanted task replaces it when the swarm's
-    // is newer. The sender lives until shutdown, also without NATS.
-    let saved = wanted::load_saved(&config.state_dir).map(Arc::new);
-    let (wanted_tx, wanted_rx) = tokio::sync::watch::channel(saved);
-    let knowledge_trigger = config
-        .knowledge_repo
-        .as_ref()
-        .map(|_| Arc::new(tokio::sync::Notify::new()));
+/// The container side's handles the other steps use.
+struct ContainerSide {
+    hive: HiveName,
+    runtime: Arc<DockerRuntime>,
+    /// Wakes the job worker after a job is queued.
+    wake: Arc<Notify>,
+}
 
-    // Containers carry the hive's name, so without one nothing is deployed.
-    if let Some(name) = config.name.clone() {
-        let runtime = Arc::new(DockerRuntime::new(
-            name.clone(),
-            config.docker_host.as_deref(),
-        ));
-        let wake = Arc::new(tokio::sync::Notify::new());
-        let declared_rx = wanted_rx.clone();
-        router = router.merge(api::router(api::ApiState {
-            store: store.clone(),
-            runtime: Arc::clone(&runtime),
-            hive: name.clone(),
-            wake: Arc::clone(&wake),
+impl ContainerSide {
+    fn api_state(&self, state: &State) -> api::ApiState<DockerRuntime> {
+        let declared_rx = state.wanted_rx.clone();
+        api::ApiState {
+            store: state.store.clone(),
+            runtime: Arc::clone(&self.runtime),
+            hive: self.hive.clone(),
+            wake: Arc::clone(&self.wake),
             declared: Arc::new(move |agent| {
                 let wanted = declared_rx.borrow().clone()?;
                 let spec = wanted.declaration.agents.get(agent)?.clone();
                 Some((spec, Some(wanted.revision)))
             }),
-        }));
-        let extra_binds = match &config.knowledge_repo {
-            Some(_) => vec![crate::runtime::Bind {
-                host: config.knowledge_dir(),
-                container: swarm_queue_client::containers::KNOWLEDGE_MOUNT.to_string(),
-                read_only: true,
-            }],
-            None => vec![],
-        };
-        tasks.spawn(worker::run(
-            worker::WorkerDeps {
-                store: store.clone(),
-                runtime: Arc::clone(&runtime),
-                hive: name.clone(),
-                state_dir: config.state_dir.clone(),
-                wake: Arc::clone(&wake),
-                health: Some(health.clone()),
-                extra_binds,
-                config: worker::WorkerConfig::default().with_env_overrides(),
-            },
-            shutdown.clone(),
-        ));
-        tasks.spawn(converger::run(
-            converger::ConvergerDeps {
-                store: store.clone(),
-                runtime,
-                hive: name.clone(),
-                health: health.clone(),
-                wake: Arc::clone(&wake),
-                wanted: wanted_rx.clone(),
-                reconcile_interval: config.reconcile_interval,
-                orphan_grace: config.orphan_grace,
-                retry_base: config.agent_retry_base,
-            },
-            shutdown.clone(),
-        ));
-
-        if let Some(conn) = nats.clone() {
-            tasks.spawn(publisher::run(
-                publisher::PublisherDeps {
-                    nats: conn.clone(),
-                    health: health.clone(),
-                    hive: name.clone(),
-                    interval: config.publish_interval,
-                    bucket: config.nats.buckets.get(Bucket::Status),
-                },
-                shutdown.clone(),
-            ));
-            tasks.spawn(wanted::run(
-                wanted::WantedDeps {
-                    nats: conn.clone(),
-                    hive: name.clone(),
-                    health: health.clone(),
-                    bucket: config.nats.buckets.get(Bucket::Wanted),
-                    state_dir: config.state_dir.clone(),
-                    tx: wanted_tx.clone(),
-                },
-                shutdown.clone(),
-            ));
-            let deliverer = Arc::new(std::sync::OnceLock::new());
-            tasks.spawn(credentials::run_boot_delivery(
-                credentials::BootDeps {
-                    nats: conn.clone(),
-                    hive: name.clone(),
-                    health: health.clone(),
-                    bucket: config.nats.buckets.get(Bucket::Credentials),
-                    xkey: Arc::new(xkey),
-                    trusted: Arc::new(config.trusted_controller_xkeys.clone()),
-                    agents_dir: config.agents_dir(),
-                    slot: Arc::clone(&deliverer),
-                },
-                shutdown.clone(),
-            ));
-            let deploy = deploy_fn(store.clone(), wake, wanted_rx.clone(), name.clone());
-            let events_deps = events::EventDeps {
-                client: conn.client.clone(),
-                hive: name,
-                health: health.clone(),
-                knowledge: knowledge_trigger.clone(),
-                credentials: deliverer,
-                deploy,
-            };
-            let events_shutdown = shutdown.clone();
-            tasks.spawn(async move {
-                if let Err(e) = events::run(events_deps, events_shutdown).await {
-                    tracing::error!(error = %crate::error_chain(&e), "event listener stopped");
-                }
-            });
         }
     }
-    if let (Some(repo), Some(trigger)) = (config.knowledge_repo.clone(), knowledge_trigger) {
-        tasks.spawn(knowledge::run(
-            repo,
-            config.knowledge_dir(),
-            trigger,
-            health.clone(),
-            shutdown.clone(),
-        ));
-    }
-    tasks.spawn(http::serve(listener, router, shutdown.clone()));
 
-    systemd::notify_ready();
+    fn deployer(&self, state: &State) -> Deployer {
+        Deployer {
+            store: state.store.clone(),
+            wake: Arc::clone(&self.wake),
+            wanted: state.wanted_rx.clone(),
+            hive: self.hive.clone(),
+        }
+    }
+}
+
+/// The job worker and the converger. Containers carry the hive's name, so
+/// without one nothing is deployed and this step is skipped.
+fn start_container_side(
+    config: &HiveConfig,
+    state: &State,
+    hive: HiveName,
+    tasks: &mut Supervisor,
+) -> ContainerSide {
+    let side = ContainerSide {
+        runtime: Arc::new(DockerRuntime::new(
+            hive.clone(),
+            config.docker_host.as_deref(),
+        )),
+        wake: Arc::default(),
+        hive,
+    };
+    let extra_binds = match &config.knowledge_repo {
+        Some(_) => vec![crate::runtime::Bind {
+            host: config.knowledge_dir(),
+            container: swarm_queue_client::containers::KNOWLEDGE_MOUNT.to_string(),
+            read_only: true,
+        }],
+        None => vec![],
+    };
+    let worker_deps = {
+        let (store, runtime, hive) = (state.store.clone(), side.runtime.clone(), side.hive.clone());
+        let (state_dir, wake, health) = (
+            config.state_dir.clone(),
+            side.wake.clone(),
+            state.health.clone(),
+        );
+        let config = worker::WorkerConfig::default().with_test_hooks();
+        move || worker::WorkerDeps {
+            store: store.clone(),
+            runtime: runtime.clone(),
+            hive: hive.clone(),
+            state_dir: state_dir.clone(),
+            wake: wake.clone(),
+            health: Some(health.clone()),
+            extra_binds: extra_binds.clone(),
+            config: config.clone(),
+        }
+    };
+    tasks.spawn("worker", Role::Essential, move |shutdown| {
+        worker::run(worker_deps(), shutdown)
+    });
+    let converger_deps = {
+        let (store, runtime, hive) = (state.store.clone(), side.runtime.clone(), side.hive.clone());
+        let (health, wake, wanted) = (
+            state.health.clone(),
+            side.wake.clone(),
+            state.wanted_rx.clone(),
+        );
+        let (reconcile_interval, orphan_grace, retry_base) = (
+            config.reconcile_interval,
+            config.orphan_grace,
+            config.agent_retry_base,
+        );
+        move || converger::ConvergerDeps {
+            store: store.clone(),
+            runtime: runtime.clone(),
+            hive: hive.clone(),
+            health: health.clone(),
+            wake: wake.clone(),
+            wanted: wanted.clone(),
+            reconcile_interval,
+            orphan_grace,
+            retry_base,
+        }
+    };
+    tasks.spawn("converger", Role::Essential, move |shutdown| {
+        converger::run(converger_deps(), shutdown)
+    });
+    side
+}
+
+/// The tasks that talk to the swarm: publisher, wanted, credentials and
+/// the event listener, all on the one connection.
+fn start_nats_side(
+    config: &HiveConfig,
+    state: &State,
+    side: &ContainerSide,
+    conn: &Connection,
+    tasks: &mut Supervisor,
+) {
+    let (hive, health) = (side.hive.clone(), state.health.clone());
+    let publisher_deps = {
+        let (conn, hive, health) = (conn.clone(), hive.clone(), health.clone());
+        let (interval, bucket) = (
+            config.publish_interval,
+            config.nats.buckets.get(Bucket::Status),
+        );
+        move || publisher::PublisherDeps {
+            nats: conn.clone(),
+            health: health.clone(),
+            hive: hive.clone(),
+            interval,
+            bucket: bucket.clone(),
+        }
+    };
+    tasks.spawn("publisher", Role::Auxiliary, move |shutdown| {
+        publisher::run(publisher_deps(), shutdown)
+    });
+    let wanted_deps = {
+        let (conn, hive, health) = (conn.clone(), hive.clone(), health.clone());
+        let bucket = config.nats.buckets.get(Bucket::Wanted);
+        let (state_dir, tx) = (config.state_dir.clone(), state.wanted_tx.clone());
+        move || wanted::WantedDeps {
+            nats: conn.clone(),
+            hive: hive.clone(),
+            health: health.clone(),
+            bucket: bucket.clone(),
+            state_dir: state_dir.clone(),
+            tx: tx.clone(),
+        }
+    };
+    tasks.spawn("wanted", Role::Essential, move |shutdown| {
+        wanted::run(wanted_deps(), shutdown)
+    });
+    let credentials = credentials::Credentials::new(credentials::Opener {
+        client: conn.client.clone(),
+        bucket: config.nats.buckets.get(Bucket::Credentials),
+        hive: hive.clone(),
+        xkey: state.xkey.clone(),
+        trusted: Arc::new(config.trusted_controller_xkeys.clone()),
+        agents_dir: config.agents_dir(),
+    });
+    let boot = credentials::BootDeps {
+        nats: conn.clone(),
+        hive: hive.clone(),
+        health: health.clone(),
+        credentials: credentials.clone(),
+    };
+    tasks.spawn("credentials", Role::Auxiliary, move |shutdown| {
+        credentials::run_boot_delivery(boot.clone(), shutdown)
+    });
+    let events = events::EventDeps {
+        client: conn.client.clone(),
+        hive,
+        health,
+        knowledge: state.knowledge.clone(),
+        credentials,
+        deploy: side.deployer(state),
+    };
+    tasks.spawn("events", Role::Essential, move |shutdown| {
+        events::run(events.clone(), shutdown)
+    });
+}
+
+/// Knowledge (when configured), the loopback HTTP server, the watchdog
+/// (when systemd asks for one).
+fn start_local_side(
+    config: &HiveConfig,
+    state: &State,
+    router: axum::Router,
+    tasks: &mut Supervisor,
+) {
+    if let (Some(repo), Some(trigger)) = (config.knowledge_repo.clone(), state.knowledge.clone()) {
+        let (dir, health) = (config.knowledge_dir(), state.health.clone());
+        tasks.spawn("knowledge", Role::Auxiliary, move |shutdown| {
+            knowledge::run(
+                repo.clone(),
+                dir.clone(),
+                trigger.clone(),
+                health.clone(),
+                shutdown,
+            )
+        });
+    }
+    let listener = Arc::clone(&state.listener);
+    tasks.spawn("http", Role::Auxiliary, move |shutdown| {
+        let listener = listener.try_clone();
+        let router = router.clone();
+        async move {
+            let listener = tokio::net::TcpListener::from_std(listener?)?;
+            http::serve(listener, router, shutdown).await;
+            Ok::<(), std::io::Error>(())
+        }
+    });
     if let Some(interval) = systemd::watchdog_interval() {
-        tasks.spawn(systemd::run_watchdog(interval, shutdown.clone()));
+        let board = tasks.board();
+        tasks.spawn("watchdog", Role::Auxiliary, move |shutdown| {
+            systemd::run_watchdog(interval, board.clone(), shutdown)
+        });
     }
-    tracing::info!(
-        hive = config.name.as_ref().map(|n| n.as_str()).unwrap_or("(unnamed)"),
-        state_dir = %config.state_dir.display(),
-        "hive running"
-    );
+}
 
-    let mut waiting = shutdown.clone();
-    waiting.wait().await;
+/// Wait for shutdown, give the tasks [`DRAIN_GRACE`] to finish (the
+/// publisher puts its `stopped` status), then flush NATS.
+async fn wait_and_drain(tasks: Supervisor, mut shutdown: Shutdown, nats: Option<Connection>) {
+    shutdown.wait().await;
     systemd::notify_stopping();
     tracing::info!("shutting down");
-    let drained = tokio::time::timeout(DRAIN_GRACE, async {
-        while let Some(r) = tasks.join_next().await {
-            if let Err(e) = r {
-                tracing::error!(error = %e, "task ended abnormally");
-            }
-        }
-    })
-    .await;
-    if drained.is_err() {
-        tracing::warn!(grace = ?DRAIN_GRACE, "tasks did not finish in time; stopping anyway");
-        tasks.abort_all();
-    }
+    tasks.drain(DRAIN_GRACE).await;
     if let Some(conn) = nats {
         let _ = tokio::time::timeout(Duration::from_secs(2), conn.client.flush()).await;
-    }
-    drop(wanted_tx);
-    Ok(())
-}
-
-/// The deploy subject's handler: deploy a declared agent (a first deploy,
-/// or a rebuild that re-resolves its image). Fails closed: an agent that is
-/// not declared, or a job store that cannot be read, gets an error reply.
-fn deploy_fn(
-    store: JobStore,
-    wake: Arc<tokio::sync::Notify>,
-    wanted: WantedRx,
-    hive: swarm_queue_client::HiveName,
-) -> events::DeployFn {
-    Arc::new(move |agent| {
-        let (store, wake, hive) = (store.clone(), wake.clone(), hive.clone());
-        let current = wanted.borrow().clone();
-        Box::pin(async move {
-            let Some(w) = current else {
-                return Err(format!(
-                    "hive {hive} has no declaration yet, so agent {agent} is not declared; \
-                     declare it first (swarm-controller declare)"
-                ));
-            };
-            let Some(spec) = w.declaration.agents.get(&agent).cloned() else {
-                return Err(format!(
-                    "agent {agent} is not declared on hive {hive} (declaration revision {}); \
-                     add it to the swarm file and run swarm-controller declare",
-                    w.revision
-                ));
-            };
-            let revision = w.revision;
-            let a = agent.clone();
-            match store
-                .call(move |s| s.request_deploy(&a, spec, Some(revision), true, now_ms()))
-                .await
-            {
-                Ok(q) => {
-                    wake.notify_one();
-                    Ok(q.job.0 as u64)
-                }
-                Err(e) => Err(format!(
-                    "cannot queue the deploy of {agent} on hive {hive}: {}",
-                    crate::error_chain(&e)
-                )),
-            }
-        })
-    })
-}
-
-fn connection_name(config: &HiveConfig) -> String {
-    match &config.name {
-        Some(n) => format!("hive-{n}"),
-        None => "hive".into(),
     }
 }

@@ -10,35 +10,28 @@
 //! wait for a timeout). Subscriptions survive reconnects: the client
 //! re-subscribes by itself.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use futures_util::StreamExt;
 use swarm_queue_client::subjects::{HiveSubjects, KNOWLEDGE};
-use swarm_queue_client::{
-    decode, AgentName, CredentialNotice, DeployReply, DeployRequest, HiveName, Level,
-};
+use swarm_queue_client::{decode, CredentialNotice, DeployReply, DeployRequest, HiveName, Level};
 use tokio::sync::Notify;
 
-use crate::credentials::Deliverer;
+use crate::credentials::Credentials;
+use crate::deploy::Deployer;
 use crate::readiness::{keys, Health};
 use crate::shutdown::Shutdown;
 
-/// Queues a deploy for an agent; returns the job id or a message for the
-/// requester that names the agent and says what to do.
-pub type DeployFn = Arc<
-    dyn Fn(AgentName) -> Pin<Box<dyn Future<Output = Result<u64, String>> + Send>> + Send + Sync,
->;
-
+#[derive(Clone)]
 pub struct EventDeps {
     pub client: async_nats::Client,
     pub hive: HiveName,
     pub health: Arc<Health>,
     pub knowledge: Option<Arc<Notify>>,
-    /// Set once the credentials bucket is open.
-    pub credentials: Arc<std::sync::OnceLock<Deliverer>>,
-    pub deploy: DeployFn,
+    /// Delivers a credential named by a notice (opens the bucket on first
+    /// use).
+    pub credentials: Credentials,
+    pub deploy: Deployer,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -120,12 +113,13 @@ async fn on_deploy(deps: &EventDeps, msg: async_nats::Message) {
         }
         Ok(req) => {
             let agent = req.value.agent;
-            match (deps.deploy)(agent.clone()).await {
+            match deps.deploy.deploy(agent.clone()).await {
                 Ok(job) => {
                     tracing::info!(hive = %deps.hive, %agent, job, "deploy queued from the swarm");
                     DeployReply::Queued { job }
                 }
-                Err(error) => {
+                Err(e) => {
+                    let error = crate::error_chain(&e);
                     tracing::warn!(hive = %deps.hive, %agent, %error, "deploy request refused");
                     DeployReply::Refused { error }
                 }
@@ -147,11 +141,11 @@ async fn on_credential(deps: &EventDeps, msg: async_nats::Message) {
             return;
         }
     };
-    let Some(deliverer) = deps.credentials.get() else {
-        tracing::warn!(hive = %deps.hive, "credential notice ignored: credentials bucket not open");
-        return;
-    };
-    match deliverer.deliver(&notice.agent, &notice.account).await {
+    match deps
+        .credentials
+        .deliver(&notice.agent, &notice.account)
+        .await
+    {
         Ok(_) => deps.health.clear(keys::CREDENTIALS),
         Err(e) => {
             let msg = crate::error_chain(&e);

@@ -8,14 +8,17 @@
 //!   and the metrics from the same snapshot.
 //! - [`publisher`]: task that puts the `Readiness` in `hyperhive-status`.
 //! - [`http`]: loopback `/health/ready`, `/health/live`, `/metrics`.
-//! - [`daemon`]: `hive run`, which wires the tasks and drains on shutdown.
+//! - [`daemon`]: `hive run`, which wires the tasks and drains on shutdown;
+//!   [`supervisor`]: restarts a task that dies and names it in readiness
+//!   meanwhile; [`deploy`]: the deploy subject's handler.
 //! - [`jobs`]: the durable job DAG in SQLite (power intent, installed
 //!   agents, cleanup journal); [`runtime`]: the Docker runtime behind a
 //!   narrow trait.
 //! - [`converge`] decides and [`converger`] does: declaration, Docker and
 //!   job store compared every round; [`retry`]: the per-agent backoff.
 //! - [`xkey`]: the hive's sealing key; [`systemd`]: sd_notify;
-//!   [`shutdown`]: the signal every task takes.
+//!   [`shutdown`]: the signal every task takes; [`test_hooks`]: hooks that
+//!   exist only with the `test-hooks` feature.
 //!
 //! Invariants: one NATS connection per process; nothing stamps its own time;
 //! the hive keeps running its agents when NATS or the controller is away.
@@ -27,6 +30,7 @@ pub mod converge;
 pub mod converger;
 pub mod credentials;
 pub mod daemon;
+pub mod deploy;
 pub mod events;
 pub mod http;
 pub mod jobs;
@@ -38,7 +42,9 @@ pub mod readiness;
 pub mod retry;
 pub mod runtime;
 pub mod shutdown;
+pub mod supervisor;
 pub mod systemd;
+pub mod test_hooks;
 pub mod wanted;
 pub mod worker;
 pub mod xkey;

@@ -44,11 +44,6 @@ use crate::runtime::{
 };
 use crate::shutdown::Shutdown;
 
-/// Environment variable naming a node op the worker must not claim. A test
-/// hook: it lets an end-to-end test kill the daemon at a chosen point (for
-/// example with `create` done and `start` not yet run). Logged loudly.
-pub const HOLD_ENV: &str = "HYPERHIVE_TEST_HOLD_BEFORE_NODE";
-
 /// Tries to record one node's outcome before leaving it to crash recovery.
 const FINISH_ATTEMPTS: u32 = 3;
 
@@ -64,7 +59,8 @@ pub struct WorkerConfig {
     pub idle_poll: Duration,
     /// Nodes run at once (each of a different agent).
     pub max_parallel: usize,
-    /// Test hook: never claim nodes with this op name.
+    /// Never claim nodes with this op name: set only by tests (directly in
+    /// unit tests, or by the `test-hooks` feature's environment hook).
     pub hold_before: Option<String>,
 }
 
@@ -82,10 +78,10 @@ impl Default for WorkerConfig {
 }
 
 impl WorkerConfig {
-    /// Apply [`HOLD_ENV`] when set.
-    pub fn with_env_overrides(mut self) -> Self {
-        if let Some(op) = std::env::var(HOLD_ENV).ok().filter(|s| !s.is_empty()) {
-            tracing::warn!(op = %op, "{HOLD_ENV} is set: nodes of this op will not run (test hook)");
+    /// Apply the test hook that holds a node op back; a no-op unless the
+    /// `test-hooks` feature is compiled in (see [`crate::test_hooks`]).
+    pub fn with_test_hooks(mut self) -> Self {
+        if let Some(op) = crate::test_hooks::hold_before() {
             self.hold_before = Some(op);
         }
         self

@@ -3,10 +3,11 @@
 //! published in `Readiness.xkey` so the controller knows what to seal to.
 
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use swarm_queue_client::credentials::XKey;
+use zeroize::Zeroizing;
 
 #[derive(Debug, thiserror::Error)]
 pub enum XKeyError {
@@ -28,7 +29,7 @@ pub enum XKeyError {
 
 /// Load the seed at `path`, or create one there (0600, written atomically).
 pub fn load_or_create(path: &Path) -> Result<XKey, XKeyError> {
-    match std::fs::read_to_string(path) {
+    match std::fs::read_to_string(path).map(Zeroizing::new) {
         Ok(text) => {
             if let Ok(meta) = std::fs::metadata(path) {
                 if meta.permissions().mode() & 0o077 != 0 {
@@ -41,9 +42,12 @@ pub fn load_or_create(path: &Path) -> Result<XKey, XKeyError> {
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let key = XKey::new();
-            let seed = key.seed().map_err(|_| XKeyError::Invalid {
-                path: path.to_path_buf(),
-            })?;
+            let seed = key
+                .seed()
+                .map(Zeroizing::new)
+                .map_err(|_| XKeyError::Invalid {
+                    path: path.to_path_buf(),
+                })?;
             write_private(path, seed.as_bytes()).map_err(|source| XKeyError::Write {
                 path: path.to_path_buf(),
                 source,
@@ -58,27 +62,22 @@ pub fn load_or_create(path: &Path) -> Result<XKey, XKeyError> {
     }
 }
 
-/// Write `bytes` to `path` with mode 0600: to a temp file in the same
-/// directory, fsync, then rename, so a reader never sees a partial file.
+/// Write `bytes` to `path` with mode 0600: to a unique temporary file in
+/// the same directory (`tempfile` makes it 0600 and picks a name no other
+/// writer uses), fsync, then rename over `path`, so a reader never sees a
+/// partial file. Blocking.
 pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
     std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
-        std::process::id()
-    ));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;
-    std::fs::rename(&tmp, path)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    tmp.persist(path).map_err(|e| e.error)?;
     if let Ok(d) = std::fs::File::open(dir) {
         let _ = d.sync_all();
     }
@@ -108,5 +107,39 @@ mod tests {
         let e = load_or_create(&p).unwrap_err().to_string();
         assert!(e.contains(&p.display().to_string()), "{e}");
         assert_eq!(std::fs::read_to_string(&p).unwrap(), "not a seed");
+    }
+
+    #[test]
+    fn private_writes_replace_whole_files_and_leave_no_temporary_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("secret");
+        std::fs::write(&p, "old").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        write_private(&p, b"new").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"new");
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["secret"]);
+        // Two writers of the same file at once: each through its own
+        // temporary file, so the result is one of the two whole values.
+        let (a, b) = (p.clone(), p.clone());
+        let t1 = std::thread::spawn(move || {
+            for _ in 0..50 {
+                write_private(&a, &[b'a'; 4096]).unwrap();
+            }
+        });
+        let t2 = std::thread::spawn(move || {
+            for _ in 0..50 {
+                write_private(&b, &[b'b'; 4096]).unwrap();
+            }
+        });
+        t1.join().unwrap();
+        t2.join().unwrap();
+        let got = std::fs::read(&p).unwrap();
+        assert!(got == [b'a'; 4096] || got == [b'b'; 4096]);
     }
 }

@@ -38,6 +38,9 @@ use crate::swarm_file::SwarmFile;
 /// Default `stale_after_secs`: twice the hive's 60 s publish interval, so one
 /// late or lost publish does not make a hive look stale.
 pub const DEFAULT_STALE_AFTER_SECS: u64 = 120;
+/// The largest `stale_after_secs`: a week. Hives publish at least hourly,
+/// and the bound keeps every `Instant + Duration` far from overflowing.
+pub const MAX_STALE_AFTER_SECS: u64 = 7 * 86_400;
 /// Default `http_listen`: loopback, so the dashboard and webhook are not
 /// exposed until an operator chooses to.
 pub const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:7380";
@@ -213,6 +216,11 @@ impl Config {
 
         if raw.stale_after_secs == 0 {
             problems.push("stale_after_secs must be at least 1".to_string());
+        } else if raw.stale_after_secs > MAX_STALE_AFTER_SECS {
+            problems.push(format!(
+                "stale_after_secs = {}: it must be at most {MAX_STALE_AFTER_SECS} (a week)",
+                raw.stale_after_secs
+            ));
         }
         let listen_text = raw.http_listen.as_deref().unwrap_or(DEFAULT_HTTP_LISTEN);
         let http_listen = match listen_text.parse::<SocketAddr>() {
@@ -393,6 +401,24 @@ mod tests {
         assert!(err[1].contains("lables"), "{err:?}");
         assert!(err[1].starts_with("line 4"), "{err:?}");
         assert!(err[2].contains("Uxyz"), "{err:?}");
+    }
+
+    #[test]
+    fn stale_after_has_an_upper_bound_named_in_the_error() {
+        let at = format!("stale_after_secs = {MAX_STALE_AFTER_SECS}\n{MINIMAL}");
+        assert_eq!(
+            parse(&at).unwrap().stale_after,
+            Duration::from_secs(MAX_STALE_AFTER_SECS)
+        );
+        for past in [MAX_STALE_AFTER_SECS + 1, i64::MAX as u64] {
+            let err = parse(&format!("stale_after_secs = {past}\n{MINIMAL}")).unwrap_err();
+            assert!(
+                err.iter().any(|p| p.contains(&format!(
+                    "stale_after_secs = {past}: it must be at most {MAX_STALE_AFTER_SECS}"
+                ))),
+                "{err:?}"
+            );
+        }
     }
 
     #[test]

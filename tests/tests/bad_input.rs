@@ -22,8 +22,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, kv};
-use hive::credentials::{credential_path, Deliverer};
-use hive::events::{DeployFn, EventDeps};
+use hive::credentials::{credential_path, Credentials, Deliverer};
+use hive::deploy::Deployer;
+use hive::events::EventDeps;
 use hive::readiness::{keys, Health};
 use hive::wanted::{WantedDeps, WantedRx};
 use hyperhive_tests::hive::{HiveProc, HiveSpec};
@@ -250,6 +251,55 @@ fn the_hive_config_refuses_bad_names_and_seed_files() {
     }
 }
 
+/// Intervals past their upper bounds, in both configs: exit 64 naming the
+/// field, so no `Instant + Duration` in the daemons can overflow.
+#[test]
+fn both_configs_refuse_intervals_past_their_bounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let huge = i64::MAX;
+    let cases = [
+        (
+            hive_bin(),
+            "publish_interval_secs = 3601\n".to_string(),
+            "publish_interval_secs = 3601: it must be at most 3600",
+        ),
+        (
+            hive_bin(),
+            format!("reconcile_interval_secs = {huge}\n"),
+            "reconcile_interval_secs",
+        ),
+        (
+            hive_bin(),
+            "orphan_grace_secs = 2592001\n".to_string(),
+            "orphan_grace_secs = 2592001: it must be at most 2592000",
+        ),
+        (
+            hyperhive_tests::controller_bin(),
+            format!("stale_after_secs = {huge}\n[nats]\nurl = \"nats://127.0.0.1:4222\"\n"),
+            "stale_after_secs = 9223372036854775807: it must be at most 604800",
+        ),
+    ];
+    for (bin, text, want) in cases {
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, &text).unwrap();
+        let out = Command::new(&bin)
+            .arg("--check-config")
+            .arg(&path)
+            .output()
+            .unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(64), "{text}: {said}");
+        assert!(
+            said.contains(want),
+            "{text}: {said:?} does not say {want:?}"
+        );
+    }
+}
+
 /// The controller's connection, the hive's, and the three buckets.
 struct Fixture {
     s: SecuredNats,
@@ -427,24 +477,14 @@ async fn the_hive_warns_on_bad_events_and_declarations_and_loses_nothing() {
     })
     .await;
 
-    // The event listener, with a deploy function that refuses agents the
-    // declaration in force does not name (see the TODO at the top).
-    let declared = rx.clone();
-    let deploy: DeployFn = Arc::new(move |agent: AgentName| {
-        let known = declared
-            .borrow()
-            .as_ref()
-            .is_some_and(|w| w.declaration.agents.contains_key(&agent));
-        Box::pin(async move {
-            if known {
-                Ok(1)
-            } else {
-                Err(format!(
-                    "agent {agent} is not declared on this hive; declare it first"
-                ))
-            }
-        })
-    });
+    // The event listener, with the daemon's own deployer over a job store in
+    // the temp dir: it refuses agents the declaration in force does not name.
+    let deploy = Deployer {
+        store: hive::jobs::JobStore::open(&state.path().join("hive.db")).unwrap(),
+        wake: Arc::default(),
+        wanted: rx.clone(),
+        hive: alpha.clone(),
+    };
     let controller_xkey = XKey::new();
     let hive_xkey = Arc::new(XKey::new());
     let hive_creds = open_or_create(
@@ -461,14 +501,14 @@ async fn the_hive_warns_on_bad_events_and_declarations_and_loses_nothing() {
             hive: alpha.clone(),
             health: health.clone(),
             knowledge: None,
-            credentials: Arc::new(std::sync::OnceLock::from(Deliverer {
+            credentials: Credentials::open(Deliverer {
                 client: f.hive.client.clone(),
                 store: hive_creds,
                 hive: alpha.clone(),
                 xkey: hive_xkey.clone(),
                 trusted: Arc::new(vec![controller_xkey.public_key()]),
                 agents_dir: agents_dir.clone(),
-            })),
+            }),
             deploy,
         },
         shutdown.clone(),

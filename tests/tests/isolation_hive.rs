@@ -15,8 +15,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, kv};
-use hive::credentials::{credential_path, Deliverer};
-use hive::events::{DeployFn, EventDeps};
+use hive::credentials::{credential_path, Credentials, Deliverer};
+use hive::deploy::Deployer;
+use hive::events::EventDeps;
 use hive::readiness::Health;
 use hive::wanted::WantedDeps;
 use hyperhive_tests::docker::{ContainerGuard, TestImage};
@@ -214,22 +215,20 @@ async fn the_hive_tasks_work_under_the_hive_identity() {
     assert_eq!(std::fs::read(&path).unwrap(), b"boot-secret");
 
     // Events: a deploy request answered, a credential notice delivered.
-    let deploy: DeployFn = Arc::new(|agent: AgentName| {
-        Box::pin(async move {
-            if agent.as_str() == "mail-bot" {
-                Ok(42)
-            } else {
-                Err(format!("agent {agent} is not declared on this hive"))
-            }
-        })
-    });
+    let jobs = hive::jobs::JobStore::open(&state.path().join("hive.db")).unwrap();
+    let deploy = Deployer {
+        store: jobs.clone(),
+        wake: Arc::default(),
+        wanted: rx.clone(),
+        hive: alpha.clone(),
+    };
     let events = tokio::spawn(hive::events::run(
         EventDeps {
             client: conn.client.clone(),
             hive: alpha.clone(),
             health: health.clone(),
             knowledge: None,
-            credentials: Arc::new(std::sync::OnceLock::from(deliverer)),
+            credentials: Credentials::open(deliverer),
             deploy,
         },
         shutdown.clone(),
@@ -248,10 +247,15 @@ async fn the_hive_tasks_work_under_the_hive_identity() {
         }
     })
     .await;
-    assert_eq!(
-        DeployReply::decode(&reply.payload).unwrap(),
-        DeployReply::Queued { job: 42 }
-    );
+    let DeployReply::Queued { job } = DeployReply::decode(&reply.payload).unwrap() else {
+        panic!("deploy refused: {reply:?}");
+    };
+    let queued = jobs
+        .call(|s| s.jobs(&hive::jobs::JobFilter::default()))
+        .await
+        .unwrap();
+    assert_eq!(queued.len(), 1, "{queued:?}");
+    assert_eq!((queued[0].id.0 as u64, &queued[0].agent), (job, &agent));
 
     let envelope = seal(b"rotated-secret", &controller_xkey, &hive_xkey.public_key()).unwrap();
     creds

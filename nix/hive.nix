@@ -31,6 +31,10 @@ let
         option = "services.hyperhive.xkeySeedFile";
         path = cfg.xkeySeedFile;
       };
+      "registry-auth.json" = {
+        option = "services.hyperhive.registryAuthFile";
+        path = cfg.registryAuthFile;
+      };
     }
   );
 
@@ -50,6 +54,11 @@ let
       xkey_seed_file =
         if cfg.xkeySeedFile == null then null else secretPath "xkey.seed" cfg.xkeySeedFile;
       trusted_controller_xkeys = cfg.trustedControllerXkeys;
+      registry_auth_file =
+        if cfg.registryAuthFile == null then
+          null
+        else
+          secretPath "registry-auth.json" cfg.registryAuthFile;
     };
 
   configFile = toml.generate "hyperhive-hive.toml" cfg.settings;
@@ -119,6 +128,14 @@ in
     xkeySeedFile = common.secretFileOption "hive-xkey.seed" ''
       The hive's xkey seed, which opens credentials sealed for it. Leave null
       to let the hive generate one under stateDir at first start'';
+
+    registryAuthFile = common.secretFileOption "registry-auth.json" ''
+      Registry logins for image pulls: a Docker config.json, the file
+      `docker login` writes ({"auths": {"host:port": {"auth": base64 of
+      user:password}}}, or `username` and `password` per entry). The hive
+      sends the login of an image's registry with its pull and never logs or
+      publishes it. The LoadCredential copy is taken at unit start: restart
+      the unit after changing the file'';
 
     trustedControllerXkeys = mkOption {
       type = types.listOf types.str;

@@ -22,6 +22,9 @@ install_deps() {
   command -v g++ >/dev/null 2>&1 || missing+=(g++)
   # The fault tests give a private dockerd its own bridge.
   command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+  # The registry tests run a real registry with htpasswd logins.
+  command -v docker-registry >/dev/null 2>&1 || missing+=(docker-registry)
+  command -v htpasswd >/dev/null 2>&1 || missing+=(apache2-utils)
   if [ "${#missing[@]}" -gt 0 ]; then
     need_root
     say "installing ${missing[*]} from Debian"

@@ -10,6 +10,7 @@
 //! | GET  | `/api/v1/agents` | wanted power, observed state, image, spec, last job per agent |
 //! | GET  | `/api/v1/jobs?all=&agent=` | jobs with their nodes (unfinished and recent, or all) |
 //! | GET  | `/api/v1/jobs/{id}` | one job |
+//! | GET  | `/api/v1/images` | the images this hive pulled or built, and why each is held |
 //! | POST | `/api/v1/agents/{agent}/deploy` | first deploy, or a rebuild when installed; body `{"spec"?, "revision"?, "relock"?}` |
 //! | POST | `/api/v1/agents/{agent}/rebuild` | body `{"relock": bool}` |
 //! | POST | `/api/v1/agents/{agent}/start` · `/stop` | set power intent, queue a reconcile |
@@ -73,6 +74,7 @@ pub fn router<R: ContainerRuntime>(state: ApiState<R>) -> Router {
         .route("/api/v1/agents", get(list_agents::<R>))
         .route("/api/v1/jobs", get(list_jobs::<R>))
         .route("/api/v1/jobs/{id}", get(show_job::<R>))
+        .route("/api/v1/images", get(list_images::<R>))
         .route("/api/v1/agents/{agent}/deploy", post(deploy::<R>))
         .route("/api/v1/agents/{agent}/rebuild", post(rebuild::<R>))
         .route("/api/v1/agents/{agent}/start", post(start::<R>))
@@ -193,6 +195,9 @@ impl AgentRow {
             observed: self.observed,
             spec: self.container_spec.clone(),
             declared_spec: None,
+            image_progress: None,
+            image_digest: None,
+            health: None,
             last_job: self.last_job.clone(),
             retry: None,
         }
@@ -304,6 +309,29 @@ async fn list_jobs<R: ContainerRuntime>(
     let filter = JobFilter { all: q.all, agent };
     let jobs = state.store.call(move |s| s.jobs(&filter)).await?;
     Ok(Json(JobsView { jobs }))
+}
+
+/// `GET /api/v1/images`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ImagesView {
+    pub images: Vec<crate::images::ImageRow>,
+}
+
+async fn list_images<R: ContainerRuntime>(
+    State(state): State<ApiState<R>>,
+) -> Result<Json<ImagesView>, ApiError> {
+    let (owned, installed) = state
+        .store
+        .call(|s| Ok((s.images()?, s.installed_all()?)))
+        .await?;
+    let installed = installed.into_keys().map(|a| a.to_string()).collect();
+    // Without Docker, "in use" is unknown; show the records as they are.
+    let in_use = match state.runtime.list().await {
+        Ok(list) => list.into_iter().map(|c| c.image_id).collect(),
+        Err(_) => Default::default(),
+    };
+    let images = crate::images::why_held(&owned, &installed, &in_use);
+    Ok(Json(ImagesView { images }))
 }
 
 async fn show_job<R: ContainerRuntime>(

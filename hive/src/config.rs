@@ -31,6 +31,7 @@ pub struct FileConfig {
     pub xkey_seed_file: Option<PathBuf>,
     pub knowledge_repo: Option<String>,
     pub docker_host: Option<String>,
+    pub registry_auth_file: Option<PathBuf>,
     pub nats: NatsConfig,
 }
 
@@ -63,6 +64,9 @@ pub struct HiveConfig {
     pub xkey_seed_file: PathBuf,
     pub knowledge_repo: Option<String>,
     pub docker_host: Option<String>,
+    /// A Docker `config.json` whose logins go with pulls; re-read when it
+    /// changes (see [`crate::registry_auth`]).
+    pub registry_auth_file: Option<PathBuf>,
     pub nats: NatsConfig,
 }
 
@@ -240,6 +244,16 @@ pub fn load(
     }
     .read(file.orphan_grace_secs, &mut problems);
 
+    if let Some(p) = file
+        .registry_auth_file
+        .as_ref()
+        .filter(|p| !p.is_absolute())
+    {
+        problems.push(format!(
+            "registry_auth_file = {:?} must be an absolute path",
+            p.display().to_string()
+        ));
+    }
     let agent_retry_base = Interval {
         field: "agent_retry_base_secs",
         default: crate::retry::DEFAULT_BASE.as_secs(),
@@ -266,6 +280,7 @@ pub fn load(
         xkey_seed_file,
         knowledge_repo: file.knowledge_repo.filter(|s| !s.trim().is_empty()),
         docker_host: file.docker_host,
+        registry_auth_file: file.registry_auth_file,
         nats,
     })
 }
@@ -323,7 +338,7 @@ mod tests {
     #[test]
     fn every_problem_is_reported_with_its_value() {
         let f = write(
-            "name = \"Bad.Name\"\nhttp_listen = \"0.0.0.0:80\"\nstate_dir = \"rel\"\npublish_interval_secs = 0\ntrusted_controller_xkeys = [\"nope\"]\n[nats]\nurl = \"http://[::1\"\n",
+            "name = \"Bad.Name\"\nhttp_listen = \"0.0.0.0:80\"\nstate_dir = \"rel\"\npublish_interval_secs = 0\ntrusted_controller_xkeys = [\"nope\"]\nregistry_auth_file = \"auth.json\"\n[nats]\nurl = \"http://[::1\"\n",
         );
         let e = load(Some(f.path()), &Overrides::default(), no_env).unwrap_err();
         let all = e.to_string();
@@ -333,6 +348,7 @@ mod tests {
             "\"rel\"",
             "publish_interval_secs = 0",
             "\"nope\"",
+            "registry_auth_file = \"auth.json\"",
             "http://[::1",
         ] {
             assert!(all.contains(want), "missing {want:?} in:\n{all}");

@@ -156,6 +156,7 @@ impl<R: ContainerRuntime> Converger<R> {
             .list()
             .await
             .map_err(|e| PassError::Docker(crate::error_chain(&e)))?;
+        self.report_images_and_health(&containers).await;
         let observed = observe::group(&self.deps.hive, containers);
         if observed.odd.is_empty() {
             self.deps.health.clear(keys::ODD_CONTAINERS);
@@ -229,6 +230,30 @@ impl<R: ContainerRuntime> Converger<R> {
             return Ok(false);
         }
         Ok(true)
+    }
+
+    /// Put the repo digest each agent's container runs, and its health,
+    /// into Readiness; an unhealthy agent degrades the hive. A digest that
+    /// cannot be looked up is left out, never guessed.
+    async fn report_images_and_health(&self, containers: &[crate::runtime::ContainerInfo]) {
+        let mut digests = BTreeMap::new();
+        let mut health = BTreeMap::new();
+        for c in containers
+            .iter()
+            .filter(|c| c.owner() == Some(self.deps.hive.as_str()))
+        {
+            let Some(agent) = c.agent().and_then(|a| AgentName::new(a).ok()) else {
+                continue;
+            };
+            if let Some(h) = &c.health {
+                health.insert(agent.clone(), h.clone());
+            }
+            if let Ok(Some(d)) = self.deps.runtime.image_digest(&c.image_id).await {
+                digests.insert(agent, d);
+            }
+        }
+        self.deps.health.set_image_digests(digests);
+        self.deps.health.set_agent_health(health);
     }
 
     async fn installed(&self) -> Result<BTreeMap<AgentName, Installed>, StoreError> {
@@ -427,6 +452,9 @@ impl<R: ContainerRuntime> Converger<R> {
                 observed,
                 spec,
                 declared_spec: spec_decl.map(|s| s.spec_hash()),
+                image_progress: None,
+                image_digest: None,
+                health: None,
                 last_job: last.get(&name).map(summary),
                 retry,
             };

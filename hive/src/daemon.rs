@@ -222,11 +222,13 @@ fn start_container_side(
     hive: HiveName,
     tasks: &mut Supervisor,
 ) -> ContainerSide {
+    let mut runtime = DockerRuntime::new(hive.clone(), config.docker_host.as_deref());
+    if let Some(path) = &config.registry_auth_file {
+        let auth = crate::registry_auth::RegistryAuth::new(path.clone());
+        runtime = runtime.with_registry_auth(Arc::new(auth));
+    }
     let side = ContainerSide {
-        runtime: Arc::new(DockerRuntime::new(
-            hive.clone(),
-            config.docker_host.as_deref(),
-        )),
+        runtime: Arc::new(runtime),
         wake: Arc::default(),
         hive,
     };

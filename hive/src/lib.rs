@@ -13,6 +13,7 @@
 //!   meanwhile; [`deploy`]: the deploy subject's handler.
 //! - [`jobs`]: the durable job DAG in SQLite (power intent, installed
 //!   agents, cleanup journal); [`runtime`]: the Docker runtime behind a
+//!   narrow trait; [`registry_auth`]: the registry logins pulls send.
 //!   narrow trait.
 //! - [`converge`] decides and [`converger`] does: declaration, Docker and
 //!   job store compared every round; [`retry`]: the per-agent backoff.
@@ -33,12 +34,14 @@ pub mod daemon;
 pub mod deploy;
 pub mod events;
 pub mod http;
+pub mod images;
 pub mod jobs;
 pub mod knowledge;
 pub mod observe;
 pub mod ops;
 pub mod publisher;
 pub mod readiness;
+pub mod registry_auth;
 pub mod retry;
 pub mod runtime;
 pub mod shutdown;

@@ -79,6 +79,8 @@ mod tests {
             id: id.into(),
             name: name.into(),
             image: "img".into(),
+            image_id: "sha256:img".into(),
+            health: None,
             running,
             status: "running".into(),
             labels: labels

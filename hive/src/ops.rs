@@ -36,6 +36,10 @@ pub enum Command {
         #[arg(long)]
         agent: Option<AgentName>,
     },
+    /// The images this hive pulled or built, and why each is held (the
+    /// current and previous of each agent are kept; others go at the next
+    /// cleanup after a rebuild or retire).
+    Images,
     /// One job: its nodes, their states, errors and progress.
     Job {
         /// The job id, as `hive jobs` shows it.
@@ -203,6 +207,27 @@ fn print_json(value: &impl Serialize) {
 async fn execute(cmd: Command, api: &str, json: bool) -> Result<i32, OpsError> {
     let client = Client::new(api);
     let (agent, path, body, wait): (AgentName, &str, serde_json::Value, bool) = match cmd {
+        Command::Images => {
+            let view: crate::api::ImagesView = client.get("/api/v1/images").await?;
+            if json {
+                print_json(&view);
+            } else if view.images.is_empty() {
+                println!("no images pulled or built by this hive");
+            } else {
+                for i in &view.images {
+                    let id = i.image_id.trim_start_matches("sha256:");
+                    println!(
+                        "{}  {}  {} {}  {}",
+                        &id[..id.len().min(12)],
+                        i.agent,
+                        i.how,
+                        i.reference,
+                        i.why
+                    );
+                }
+            }
+            return Ok(0);
+        }
         Command::Agents => {
             let view: AgentsView = client.get("/api/v1/agents").await?;
             if json {

@@ -11,7 +11,9 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
-use swarm_queue_client::limits::{MAX_AGENTS_PER_HIVE, MAX_WARNINGS, SCHEMA_VERSION};
+use swarm_queue_client::limits::{
+    MAX_AGENTS_PER_HIVE, MAX_SHORT_LEN, MAX_WARNINGS, SCHEMA_VERSION,
+};
 use swarm_queue_client::{AgentName, AgentStatus, HiveName, HiveState, Level, Readiness, Warning};
 use tokio::sync::Notify;
 
@@ -27,6 +29,7 @@ pub mod keys {
     pub const CREDENTIALS: &str = "credentials";
     pub const KNOWLEDGE: &str = "knowledge";
     pub const JOBS: &str = "jobs";
+    pub const AGENT_HEALTH: &str = "agent_health";
     pub const ODD_CONTAINERS: &str = "odd_containers";
 }
 
@@ -47,6 +50,12 @@ struct Inner {
     warnings: BTreeMap<String, Warning>,
     publish: PublishStats,
     agents: BTreeMap<AgentName, AgentStatus>,
+    /// Pulls under way, by agent: shown in the agent's entry.
+    image_progress: BTreeMap<AgentName, String>,
+    /// Repo digests of the images the agents' containers run.
+    image_digests: BTreeMap<AgentName, String>,
+    /// Docker's health status of each agent that has a health check.
+    agent_health: BTreeMap<AgentName, String>,
     /// When each backing-off agent's next try is due; turned into
     /// `retry.next_try_in_secs` as of each snapshot, so the number is true
     /// when it is published and a countdown alone never wakes the publisher.
@@ -185,6 +194,71 @@ impl Health {
         }
     }
 
+    /// Show (or, with `None`, stop showing) how far the pull of `agent`'s
+    /// image has come. The caller throttles: each change is published.
+    pub fn set_image_progress(&self, agent: &AgentName, progress: Option<&str>) {
+        let mut inner = self.lock();
+        let changed = match progress {
+            Some(p) => {
+                inner
+                    .image_progress
+                    .insert(agent.clone(), p.to_string())
+                    .as_deref()
+                    != Some(p)
+            }
+            None => inner.image_progress.remove(agent).is_some(),
+        };
+        drop(inner);
+        if changed {
+            self.changed.notify_one();
+        }
+    }
+
+    /// The repo digest each agent's container runs, as last observed.
+    pub fn set_image_digests(&self, digests: BTreeMap<AgentName, String>) {
+        let mut inner = self.lock();
+        if inner.image_digests != digests {
+            inner.image_digests = digests;
+            drop(inner);
+            self.changed.notify_one();
+        }
+    }
+
+    /// Docker's health status of each agent with a health check; any
+    /// `unhealthy` one raises the `agent_health` warning, naming it.
+    pub fn set_agent_health(&self, health: BTreeMap<AgentName, String>) {
+        let unhealthy: Vec<&str> = health
+            .iter()
+            .filter(|(_, h)| h.as_str() == "unhealthy")
+            .map(|(a, _)| a.as_str())
+            .collect();
+        if unhealthy.is_empty() {
+            self.clear(keys::AGENT_HEALTH);
+        } else {
+            self.raise(
+                keys::AGENT_HEALTH,
+                Level::Warn,
+                if unhealthy.len() == 1 {
+                    format!(
+                        "agent {} is unhealthy: its health check fails",
+                        unhealthy[0]
+                    )
+                } else {
+                    format!(
+                        "agents {} are unhealthy: their health checks fail",
+                        unhealthy.join(", ")
+                    )
+                },
+            );
+        }
+        let mut inner = self.lock();
+        if inner.agent_health != health {
+            inner.agent_health = health;
+            drop(inner);
+            self.changed.notify_one();
+        }
+    }
+
     pub fn set_revisions(&self, seen: Option<u64>, converged: Option<u64>) {
         let mut inner = self.lock();
         if inner.seen_revision != seen || inner.converged_revision != converged {
@@ -259,23 +333,51 @@ fn compute(hive: Option<HiveName>, xkey: Option<String>, inner: &Inner) -> Readi
     }
 }
 
+/// The agents' entries with each pull under way shown in its agent's
+/// entry; an agent whose image is pulled before it is reported at all (a
+/// first deploy from the local API) appears as wanted up and missing.
+fn agents_with_progress(inner: &Inner) -> BTreeMap<AgentName, AgentStatus> {
+    let mut agents = inner.agents.clone();
+    for (agent, progress) in &inner.image_progress {
+        let entry = agents.entry(agent.clone()).or_insert_with(|| AgentStatus {
+            wanted: swarm_queue_client::Power::Up,
+            observed: swarm_queue_client::Observed::Missing,
+            spec: None,
+            declared_spec: None,
+            image_progress: None,
+            image_digest: None,
+            health: None,
+            last_job: None,
+            retry: None,
+        });
+        entry.image_progress = Some(swarm_queue_client::limits::clip(progress, MAX_SHORT_LEN));
+    }
+    for (agent, entry) in agents.iter_mut() {
+        if let Some(d) = inner.image_digests.get(agent) {
+            entry.image_digest = Some(swarm_queue_client::limits::clip(d, MAX_SHORT_LEN));
+        }
+        if let Some(h) = inner.agent_health.get(agent) {
+            entry.health = Some(swarm_queue_client::limits::clip(h, MAX_SHORT_LEN));
+        }
+    }
+    agents.into_iter().take(MAX_AGENTS_PER_HIVE).collect()
+}
+
 /// The agents as published: at most the bound, every field made valid
 /// (a publish is refused only for a bug, never for what Docker showed), and
 /// each retry's countdown as of now.
 fn agents(inner: &Inner) -> BTreeMap<AgentName, AgentStatus> {
     let now = tokio::time::Instant::now();
-    inner
-        .agents
-        .iter()
-        .take(MAX_AGENTS_PER_HIVE)
+    agents_with_progress(inner)
+        .into_iter()
         .map(|(name, status)| {
-            let mut status = status.clone().sanitized();
-            if let (Some(r), Some(due)) = (status.retry.as_mut(), inner.retry_due.get(name)) {
+            let mut status = status.sanitized();
+            if let (Some(r), Some(due)) = (status.retry.as_mut(), inner.retry_due.get(&name)) {
                 // Rounded up: "in 0 s" only once it is due.
                 let left = due.saturating_duration_since(now);
                 r.next_try_in_secs = left.as_secs() + u64::from(left.subsec_nanos() > 0);
             }
-            (name.clone(), status)
+            (name, status)
         })
         .collect()
 }
@@ -424,6 +526,9 @@ mod tests {
             observed: Observed::Stopped,
             spec: Some(hostile.clone()),
             declared_spec: None,
+            image_progress: None,
+            image_digest: None,
+            health: None,
             last_job: Some(JobSummary {
                 id: 1,
                 kind: "first_deploy".into(),
@@ -454,6 +559,60 @@ mod tests {
         tokio::time::advance(std::time::Duration::from_secs(300)).await;
         let r = h.snapshot().readiness;
         assert_eq!(r.agents[&agent].retry.as_ref().unwrap().next_try_in_secs, 0);
+    }
+
+    #[test]
+    fn pull_progress_shows_in_the_agents_entry_until_cleared() {
+        let h = health();
+        let agent = AgentName::new("app").unwrap();
+        h.set_image_progress(&agent, Some("layers 1/2, 0.5/2.0 MB"));
+        let r = h.snapshot().readiness;
+        let a = &r.agents[&agent];
+        assert_eq!(a.image_progress.as_deref(), Some("layers 1/2, 0.5/2.0 MB"));
+        assert_eq!(a.observed, swarm_queue_client::Observed::Missing);
+        h.set_image_progress(&agent, Some(&"x".repeat(500)));
+        let r = h.snapshot().readiness;
+        assert!(r.agents[&agent].image_progress.as_ref().unwrap().len() <= MAX_SHORT_LEN);
+        swarm_queue_client::Payload::validate(&r).unwrap();
+        h.set_image_progress(&agent, None);
+        assert!(h.snapshot().readiness.agents.is_empty());
+    }
+
+    #[test]
+    fn an_unhealthy_agent_degrades_the_hive_and_is_named() {
+        let h = health();
+        let a = |n: &str| AgentName::new(n).unwrap();
+        h.set_agents(
+            BTreeMap::from([(
+                a("web"),
+                AgentStatus {
+                    wanted: swarm_queue_client::Power::Up,
+                    observed: swarm_queue_client::Observed::Running,
+                    spec: None,
+                    declared_spec: None,
+                    image_progress: None,
+                    image_digest: None,
+                    health: None,
+                    last_job: None,
+                    retry: None,
+                },
+            )]),
+            BTreeMap::new(),
+        );
+        h.set_agent_health(BTreeMap::from([(a("web"), "starting".to_string())]));
+        let r = h.snapshot().readiness;
+        assert_eq!(r.state, HiveState::Ok);
+        assert_eq!(r.agents[&a("web")].health.as_deref(), Some("starting"));
+        h.set_agent_health(BTreeMap::from([(a("web"), "unhealthy".to_string())]));
+        let r = h.snapshot().readiness;
+        assert_eq!(r.state, HiveState::Degraded);
+        assert!(
+            r.warnings[0].message.contains("agent web is unhealthy"),
+            "{:?}",
+            r.warnings
+        );
+        h.set_agent_health(BTreeMap::from([(a("web"), "healthy".to_string())]));
+        assert_eq!(h.snapshot().readiness.state, HiveState::Ok);
     }
 
     #[test]

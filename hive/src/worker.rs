@@ -39,10 +39,14 @@ use crate::jobs::{
 };
 use crate::readiness::Health;
 use crate::runtime::context::{self, ContextSource};
+use crate::runtime::pull_progress;
 use crate::runtime::{
     check_owner, Bind, ContainerInfo, ContainerRuntime, ContainerSpec, RuntimeError,
 };
 use crate::shutdown::Shutdown;
+
+/// The least time between two pull-progress changes in Readiness.
+pub const PULL_PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 /// Tries to record one node's outcome before leaving it to crash recovery.
 const FINISH_ATTEMPTS: u32 = 3;
@@ -342,6 +346,18 @@ async fn execute<R: ContainerRuntime>(deps: &WorkerDeps<R>, clock: Clock, claim:
                     tracing::info!(state = %state, kind = %claim.request.kind(), "job finished");
                     if let Some(h) = &deps.health {
                         h.record_job_outcome(claim.request.kind().as_str(), state.as_str());
+                    }
+                    if state == crate::jobs::JobState::Done
+                        && matches!(
+                            claim.request.kind(),
+                            crate::jobs::JobKind::Rebuild
+                                | crate::jobs::JobKind::Retire
+                                | crate::jobs::JobKind::Purge
+                        )
+                    {
+                        if let Err(e) = crate::images::clean(&deps.store, deps.runtime.as_ref()).await {
+                            tracing::warn!(error = %crate::error_chain(&e), "image cleanup failed; the next one tries again");
+                        }
                     }
                     break;
                 }
@@ -795,13 +811,27 @@ async fn ensure_image<R: ContainerRuntime>(
         tracing::debug!(progress = line);
         tx.send_replace(line.to_string());
     };
-    // Show the latest line on the node, at most a few times a second.
+    // Show the latest line on the node, at most a few times a second, and
+    // the pull's tally in the agent's Readiness entry at most once a second:
+    // every change there is a publish, and a pull must not flood NATS.
     let (store, job, seq) = (deps.store.clone(), claim.job, claim.seq);
+    let (health, who) = (deps.health.clone(), agent.clone());
     let writer = tokio::spawn(async move {
+        let mut next_publish = tokio::time::Instant::now();
         while rx.changed().await.is_ok() {
             let line = rx.borrow_and_update().clone();
+            let now = tokio::time::Instant::now();
+            if let (Some(h), Some(sum)) = (&health, pull_progress::summary_of(&line)) {
+                if now >= next_publish {
+                    h.set_image_progress(&who, Some(sum));
+                    next_publish = now + PULL_PROGRESS_EVERY;
+                }
+            }
             let _ = store.call(move |s| s.set_detail(job, seq, &line)).await;
             tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        if let Some(h) = &health {
+            h.set_image_progress(&who, None);
         }
     });
     let result = match &spec.build {
@@ -824,8 +854,20 @@ async fn ensure_image<R: ContainerRuntime>(
     };
     drop(progress);
     let _ = writer.await;
-    if result.is_ok() {
+    if let Ok(detail) = &result {
         tracing::info!(image = %image, "image ready");
+        let how = if spec.build.is_some() {
+            "built"
+        } else {
+            "pulled"
+        };
+        if !detail.starts_with("kept the local") {
+            if let Err(e) =
+                crate::images::record(&deps.store, deps.runtime.as_ref(), agent, &image, how).await
+            {
+                tracing::warn!(%image, error = %crate::error_chain(&e), "cannot record the image; cleanup will not remove it");
+            }
+        }
     }
     result.map(Some)
 }

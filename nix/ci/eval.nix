@@ -109,6 +109,7 @@ let
           keyFile = "/var/lib/secrets/hyperhive/alpha.key";
         };
         xkeySeedFile = "/var/lib/secrets/hyperhive/alpha.xk";
+        registryAuthFile = "/var/lib/secrets/hyperhive/registry.json";
       };
     })).config;
 
@@ -218,13 +219,14 @@ in
         "ExecStart runs the checked config" =
           hiveService.ExecStart == "${pkgs.fake "hive-0.1.0" { }}/bin/hive run --config /nix/store/00000000000000000000000000000000-hyperhive-hive-checked.toml";
         "docker enabled" = goodHive.virtualisation.docker.enable;
-        "TLS files and xkey seed through LoadCredential" =
+        "TLS files, xkey seed and registry logins through LoadCredential" =
           failedAssertions tlsHive == [ ]
           && lib.sort lib.lessThan tlsHive.systemd.services.hyperhive-hive.serviceConfig.LoadCredential == [
             "nats-ca.pem:/etc/ssl/nats-ca.pem"
             "nats-tls.crt:/var/lib/secrets/hyperhive/alpha.crt"
             "nats-tls.key:/var/lib/secrets/hyperhive/alpha.key"
             "nats.creds:/var/lib/secrets/hyperhive/alpha.nk"
+            "registry-auth.json:/var/lib/secrets/hyperhive/registry.json"
             "xkey.seed:/var/lib/secrets/hyperhive/alpha.xk"
           ]
           && tlsHive.services.hyperhive.settings.nats.tls == {
@@ -233,7 +235,8 @@ in
             cert_file = "${hiveCredentialDir}/nats-tls.crt";
             key_file = "${hiveCredentialDir}/nats-tls.key";
           }
-          && tlsHive.services.hyperhive.settings.xkey_seed_file == "${hiveCredentialDir}/xkey.seed";
+          && tlsHive.services.hyperhive.settings.xkey_seed_file == "${hiveCredentialDir}/xkey.seed"
+          && tlsHive.services.hyperhive.settings.registry_auth_file == "${hiveCredentialDir}/registry-auth.json";
         "config checked by hive --check-config with credential stand-ins" =
           lib.hasInfix "touch credentials/nats.creds" goodHive.services.hyperhive.configFile.script
           && lib.hasInfix "sed \"s|${hiveCredentialDir}/|$PWD/credentials/|g\"" goodHive.services.hyperhive.configFile.script

@@ -92,6 +92,20 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Declare an earlier value of a hive's declaration again, as a new
+    /// revision: the one before the current by default, or --to REVISION
+    /// (the wanted bucket keeps the last 10). Shows the same diff as declare.
+    Rollback {
+        hive: HiveName,
+        /// The revision of hyperhive-wanted/<hive> to restore.
+        #[arg(long, value_name = "REVISION")]
+        to: Option<u64>,
+        /// Show the diff and publish nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Publish a swarm file: show each hive's diff, then write the changed declarations.
     Declare {
         /// The swarm file (TOML); defaults to the config's swarm_file.
@@ -282,6 +296,12 @@ async fn run(config: Config, command: Command) -> anyhow::Result<i32> {
             dry_run,
             json,
         } => declare_cmd(&config, file, dry_run, json).await,
+        Command::Rollback {
+            hive,
+            to,
+            dry_run,
+            json,
+        } => rollback_cmd(&config, hive, to, dry_run, json).await,
         Command::Deploy {
             hive,
             agent,
@@ -416,11 +436,13 @@ fn nats_config_cmd(config: &Config, json: bool) -> i32 {
 async fn status(config: &Config, json: bool, watch_mode: bool) -> anyhow::Result<i32> {
     let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
     let buckets = nats::open_buckets(&conn, &config.nats).await?;
-    let fleet = RwLock::new(Fleet::new(
+    let mut fleet = Fleet::new(
         config.hives.clone(),
         config.stale_after,
         OffsetDateTime::now_utc(),
-    ));
+    );
+    fleet.set_progress_limit(config.attention_progressing, OffsetDateTime::now_utc());
+    let fleet = RwLock::new(fleet);
     let mut follower = tokio::time::timeout(LOAD_WAIT, nats::load(&buckets, &fleet))
         .await
         .map_err(|_| anyhow::anyhow!("reading the buckets took over {LOAD_WAIT:?}"))?
@@ -527,6 +549,34 @@ async fn declare_cmd(
                 untouched.join(", ")
             );
         }
+    }
+    Ok(EXIT_OK)
+}
+
+async fn rollback_cmd(
+    config: &Config,
+    hive: HiveName,
+    to: Option<u64>,
+    dry_run: bool,
+    json: bool,
+) -> anyhow::Result<i32> {
+    if !config.hives.contains_key(&hive) {
+        bail!("hive {hive} is not on the roster of this controller's config");
+    }
+    let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
+    let buckets = nats::open_buckets(&conn, &config.nats).await?;
+    let (restored, plan) = crate::rollback::plan(&conn.client, &buckets.wanted, &hive, to).await?;
+    let mut plans = vec![plan];
+    if !dry_run {
+        declare::publish(&conn.client, &buckets.wanted, &mut plans).await?;
+    }
+    if json {
+        print_json(&serde_json::json!({
+            "dry_run": dry_run, "restored_revision": restored, "hives": plans
+        }))?;
+    } else {
+        println!("rolling hive {hive} back to the declaration of revision {restored}");
+        print!("{}", declare::describe(&plans));
     }
     Ok(EXIT_OK)
 }

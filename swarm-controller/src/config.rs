@@ -11,6 +11,7 @@
 //!
 //! ```toml
 //! stale_after_secs = 120
+//! attention_progressing_secs = 600
 //! http_listen = "127.0.0.1:7380"
 //! xkey_seed_file = "controller.xkey"
 //! webhook_secret_file = "webhook.secret"
@@ -78,6 +79,9 @@ pub struct Config {
     pub path: PathBuf,
     /// A status entry older than this is `stale`.
     pub stale_after: Duration,
+    /// A hive still progressing this long after its declaration needs
+    /// attention (the dashboard lists it with the failed and stale ones).
+    pub attention_progressing: Duration,
     /// Where `serve` listens.
     pub http_listen: SocketAddr,
     /// The controller's xkey seed, used to seal credentials. Created with
@@ -107,6 +111,8 @@ pub struct ConfigError {
 struct RawConfig {
     #[serde(default = "default_stale_after")]
     stale_after_secs: u64,
+    #[serde(default = "default_attention_progressing")]
+    attention_progressing_secs: u64,
     #[serde(default)]
     http_listen: Option<String>,
     #[serde(default)]
@@ -129,6 +135,10 @@ struct RawConfig {
 
 fn default_stale_after() -> u64 {
     DEFAULT_STALE_AFTER_SECS
+}
+
+fn default_attention_progressing() -> u64 {
+    crate::view::DEFAULT_PROGRESSING_ATTENTION.as_secs()
 }
 
 /// Byte offset to line number, for error messages. Built once per file so
@@ -222,6 +232,16 @@ impl Config {
                 raw.stale_after_secs
             ));
         }
+        // Bounded like stale_after: the deadline is the declaration's time
+        // plus this, and a sum past the calendar would not be a time.
+        if raw.attention_progressing_secs == 0
+            || raw.attention_progressing_secs > MAX_STALE_AFTER_SECS
+        {
+            problems.push(format!(
+                "attention_progressing_secs = {}: it must be between 1 and {MAX_STALE_AFTER_SECS} (a week)",
+                raw.attention_progressing_secs
+            ));
+        }
         let listen_text = raw.http_listen.as_deref().unwrap_or(DEFAULT_HTTP_LISTEN);
         let http_listen = match listen_text.parse::<SocketAddr>() {
             Ok(a) => Some(a),
@@ -309,6 +329,7 @@ impl Config {
         Ok(Config {
             path: path.to_path_buf(),
             stale_after: Duration::from_secs(raw.stale_after_secs),
+            attention_progressing: Duration::from_secs(raw.attention_progressing_secs),
             // Checked above: a parse failure is a problem, and we returned.
             http_listen: http_listen.unwrap_or_else(|| ([127, 0, 0, 1], 7380).into()),
             xkey_seed_file,
@@ -415,6 +436,25 @@ mod tests {
             assert!(
                 err.iter().any(|p| p.contains(&format!(
                     "stale_after_secs = {past}: it must be at most {MAX_STALE_AFTER_SECS}"
+                ))),
+                "{err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn attention_progressing_defaults_to_ten_minutes_and_is_bounded() {
+        assert_eq!(
+            parse(MINIMAL).unwrap().attention_progressing,
+            Duration::from_secs(600)
+        );
+        let c = parse(&format!("attention_progressing_secs = 5\n{MINIMAL}")).unwrap();
+        assert_eq!(c.attention_progressing, Duration::from_secs(5));
+        for bad in [0, MAX_STALE_AFTER_SECS + 1, i64::MAX as u64] {
+            let err = parse(&format!("attention_progressing_secs = {bad}\n{MINIMAL}")).unwrap_err();
+            assert!(
+                err.iter().any(|p| p.contains(&format!(
+                    "attention_progressing_secs = {bad}: it must be between 1"
                 ))),
                 "{err:?}"
             );

@@ -175,7 +175,7 @@ async fn read_stored(
     })
 }
 
-async fn plan_hive(
+pub(crate) async fn plan_hive(
     wanted: &kv::Store,
     hive: &HiveName,
     declaration: &Declaration,

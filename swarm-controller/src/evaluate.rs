@@ -213,6 +213,13 @@ pub struct AgentRow {
     /// The declared spec matches the running one (None: cannot tell).
     pub spec_matches: Option<bool>,
     pub last_job: Option<JobSummary>,
+    /// Repo digest (`sha256:…`) of the image the agent runs, as reported.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_digest: Option<String>,
+    /// Docker's health status (`starting`, `healthy`, `unhealthy`), when
+    /// the agent has a health check.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health: Option<String>,
     /// While the hive backs off before trying the agent again: the failing
     /// step, attempts, and seconds until the next try as of *now* (anchored
     /// to the status entry's timestamp).
@@ -528,11 +535,20 @@ fn convergence(
     let mut failed_in_place = Vec::new();
     let mut drift = Vec::new();
     let mut working = Vec::new();
+    // Agents whose health check has not passed yet: not converged.
+    let mut starting = Vec::new();
     for (agent, hash) in &declared.spec_hashes {
         let Some(a) = r.agents.get(agent) else {
             unreported.push(agent.to_string());
             continue;
         };
+        match a.health.as_deref() {
+            Some("unhealthy") => {
+                drift.push(format!("{agent} is unhealthy (its health check fails)"))
+            }
+            Some("starting") => starting.push(format!("{agent} (health: starting)")),
+            _ => {}
+        }
         let spec_ok = a.spec.as_deref() == Some(hash.as_str());
         let power_ok = observed_matches(a.wanted, a.observed);
         let in_place = spec_ok && power_ok == Some(true);
@@ -626,6 +642,15 @@ fn convergence(
             format!("revision {rev} failed: {}", failed.join("; ")),
         );
     }
+    if !starting.is_empty() && drift.is_empty() {
+        return (
+            C::Progressing,
+            format!(
+                "the hive runs revision {rev}; waiting for health checks to pass: {}",
+                starting.join(", ")
+            ),
+        );
+    }
     let mut degraded = drift;
     degraded.extend(
         failed_in_place
@@ -712,6 +737,8 @@ fn agent_rows(
                 observed: report.map(|a| a.observed),
                 spec_matches,
                 last_job: report.and_then(|a| a.last_job.clone()),
+                image_digest: report.and_then(|a| a.image_digest.clone()),
+                health: report.and_then(|a| a.health.clone()),
                 retry: report.and_then(|a| a.retry.clone()).map(|mut r| {
                     r.next_try_in_secs = r.next_try_in_secs.saturating_sub(age.as_secs());
                     r
@@ -765,6 +792,9 @@ mod tests {
             observed,
             spec: Some(hash.clone()),
             declared_spec: Some(hash),
+            image_progress: None,
+            image_digest: None,
+            health: None,
             last_job: job.map(|(state, error)| JobSummary {
                 id: 7,
                 kind: "first_deploy".into(),
@@ -955,6 +985,11 @@ mod tests {
             a.declared_spec = Some(spec("img:1").spec_hash());
             a
         };
+        let with_health = |h: &str| {
+            let mut a = agent("img:1", Observed::Running, Some(("done", None)));
+            a.health = Some(h.to_string());
+            readiness(HiveState::Ok, Some(5), Some(5), vec![("bot", a)])
+        };
         let degraded_hive = {
             let mut r = ok_hive(5, 5);
             r.state = HiveState::Degraded;
@@ -1139,6 +1174,27 @@ mod tests {
                 Some(wanted(5, decl())),
                 C::Unknown,
                 "Docker state unknown",
+            ),
+            (
+                "converged, health check still starting",
+                Some(status_at(1, with_health("starting"))),
+                Some(wanted(5, decl())),
+                C::Progressing,
+                "waiting for health checks to pass: bot (health: starting)",
+            ),
+            (
+                "converged, health check failing",
+                Some(status_at(1, with_health("unhealthy"))),
+                Some(wanted(5, decl())),
+                C::Degraded,
+                "bot is unhealthy",
+            ),
+            (
+                "converged, health check passing",
+                Some(status_at(1, with_health("healthy"))),
+                Some(wanted(5, decl())),
+                C::Converged,
+                "1 agent as declared",
             ),
             (
                 "converged but agent stopped",

@@ -12,8 +12,11 @@
 //!   hive's row: the cost of an update does not grow with the fleet.
 //! - The summary counts always equal the classes of the rows last handed
 //!   out; they are adjusted per row, never recounted.
-//! - Freshness also changes without any KV update, when time passes:
-//!   [`Fleet::expire`] recomputes exactly the rows whose `stale_at` has come.
+//! - Freshness and attention also change without any KV update, when time
+//!   passes: [`Fleet::expire`] recomputes exactly the rows whose deadline
+//!   (`stale_at`, or the moment a progressing declaration turns slow) came.
+//! - Every change gets the next sequence number, under the same lock, so a
+//!   reader that looked at the fleet at `seq` can skip older changes.
 //! - Every rostered hive has a row; an unrostered key has a row as long as it
 //!   has a status or wanted entry (it is shown, never dropped).
 
@@ -26,8 +29,9 @@ use time::OffsetDateTime;
 
 use crate::config::{Roster, RosterEntry};
 use crate::evaluate::{
-    evaluate, Convergence, Declared, Freshness, HiveRow, Inputs, StatusEntry, WantedEntry,
+    evaluate, Convergence, Declared, Freshness, Inputs, StatusEntry, WantedEntry,
 };
+use crate::view::{self, Class, Progress, Query, ViewRow, DEFAULT_PROGRESSING_ATTENTION};
 
 /// Which bucket an entry came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,13 +65,31 @@ impl<'a> Update<'a> {
     }
 }
 
-/// What one update did to the fleet's rows.
+/// What one update did to one hive's row.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Change {
-    /// This hive's row is now this.
-    Row(Box<HiveRow>),
-    /// This unrostered hive no longer has anything to show.
-    Removed(String),
+pub struct Change {
+    /// The fleet's sequence number after this change.
+    pub seq: u64,
+    pub name: String,
+    /// The hive's roster labels (empty when unrostered), for filters.
+    pub labels: BTreeMap<String, String>,
+    /// The class of the row handed out before (`None`: it had no row).
+    pub before: Option<Class>,
+    /// The row now; `None`: this unrostered hive has nothing left to show.
+    pub row: Option<Box<ViewRow>>,
+}
+
+impl Change {
+    pub fn after(&self) -> Option<Class> {
+        self.row.as_ref().map(|r| r.class())
+    }
+}
+
+/// The rows of one page of a query, and how many rows matched in all.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Selection {
+    pub names: Vec<String>,
+    pub matched: usize,
 }
 
 /// Values decoded so far: the cost measure of updates.
@@ -83,26 +105,23 @@ pub struct Summary {
     pub hives: usize,
     pub freshness: BTreeMap<&'static str, usize>,
     pub convergence: BTreeMap<&'static str, usize>,
+    /// Hives that need attention (see [`crate::view::attention`]).
+    pub attention: usize,
     pub line: String,
 }
 
 impl Summary {
     /// The summary of a set of rows, counted.
-    pub fn of_rows(rows: &[HiveRow]) -> Summary {
-        let mut freshness = HashMap::new();
-        let mut convergence = HashMap::new();
+    pub fn of_rows(rows: &[ViewRow]) -> Summary {
+        let mut counts = Counts::default();
         for row in rows {
-            *freshness.entry(row.freshness).or_default() += 1;
-            *convergence.entry(row.convergence).or_default() += 1;
+            counts.add(&row.class());
         }
-        Summary::from_counts(rows.len(), &freshness, &convergence)
+        Summary::from_counts(rows.len(), &counts)
     }
 
-    fn from_counts(
-        hives: usize,
-        freshness_counts: &HashMap<Freshness, usize>,
-        convergence_counts: &HashMap<Convergence, usize>,
-    ) -> Summary {
+    fn from_counts(hives: usize, counts: &Counts) -> Summary {
+        let (freshness_counts, convergence_counts) = (&counts.freshness, &counts.convergence);
         let freshness: BTreeMap<&'static str, usize> = Freshness::ALL
             .iter()
             .map(|f| (f.as_str(), *freshness_counts.get(f).unwrap_or(&0)))
@@ -133,8 +152,33 @@ impl Summary {
             hives,
             freshness,
             convergence,
+            attention: counts.attention,
             line,
         }
+    }
+}
+
+/// Rows per class, adjusted one row at a time.
+#[derive(Debug, Default)]
+struct Counts {
+    freshness: HashMap<Freshness, usize>,
+    convergence: HashMap<Convergence, usize>,
+    attention: usize,
+}
+
+impl Counts {
+    fn add(&mut self, c: &Class) {
+        *self.freshness.entry(c.freshness).or_default() += 1;
+        *self.convergence.entry(c.convergence).or_default() += 1;
+        self.attention += usize::from(c.attention.is_some());
+    }
+
+    fn remove(&mut self, c: &Class) {
+        decrement(&mut self.freshness, c.freshness);
+        decrement(&mut self.convergence, c.convergence);
+        self.attention = self
+            .attention
+            .saturating_sub(usize::from(c.attention.is_some()));
     }
 }
 
@@ -143,9 +187,9 @@ struct Slot {
     status: Option<StatusEntry>,
     wanted: Option<WantedEntry>,
     /// Class of the row last handed out, counted in `Fleet::counts`.
-    class: Option<(Freshness, Convergence)>,
-    /// Key into `Fleet::deadlines`, when the row is fresh.
-    stale_at: Option<OffsetDateTime>,
+    class: Option<Class>,
+    /// Key into `Fleet::deadlines`: when the row changes with time alone.
+    due_at: Option<OffsetDateTime>,
 }
 
 /// See the module documentation.
@@ -155,11 +199,15 @@ pub struct Fleet {
     /// Roster entries by plain name, since KV keys arrive as strings.
     roster_by_key: HashMap<String, RosterEntry>,
     stale_after: Duration,
+    /// A declaration still progressing after this needs attention.
+    progress_limit: Duration,
     slots: BTreeMap<String, Slot>,
-    freshness_counts: HashMap<Freshness, usize>,
-    convergence_counts: HashMap<Convergence, usize>,
-    /// Fresh rows ordered by when they turn stale.
+    counts: Counts,
+    /// Rows ordered by when they change with time alone (turn stale, or
+    /// turn slow while progressing).
     deadlines: BTreeSet<(OffsetDateTime, String)>,
+    /// Changes handed out so far.
+    seq: u64,
     stats: ReadStats,
 }
 
@@ -174,10 +222,11 @@ impl Fleet {
             roster,
             roster_by_key,
             stale_after,
+            progress_limit: DEFAULT_PROGRESSING_ATTENTION,
             slots: BTreeMap::new(),
-            freshness_counts: HashMap::new(),
-            convergence_counts: HashMap::new(),
+            counts: Counts::default(),
             deadlines: BTreeSet::new(),
+            seq: 0,
             stats: ReadStats::default(),
         };
         let names: Vec<String> = fleet.roster.keys().map(|h| h.to_string()).collect();
@@ -194,6 +243,19 @@ impl Fleet {
 
     pub fn stale_after(&self) -> Duration {
         self.stale_after
+    }
+
+    /// Set how long a declaration may progress before its hive needs
+    /// attention (default [`DEFAULT_PROGRESSING_ATTENTION`]); recomputes
+    /// every row.
+    pub fn set_progress_limit(&mut self, limit: Duration, now: OffsetDateTime) {
+        self.progress_limit = limit;
+        self.refresh_all(now);
+    }
+
+    /// Changes handed out so far.
+    pub fn seq(&self) -> u64 {
+        self.seq
     }
 
     /// Apply one KV entry and return the hive's new row (or its removal).
@@ -236,40 +298,74 @@ impl Fleet {
 
     /// Recompute one hive's row, keeping the counts and deadlines in step.
     fn refresh(&mut self, name: &str, now: OffsetDateTime) -> Change {
-        let roster = self.roster_by_key.get(name);
-        let Some(slot) = self.slots.get_mut(name) else {
-            return Change::Removed(name.to_string());
+        self.seq += 1;
+        let labels = self
+            .roster_by_key
+            .get(name)
+            .map(|r| r.labels.clone())
+            .unwrap_or_default();
+        let mut change = Change {
+            seq: self.seq,
+            name: name.to_string(),
+            labels,
+            before: None,
+            row: None,
         };
-        if let Some(at) = slot.stale_at.take() {
+        let Some(slot) = self.slots.get_mut(name) else {
+            return change;
+        };
+        if let Some(at) = slot.due_at.take() {
             self.deadlines.remove(&(at, name.to_string()));
         }
-        if let Some((f, c)) = slot.class.take() {
-            decrement(&mut self.freshness_counts, f);
-            decrement(&mut self.convergence_counts, c);
+        change.before = slot.class.take();
+        if let Some(c) = &change.before {
+            self.counts.remove(c);
         }
-        if roster.is_none() && slot.status.is_none() && slot.wanted.is_none() {
+        let rostered = self.roster_by_key.contains_key(name);
+        if !rostered && slot.status.is_none() && slot.wanted.is_none() {
             self.slots.remove(name);
-            return Change::Removed(name.to_string());
+            return change;
         }
+        let (row, due_at) = self.view_row(name, now);
+        if let Some(slot) = self.slots.get_mut(name) {
+            let class = row.class();
+            self.counts.add(&class);
+            slot.class = Some(class);
+            if let Some(at) = due_at {
+                slot.due_at = Some(at);
+                self.deadlines.insert((at, name.to_string()));
+            }
+        }
+        change.row = Some(Box::new(row));
+        change
+    }
+
+    /// One hive's row at `now` and when it next changes with time alone,
+    /// without touching the incremental state.
+    fn view_row(&self, name: &str, now: OffsetDateTime) -> (ViewRow, Option<OffsetDateTime>) {
+        let slot = self.slots.get(name);
+        let wanted = slot.and_then(|s| s.wanted.as_ref());
         let row = evaluate(Inputs {
             name,
-            roster,
-            status: slot.status.as_ref(),
-            wanted: slot.wanted.as_ref(),
+            roster: self.roster_by_key.get(name),
+            status: slot.and_then(|s| s.status.as_ref()),
+            wanted,
             now,
             stale_after: self.stale_after,
         });
-        slot.class = Some((row.freshness, row.convergence));
-        *self.freshness_counts.entry(row.freshness).or_default() += 1;
-        *self.convergence_counts.entry(row.convergence).or_default() += 1;
-        if let Some(at) = row.stale_at {
-            slot.stale_at = Some(at);
-            self.deadlines.insert((at, name.to_string()));
-        }
-        Change::Row(Box::new(row))
+        let progress = Progress {
+            declared_at: wanted.map(|w| w.created),
+            limit: self.progress_limit,
+        };
+        let due_at = match (row.stale_at, view::slow_at(&row, progress, now)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let attention = view::attention(&row, progress, now);
+        (ViewRow { row, attention }, due_at)
     }
 
-    /// Recompute the rows whose freshness ran out by `now`.
+    /// Recompute the rows whose deadline came by `now`.
     pub fn expire(&mut self, now: OffsetDateTime) -> Vec<Change> {
         let mut due = Vec::new();
         while let Some((at, _)) = self.deadlines.first() {
@@ -283,7 +379,7 @@ impl Fleet {
         due.iter().map(|name| self.refresh(name, now)).collect()
     }
 
-    /// When the next fresh row turns stale.
+    /// When the next row changes with time alone (turns stale or slow).
     pub fn next_stale_at(&self) -> Option<OffsetDateTime> {
         self.deadlines.first().map(|(at, _)| *at)
     }
@@ -291,29 +387,59 @@ impl Fleet {
     /// Every row evaluated at `now`, sorted by name, without touching the
     /// incremental state (the summary counts and deadlines stay those of the
     /// rows last pushed).
-    pub fn peek_rows(&self, now: OffsetDateTime) -> Vec<HiveRow> {
+    pub fn peek_rows(&self, now: OffsetDateTime) -> Vec<ViewRow> {
         self.slots
-            .iter()
-            .map(|(name, slot)| {
-                evaluate(Inputs {
-                    name,
-                    roster: self.roster_by_key.get(name),
-                    status: slot.status.as_ref(),
-                    wanted: slot.wanted.as_ref(),
-                    now,
-                    stale_after: self.stale_after,
-                })
-            })
+            .keys()
+            .map(|name| self.view_row(name, now).0)
             .collect()
+    }
+
+    /// One hive's row evaluated at `now`, if it has one.
+    pub fn peek_row(&self, name: &str, now: OffsetDateTime) -> Option<ViewRow> {
+        self.slots
+            .contains_key(name)
+            .then(|| self.view_row(name, now).0)
+    }
+
+    /// The names on the page `query` asks for, by the classes of the rows
+    /// last handed out (so it evaluates no row), and how many matched.
+    pub fn select(&self, query: &Query) -> Selection {
+        let no_labels = BTreeMap::new();
+        let mut matched: Vec<(u8, &str)> = self
+            .slots
+            .iter()
+            .filter_map(|(name, slot)| {
+                let class = slot.class.as_ref()?;
+                let labels = self
+                    .roster_by_key
+                    .get(name)
+                    .map_or(&no_labels, |r| &r.labels);
+                query
+                    .filter
+                    .matches(name, labels, class)
+                    .then(|| query.sort.key(name, class))
+            })
+            .collect();
+        // Slots iterate by name, which is already the name order.
+        if query.sort != view::Order::Name {
+            matched.sort_unstable();
+        }
+        let total = matched.len();
+        let names = matched
+            .into_iter()
+            .skip(query.offset)
+            .take(query.limit.unwrap_or(usize::MAX))
+            .map(|(_, n)| n.to_string())
+            .collect();
+        Selection {
+            names,
+            matched: total,
+        }
     }
 
     /// The one-line summary of the rows last handed out.
     pub fn summary(&self) -> Summary {
-        Summary::from_counts(
-            self.slots.len(),
-            &self.freshness_counts,
-            &self.convergence_counts,
-        )
+        Summary::from_counts(self.slots.len(), &self.counts)
     }
 
     /// Decodes done so far.
@@ -399,10 +525,10 @@ mod tests {
         }
     }
 
-    fn row(change: Change) -> HiveRow {
-        match change {
-            Change::Row(r) => *r,
-            Change::Removed(n) => panic!("{n} removed"),
+    fn row(change: Change) -> ViewRow {
+        match change.row {
+            Some(r) => *r,
+            None => panic!("{} removed", change.name),
         }
     }
 
@@ -425,7 +551,11 @@ mod tests {
         assert_eq!(r.freshness, Freshness::Unrostered);
         assert_eq!(fleet.summary().hives, 2);
         let gone = fleet.apply(update("stray", t0(), Operation::Delete, b""), t0());
-        assert_eq!(gone, Change::Removed("stray".into()));
+        assert_eq!((gone.name.as_str(), gone.row.is_none()), ("stray", true));
+        assert_eq!(
+            gone.before.map(|c| c.freshness),
+            Some(Freshness::Unrostered)
+        );
         assert_eq!(fleet.summary().hives, 1);
         // A rostered hive whose key is deleted stays, as unknown.
         put(&mut fleet, "a", t0(), t0());
@@ -494,5 +624,97 @@ mod tests {
         let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, ["a", "b", "zz"]);
         assert_eq!(fleet.summary(), Summary::of_rows(&rows));
+    }
+
+    fn progressing_status(hive: &str) -> Vec<u8> {
+        let mut r: Readiness = swarm_queue_client::decode(&status_bytes(hive))
+            .unwrap()
+            .value;
+        r.seen_revision = Some(1);
+        encode(&r).unwrap()
+    }
+
+    fn declaration() -> Vec<u8> {
+        let mut agents = std::collections::BTreeMap::new();
+        agents.insert(
+            swarm_queue_client::AgentName::new("bot").unwrap(),
+            swarm_queue_client::AgentSpec {
+                image: Some("local/bot:1".into()),
+                ..Default::default()
+            },
+        );
+        encode(&swarm_queue_client::Declaration::new(agents)).unwrap()
+    }
+
+    #[test]
+    fn a_declaration_progressing_too_long_needs_attention_with_no_kv_update() {
+        let mut fleet = Fleet::new(roster(&["a"]), Duration::from_secs(1000), t0());
+        fleet.set_progress_limit(Duration::from_secs(60), t0());
+        let wanted = declaration();
+        let status = progressing_status("a");
+        let mut up = update("a", t0(), Operation::Put, &wanted);
+        up.source = Source::Wanted;
+        fleet.apply(up, t0());
+        let r = row(fleet.apply(update("a", t0(), Operation::Put, &status), t0()));
+        assert_eq!(
+            (r.convergence, r.attention.clone()),
+            (Convergence::Progressing, None)
+        );
+        assert_eq!(fleet.summary().attention, 0);
+        assert_eq!(
+            fleet.next_stale_at(),
+            Some(t0() + time::Duration::seconds(60))
+        );
+        let seq = fleet.seq();
+        let changed = fleet.expire(t0() + time::Duration::seconds(61));
+        assert_eq!(changed.len(), 1);
+        let c = &changed[0];
+        assert!(c.seq > seq);
+        assert_eq!(c.before.and_then(|b| b.attention), None);
+        assert_eq!(
+            c.after().and_then(|a| a.attention),
+            Some(crate::view::Attention::SlowProgress)
+        );
+        assert_eq!(fleet.summary().attention, 1);
+        // Then the stale deadline remains.
+        assert_eq!(
+            fleet.next_stale_at(),
+            Some(t0() + time::Duration::seconds(1000))
+        );
+    }
+
+    #[test]
+    fn select_filters_orders_worst_first_and_pages_without_evaluating() {
+        let names = ["a", "b", "c", "d", "e"];
+        let mut fleet = Fleet::new(roster(&names), Duration::from_secs(10), t0());
+        // a and c report; b, d, e never do (unknown: they need attention).
+        put(&mut fleet, "a", t0(), t0());
+        let later = t0() + time::Duration::seconds(5);
+        put(&mut fleet, "c", later, later);
+        // a goes stale: it ranks before the unknown ones.
+        fleet.expire(t0() + time::Duration::seconds(11));
+        let q = |pairs: &[(&str, &str)]| Query::parse(pairs).unwrap();
+        let sel = fleet.select(&q(&[("sort", "attention")]));
+        assert_eq!(sel.names, ["a", "b", "d", "e", "c"]);
+        assert_eq!(sel.matched, 5);
+        let sel = fleet.select(&q(&[
+            ("sort", "attention"),
+            ("offset", "1"),
+            ("limit", "2"),
+        ]));
+        assert_eq!(
+            (sel.names.as_slice(), sel.matched),
+            (&["b".to_string(), "d".into()][..], 5)
+        );
+        let sel = fleet.select(&q(&[("attention", "false")]));
+        assert_eq!(sel.names, ["c"]);
+        let sel = fleet.select(&q(&[("freshness", "unknown"), ("name", "d")]));
+        assert_eq!(
+            (sel.names.as_slice(), sel.matched),
+            (&["d".to_string()][..], 1)
+        );
+        assert_eq!(fleet.summary().attention, 4);
+        let sel = fleet.select(&q(&[("label", "site=x")]));
+        assert_eq!(sel.matched, 0);
     }
 }

@@ -16,12 +16,15 @@
 //!   time, with the fleet summary and the stale deadlines.
 //! - [`nats`]: the one connection, the buckets, and the KV watch that
 //!   feeds the fleet.
+//! - [`view`]: the filters, order, paging and "needs attention" ranking of
+//!   `/api/status`, `status --json` and the dashboard (pure).
 //! - [`render`]: the JSON report and the status table.
 //! - [`swarm_file`] and [`declare`]: parsing a swarm file and publishing
 //!   each hive's declaration.
 //! - [`deploy`], [`credential`], [`knowledge`]: the event verbs.
 //! - [`webhook`]: forge push signatures and what a push means (pure).
-//! - [`serve`]: the dashboard, JSON API and webhook over HTTP.
+//! - [`serve`]: the dashboard, JSON API and webhook over HTTP; [`live`]
+//!   decides what each open page is sent (pure).
 //! - [`nats_config`]: the nkey users and authorization blocks of a swarm
 //!   with per-hive NATS identities (see `docs/security.md`).
 //! - [`cli`]: the command line; `main.rs` only calls [`cli::main`].
@@ -34,9 +37,12 @@ pub mod deploy;
 pub mod evaluate;
 pub mod fleet;
 pub mod knowledge;
+pub mod live;
 pub mod nats;
 pub mod nats_config;
 pub mod render;
+pub mod rollback;
 pub mod serve;
 pub mod swarm_file;
+pub mod view;
 pub mod webhook;

@@ -1,19 +1,28 @@
-//! How a fleet report is shown: the JSON document of `status --json` and
-//! `/api/status` (one shape for both), and the table of `status`.
+//! How a fleet report is shown: the JSON document of `status --json`,
+//! `/api/status` and the dashboard's snapshot (one shape for all three),
+//! and the table of `status`.
 
 use std::fmt::Write;
 
 use serde::Serialize;
 use time::OffsetDateTime;
 
-use crate::evaluate::HiveRow;
 use crate::fleet::{Fleet, Summary};
+use crate::view::{Query, ViewRow};
 
 /// `{ "hives": [...], "summary": {...}, ... }`.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
-    pub hives: Vec<HiveRow>,
+    /// The rows the query asked for (every row without one).
+    pub hives: Vec<ViewRow>,
+    /// The whole fleet, whatever the query.
     pub summary: Summary,
+    /// How many rows matched the query's filter, before paging.
+    pub matched: usize,
+    /// The query's page: the first row's position among the matches, and
+    /// the page size (`null`: no limit).
+    pub offset: usize,
+    pub limit: Option<usize>,
     pub stale_after_secs: u64,
     /// The reader's clock when the rows were evaluated (RFC 3339).
     pub generated_at: String,
@@ -30,10 +39,41 @@ impl Report {
     /// Every row of `fleet` evaluated at `now`, with their summary.
     pub fn of_fleet(fleet: &Fleet, now: OffsetDateTime) -> Report {
         let hives = fleet.peek_rows(now);
-        let summary = Summary::of_rows(&hives);
+        Report {
+            summary: Summary::of_rows(&hives),
+            matched: hives.len(),
+            hives,
+            ..Report::header(fleet, now)
+        }
+    }
+
+    /// The page of rows `query` asks for, chosen by the classes of the rows
+    /// last handed out and evaluated at `now`; the summary is the fleet's.
+    /// Its cost grows with the page, plus one class test per hive.
+    pub fn of_query(fleet: &Fleet, query: &Query, now: OffsetDateTime) -> Report {
+        let selection = fleet.select(query);
+        let hives = selection
+            .names
+            .iter()
+            .filter_map(|name| fleet.peek_row(name, now))
+            .collect();
         Report {
             hives,
-            summary,
+            summary: fleet.summary(),
+            matched: selection.matched,
+            offset: query.offset,
+            limit: query.limit,
+            ..Report::header(fleet, now)
+        }
+    }
+
+    fn header(fleet: &Fleet, now: OffsetDateTime) -> Report {
+        Report {
+            hives: Vec::new(),
+            summary: fleet.summary(),
+            matched: 0,
+            offset: 0,
+            limit: None,
             stale_after_secs: fleet.stale_after().as_secs(),
             generated_at: now
                 .format(&time::format_description::well_known::Rfc3339)

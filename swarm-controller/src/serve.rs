@@ -2,23 +2,27 @@
 //!
 //! Tasks (all stop on the shutdown signal):
 //! - **follower**: a KV watch of the status and wanted buckets. Each entry
-//!   updates one hive in the [`Fleet`] and pushes that hive's new row to
-//!   every open dashboard. Never a full re-read.
-//! - **expiry**: freshness changes with time alone, so this task wakes when
-//!   the next fresh row's `stale_at` comes (at most a second later) and
-//!   pushes the rows that turned stale.
+//!   updates one hive in the [`Fleet`] and broadcasts that hive's change.
+//!   Never a full re-read.
+//! - **expiry**: freshness and attention change with time alone, so this
+//!   task wakes at the next row's deadline (at most a second later) and
+//!   broadcasts the rows that turned stale or slow.
 //! - **http** (axum): `GET /` the dashboard page, `GET /api/status` the same
-//!   JSON as `status --json`, `GET /api/events` the server-sent events the
+//!   JSON as `status --json` (with the filters and paging of
+//!   [`crate::view::Query`]), `GET /api/events` the server-sent events the
 //!   page listens to, `POST /hooks/forge` the webhook, `GET /health/live`.
+//!   Every route but the HMAC-checked webhook only reads.
 //!
-//! Every push is formatted once and handed to all listeners through a
+//! Every change is formatted once and handed to all listeners through a
 //! broadcast channel, under the same lock that changed the fleet, so two
-//! changes of one hive reach every page in the order they happened. A page
-//! that falls behind the channel is told to re-read `/api/status`.
+//! changes of one hive reach every page in the order they happened. Each
+//! event stream then sends its page only what it shows ([`crate::live`]).
+//! A page that falls behind the channel gets a new snapshot.
 //!
 //! Everything here is in memory and rebuilt from NATS at start: two `serve`
 //! processes show the same fleet and never write the buckets.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,14 +30,14 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Query as QueryPairs, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::serve::ListenerExt;
 use axum::{Json, Router};
-use futures_util::stream::{self, Stream, StreamExt};
+use futures_util::stream::{self, StreamExt};
 use serde_json::json;
 use time::OffsetDateTime;
 use tokio::sync::{broadcast, watch};
@@ -41,32 +45,33 @@ use tokio::sync::{broadcast, watch};
 use crate::config::Config;
 use crate::deploy::{self, DeployOutcome};
 use crate::fleet::{Change, Fleet, Update};
+use crate::live::{LiveView, Push};
 use crate::nats::{Buckets, Follower, NatsError};
 use crate::render::{unix_ms, Report};
+use crate::view::{Query, QueryError, DEFAULT_PAGE};
 use crate::webhook;
 
 /// How long a webhook waits for each hive's deploy reply. Forges give up on
 /// a webhook after about 10 s; the requests run in parallel.
 const WEBHOOK_DEPLOY_TIMEOUT: Duration = Duration::from_secs(5);
-/// Pushes buffered per page before it is told to re-read.
+/// Pushes buffered per page before it gets a new snapshot.
 const PUSH_BUFFER: usize = 4096;
+/// Most pushes one page handles as one batch (one reselection at most).
+const BATCH: usize = 1024;
 /// Longest the expiry task sleeps, so a clock step is noticed soon.
 const EXPIRY_MAX_SLEEP: Duration = Duration::from_secs(1);
 
 const DASHBOARD: &str = include_str!("dashboard.html");
 
-/// One server-sent event, formatted once for every listener.
-#[derive(Debug)]
-pub struct Push {
-    pub event: &'static str,
-    pub data: String,
-}
-
 /// Counters of what was pushed, for `/api/stats` and the benchmark.
 #[derive(Debug, Default)]
 pub struct PushStats {
+    /// Changes broadcast, and the bytes of their preformatted row events.
     pub pushes: AtomicU64,
     pub push_bytes: AtomicU64,
+    /// Events and data bytes actually sent, summed over every open page.
+    pub sent_events: AtomicU64,
+    pub sent_bytes: AtomicU64,
 }
 
 /// What the tasks and handlers share.
@@ -81,7 +86,7 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// Change the fleet and push every resulting row, under one lock.
+    /// Change the fleet and broadcast every resulting change, under one lock.
     fn update(&self, change: impl FnOnce(&mut Fleet, OffsetDateTime) -> Vec<Change>) {
         let now = OffsetDateTime::now_utc();
         let mut fleet = self.fleet.write().unwrap_or_else(|p| p.into_inner());
@@ -90,19 +95,30 @@ impl Shared {
             return;
         }
         let summary = fleet.summary();
+        let time = unix_ms(now);
         for c in changes {
-            let push = match c {
-                Change::Row(row) => Push {
-                    event: "row",
-                    data: json!({ "row": row, "summary": summary, "server_time_ms": unix_ms(now) })
-                        .to_string(),
-                },
-                Change::Removed(name) => Push {
-                    event: "remove",
-                    data:
-                        json!({ "name": name, "summary": summary, "server_time_ms": unix_ms(now) })
-                            .to_string(),
-                },
+            let after = c.after();
+            let (event, data) = match &c.row {
+                Some(row) => (
+                    "row",
+                    json!({ "row": row, "summary": summary, "server_time_ms": time }),
+                ),
+                None => (
+                    "remove",
+                    json!({ "name": c.name, "summary": summary, "server_time_ms": time }),
+                ),
+            };
+            let counts_moved = c.before != after;
+            let push = Push {
+                seq: c.seq,
+                name: c.name,
+                labels: c.labels,
+                before: c.before,
+                after,
+                event,
+                data: data.to_string(),
+                summary: counts_moved
+                    .then(|| json!({ "summary": summary, "server_time_ms": time }).to_string()),
             };
             self.push_stats.pushes.fetch_add(1, Ordering::Relaxed);
             self.push_stats
@@ -113,9 +129,14 @@ impl Shared {
         }
     }
 
-    fn report(&self) -> Report {
+    fn report(&self, query: &Query) -> Report {
         let fleet = self.fleet.read().unwrap_or_else(|p| p.into_inner());
-        Report::of_fleet(&fleet, OffsetDateTime::now_utc())
+        let now = OffsetDateTime::now_utc();
+        if *query == Query::default() {
+            Report::of_fleet(&fleet, now)
+        } else {
+            Report::of_query(&fleet, query, now)
+        }
     }
 }
 
@@ -156,11 +177,13 @@ pub async fn start(
         Some(p) => Some(webhook::read_secret(p).map_err(ServeError::Secret)?),
         None => None,
     };
-    let fleet = RwLock::new(Fleet::new(
+    let mut fleet = Fleet::new(
         config.hives.clone(),
         config.stale_after,
         OffsetDateTime::now_utc(),
-    ));
+    );
+    fleet.set_progress_limit(config.attention_progressing, OffsetDateTime::now_utc());
+    let fleet = RwLock::new(fleet);
     let follower = crate::nats::load(buckets, &fleet).await?;
     let (pushes, _) = broadcast::channel(PUSH_BUFFER);
     let shared = Arc::new(Shared {
@@ -214,7 +237,9 @@ async fn follow(shared: Arc<Shared>, mut follower: Follower, mut shutdown: watch
             (source, entry) = follower.next() => {
                 let span = tracing::debug_span!("kv_update", key = %entry.key, revision = entry.revision);
                 let _g = span.enter();
-                shared.update(|fleet, now| vec![fleet.apply(Update::from_entry(source, &entry), now)]);
+                shared.update(|fleet, now| {
+                    vec![fleet.apply(Update::from_entry(source, &entry), now)]
+                });
             }
             _ = shutdown.wait_for(|s| *s) => return,
         }
@@ -261,8 +286,19 @@ async fn dashboard() -> Html<&'static str> {
     Html(DASHBOARD)
 }
 
-async fn api_status(State(shared): State<Arc<Shared>>) -> Json<Report> {
-    Json(shared.report())
+/// The decoded query pairs of `/api/status` and `/api/events`, for
+/// [`Query::parse`]; a bad one is a 400 that names it and its value.
+type Pairs = QueryPairs<Vec<(String, String)>>;
+
+fn bad_query(e: QueryError) -> Response {
+    reply(StatusCode::BAD_REQUEST, json!({ "error": e.to_string() }))
+}
+
+async fn api_status(State(shared): State<Arc<Shared>>, pairs: Pairs) -> Response {
+    match Query::parse(&pairs.0) {
+        Ok(query) => Json(shared.report(&query)).into_response(),
+        Err(e) => bad_query(e),
+    }
 }
 
 async fn api_stats(State(shared): State<Arc<Shared>>) -> Json<serde_json::Value> {
@@ -276,38 +312,169 @@ async fn api_stats(State(shared): State<Arc<Shared>>) -> Json<serde_json::Value>
         "bytes_decoded": stats.bytes_decoded,
         "pushes": shared.push_stats.pushes.load(Ordering::Relaxed),
         "push_bytes": shared.push_stats.push_bytes.load(Ordering::Relaxed),
+        "sent_events": shared.push_stats.sent_events.load(Ordering::Relaxed),
+        "sent_bytes": shared.push_stats.sent_bytes.load(Ordering::Relaxed),
     }))
 }
 
-/// A snapshot first, then every pushed change. Ends at shutdown, so open
-/// pages do not hold the server up.
-async fn events(
-    State(shared): State<Arc<Shared>>,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    // Subscribe before the snapshot: a change made in between arrives twice,
-    // and a row pushed twice is the same row.
+/// A snapshot of the page the query asks for (at most [`DEFAULT_PAGE`]
+/// rows unless `limit` says otherwise), then what changes on it. Ends at
+/// shutdown, so open pages do not hold the server up.
+async fn events(State(shared): State<Arc<Shared>>, pairs: Pairs) -> Response {
+    let mut query = match Query::parse(&pairs.0) {
+        Ok(q) => q,
+        Err(e) => return bad_query(e),
+    };
+    query.limit = Some(query.limit.unwrap_or(DEFAULT_PAGE));
+    // Subscribe before the snapshot; changes it already holds are skipped
+    // by their sequence number.
     let rx = shared.pushes.subscribe();
-    let snapshot = Event::default()
-        .event("snapshot")
-        .data(serde_json::to_string(&shared.report()).unwrap_or_default());
-    let live = stream::unfold(rx, |mut rx| async move {
-        let event = match rx.recv().await {
-            Ok(push) => Event::default().event(push.event).data(push.data.as_str()),
-            Err(broadcast::error::RecvError::Lagged(missed)) => {
-                tracing::warn!(missed, "a dashboard fell behind; telling it to re-read");
-                Event::default().event("resync").data("{}")
-            }
-            Err(broadcast::error::RecvError::Closed) => return None,
-        };
-        Some((Ok(event), rx))
+    let (view, snapshot) = snapshot(&shared, query);
+    let page = Page {
+        shared: shared.clone(),
+        rx,
+        view,
+        pending: VecDeque::from([snapshot]),
+    };
+    let live = stream::unfold(page, |mut page| async move {
+        let event = page.next_event().await?;
+        Some((Ok::<_, Infallible>(event), page))
     });
     let mut stop = shared.shutdown.clone();
-    let stream = stream::once(async { Ok(snapshot) })
-        .chain(live)
-        .take_until(async move {
-            let _ = stop.wait_for(|s| *s).await;
+    let stream = live.take_until(async move {
+        let _ = stop.wait_for(|s| *s).await;
+    });
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+/// Select the page for `query` and format its snapshot event.
+fn snapshot(shared: &Shared, query: Query) -> (LiveView, Sent) {
+    let fleet = shared.fleet.read().unwrap_or_else(|p| p.into_inner());
+    let report = Report::of_query(&fleet, &query, OffsetDateTime::now_utc());
+    let selection = crate::fleet::Selection {
+        names: report.hives.iter().map(|r| r.name.clone()).collect(),
+        matched: report.matched,
+    };
+    let view = LiveView::new(query, selection, fleet.seq());
+    let data = serde_json::to_string(&report).unwrap_or_default();
+    (view, Sent::new("snapshot", data))
+}
+
+/// One event about to be sent.
+struct Sent {
+    event: &'static str,
+    data: String,
+}
+
+impl Sent {
+    fn new(event: &'static str, data: String) -> Self {
+        Sent { event, data }
+    }
+}
+
+/// One open event stream: its page and the events not yet sent.
+struct Page {
+    shared: Arc<Shared>,
+    rx: broadcast::Receiver<Arc<Push>>,
+    view: LiveView,
+    pending: VecDeque<Sent>,
+}
+
+impl Page {
+    /// The next event for this page; `None` when the server stops.
+    async fn next_event(&mut self) -> Option<Event> {
+        while self.pending.is_empty() {
+            let first = match self.rx.recv().await {
+                Ok(push) => push,
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    tracing::warn!(missed, "a dashboard fell behind; sending a new snapshot");
+                    let (view, snapshot) = snapshot(&self.shared, self.view.query.clone());
+                    self.view = view;
+                    self.pending.push_back(snapshot);
+                    continue;
+                }
+                Err(broadcast::error::RecvError::Closed) => return None,
+            };
+            let mut batch = vec![first];
+            while batch.len() < BATCH {
+                match self.rx.try_recv() {
+                    Ok(push) => batch.push(push),
+                    // Empty, or lagged: the next recv says which.
+                    Err(_) => break,
+                }
+            }
+            self.plan(&batch);
+        }
+        let sent = self.pending.pop_front()?;
+        let stats = &self.shared.push_stats;
+        stats.sent_events.fetch_add(1, Ordering::Relaxed);
+        stats
+            .sent_bytes
+            .fetch_add(sent.data.len() as u64, Ordering::Relaxed);
+        Some(Event::default().event(sent.event).data(sent.data))
+    }
+
+    /// Turn one batch of pushes into this page's events.
+    fn plan(&mut self, batch: &[Arc<Push>]) {
+        let plan = self.view.plan(batch);
+        if let Some(last) = batch.last() {
+            self.view.seen = self.view.seen.max(last.seq);
+        }
+        if plan.reselect {
+            self.reselect(&plan.changed);
+            return;
+        }
+        for push in plan.forward {
+            self.pending
+                .push_back(Sent::new(push.event, push.data.clone()));
+        }
+        if let Some(push) = plan.summary {
+            let data = push.summary.clone().unwrap_or_default();
+            self.pending.push_back(Sent::new("summary", data));
+        }
+    }
+
+    /// Select the page again and send the difference: removals, then the
+    /// rows that entered or changed, each with the page's new counts.
+    fn reselect(&mut self, changed: &[String]) {
+        let fleet = self.shared.fleet.read().unwrap_or_else(|p| p.into_inner());
+        let now = OffsetDateTime::now_utc();
+        let diff = self.view.reselect(fleet.select(&self.view.query));
+        let summary = fleet.summary();
+        let view = json!({
+            "matched": self.view.matched,
+            "offset": self.view.query.offset,
+            "limit": self.view.query.limit,
         });
-    Sse::new(stream).keep_alive(KeepAlive::default())
+        let time = unix_ms(now);
+        for name in &diff.leaving {
+            let data =
+                json!({ "name": name, "summary": summary, "view": view, "server_time_ms": time });
+            self.pending
+                .push_back(Sent::new("remove", data.to_string()));
+        }
+        let mut rows: Vec<&String> = diff.entering.iter().collect();
+        rows.extend(
+            changed
+                .iter()
+                .filter(|n| self.view.shows(n) && !diff.entering.contains(n)),
+        );
+        for name in rows {
+            let Some(row) = fleet.peek_row(name, now) else {
+                continue;
+            };
+            let data =
+                json!({ "row": row, "summary": summary, "view": view, "server_time_ms": time });
+            self.pending.push_back(Sent::new("row", data.to_string()));
+        }
+        if self.pending.is_empty() {
+            let data = json!({ "summary": summary, "view": view, "server_time_ms": time });
+            self.pending
+                .push_back(Sent::new("summary", data.to_string()));
+        }
+    }
 }
 
 fn reply(status: StatusCode, body: serde_json::Value) -> Response {

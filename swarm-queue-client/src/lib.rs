@@ -39,6 +39,6 @@ pub use connect::{connect, ensure_connected, Connection, NatsConfig, NotConnecte
 pub use names::{AccountName, AgentName, HiveName, NameError};
 pub use payload::{
     decode, encode, encode_pretty, AgentSpec, AgentStatus, BuildSpec, CredentialNotice,
-    Declaration, DecodeError, Decoded, DeployReply, DeployRequest, EncodeError, HiveState,
-    JobSummary, Level, Observed, Payload, Power, Readiness, RetryStatus, Warning,
+    Declaration, DecodeError, Decoded, DeployReply, DeployRequest, EncodeError, HealthSpec,
+    HiveState, JobSummary, Level, Observed, Payload, Power, Readiness, RetryStatus, Warning,
 };

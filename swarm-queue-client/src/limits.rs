@@ -40,6 +40,10 @@ pub const MAX_MEMORY_MB: u64 = 1024 * 1024;
 /// CPU limit range, in cores.
 pub const MAX_CPUS: f64 = 1024.0;
 
+/// Arguments of a health-check command, and bytes in each.
+pub const MAX_HEALTH_ARGS: usize = 8;
+pub const MAX_HEALTH_ARG_LEN: usize = 256;
+
 /// Warnings in one `Readiness`.
 pub const MAX_WARNINGS: usize = 32;
 /// Bytes in a warning key.

@@ -227,6 +227,9 @@ impl AgentStatus {
         };
         short(&mut self.spec);
         short(&mut self.declared_spec);
+        short(&mut self.image_progress);
+        short(&mut self.image_digest);
+        short(&mut self.health);
         if let Some(j) = self.last_job.as_mut() {
             j.kind = sanitize_short(&j.kind);
             j.state = sanitize_short(&j.state);
@@ -296,6 +299,65 @@ pub struct AgentSpec {
     pub cpus: Option<f64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub credentials: Vec<AccountName>,
+    /// A health check, mapped to Docker's; without one the image's own
+    /// HEALTHCHECK (if any) applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthSpec>,
+}
+
+/// How Docker checks an agent's health: `command` runs in the container
+/// (exec form, no shell) every `interval_secs`; `retries` failures in a row
+/// make it unhealthy; failures in the first `start_period_secs` do not
+/// count. Unset durations take Docker's defaults (30 s, 30 s, 3, 0 s).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct HealthSpec {
+    pub command: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval_secs: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_period_secs: Option<u64>,
+}
+
+/// Longest health-check interval, timeout or start period, in seconds.
+pub const MAX_HEALTH_SECS: u64 = 3600;
+
+impl HealthSpec {
+    fn validate(&self, field: &str) -> Result<(), String> {
+        if self.command.is_empty() {
+            return Err(format!(
+                "{field}.command is empty; give the program and its arguments"
+            ));
+        }
+        check_count(
+            &format!("{field}.command"),
+            self.command.len(),
+            MAX_HEALTH_ARGS,
+        )?;
+        for (i, arg) in self.command.iter().enumerate() {
+            check_text(&format!("{field}.command[{i}]"), arg, MAX_HEALTH_ARG_LEN)?;
+        }
+        for (name, v) in [
+            ("interval_secs", self.interval_secs),
+            ("timeout_secs", self.timeout_secs),
+            ("start_period_secs", self.start_period_secs),
+        ] {
+            if let Some(v) = v.filter(|v| !(1..=MAX_HEALTH_SECS).contains(v)) {
+                return Err(format!(
+                    "{field}.{name} = {v}: it must be between 1 and {MAX_HEALTH_SECS}"
+                ));
+            }
+        }
+        if let Some(r) = self.retries.filter(|r| !(1..=100).contains(r)) {
+            return Err(format!(
+                "{field}.retries = {r}: it must be between 1 and 100"
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl AgentSpec {
@@ -343,6 +405,9 @@ impl AgentSpec {
             if let Some(d) = &build.dockerfile {
                 check_text(&f("build.dockerfile"), d, MAX_BUILD_FIELD_LEN)?;
             }
+        }
+        if let Some(health) = &self.health {
+            health.validate(&f("health"))?;
         }
         if let Some(command) = &self.command {
             check_count(&f("command"), command.len(), MAX_COMMAND_ARGS)?;
@@ -531,6 +596,17 @@ pub struct AgentStatus {
     pub declared_spec: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_job: Option<JobSummary>,
+    /// While the agent's image is being pulled: `layers 2/3, 1.5/4.0 MB`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_progress: Option<String>,
+    /// The repo digest (`sha256:…`) of the image the agent's container
+    /// runs; absent for a locally built image or when there is no container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_digest: Option<String>,
+    /// What Docker's health check says: `starting`, `healthy` or
+    /// `unhealthy`; absent when the container has no health check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<String>,
     /// Present while the agent is not as declared, its last job failed and
     /// the hive is backing off before it tries again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -593,7 +669,13 @@ impl Payload for Readiness {
         }
         check_count("agents", self.agents.len(), MAX_AGENTS_PER_HIVE)?;
         for (name, a) in &self.agents {
-            for (field, v) in [("spec", &a.spec), ("declared_spec", &a.declared_spec)] {
+            for (field, v) in [
+                ("spec", &a.spec),
+                ("declared_spec", &a.declared_spec),
+                ("image_progress", &a.image_progress),
+                ("image_digest", &a.image_digest),
+                ("health", &a.health),
+            ] {
                 if let Some(v) = v {
                     check_text(&format!("agents.{name}.{field}"), v, MAX_SHORT_LEN)?;
                 }

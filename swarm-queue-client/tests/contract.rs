@@ -276,6 +276,9 @@ fn largest_readiness() -> Readiness {
                     observed: Observed::Missing,
                     spec: Some(worst(MAX_SHORT_LEN)),
                     declared_spec: Some(worst(MAX_SHORT_LEN)),
+                    image_progress: None,
+                    image_digest: None,
+                    health: None,
                     last_job: Some(JobSummary {
                         id: u64::MAX,
                         kind: worst(MAX_SHORT_LEN),
@@ -346,6 +349,13 @@ fn fat_spec() -> AgentSpec {
         credentials: (0..MAX_CREDENTIALS_PER_AGENT)
             .map(|i| AccountName::new(format!("{i:0>63}")).unwrap())
             .collect(),
+        health: Some(HealthSpec {
+            command: vec![worst(MAX_HEALTH_ARG_LEN); MAX_HEALTH_ARGS],
+            interval_secs: Some(payload::MAX_HEALTH_SECS),
+            timeout_secs: Some(payload::MAX_HEALTH_SECS),
+            retries: Some(100),
+            start_period_secs: Some(payload::MAX_HEALTH_SECS),
+        }),
     }
 }
 

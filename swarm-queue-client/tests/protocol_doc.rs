@@ -568,6 +568,8 @@ fn bound(constant: &str) -> Option<f64> {
         "limits::MAX_IMAGE_LEN" => MAX_IMAGE_LEN as f64,
         "limits::MAX_COMMAND_ARGS" => MAX_COMMAND_ARGS as f64,
         "limits::MAX_ARG_LEN" => MAX_ARG_LEN as f64,
+        "limits::MAX_HEALTH_ARGS" => MAX_HEALTH_ARGS as f64,
+        "limits::MAX_HEALTH_ARG_LEN" => MAX_HEALTH_ARG_LEN as f64,
         "limits::MAX_ENV_VARS" => MAX_ENV_VARS as f64,
         "limits::MAX_ENV_KEY_LEN" => MAX_ENV_KEY_LEN as f64,
         "limits::MAX_ENV_VALUE_LEN" => MAX_ENV_VALUE_LEN as f64,

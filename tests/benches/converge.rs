@@ -50,6 +50,15 @@ impl ContainerRuntime for NullRuntime {
     async fn pull(&self, _: &str, _: ProgressFn<'_>) -> Result<(), RuntimeError> {
         Ok(())
     }
+    async fn image_digest(&self, _: &str) -> Result<Option<String>, RuntimeError> {
+        Ok(None)
+    }
+    async fn image_id(&self, _: &str) -> Result<Option<String>, RuntimeError> {
+        Ok(None)
+    }
+    async fn remove_image(&self, _: &str) -> Result<bool, RuntimeError> {
+        Ok(true)
+    }
     async fn build(
         &self,
         _: &std::path::Path,

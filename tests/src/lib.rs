@@ -7,7 +7,11 @@
 //!   picks itself (`-p -1`, read back from its log), with its own store dir.
 //!   It can be stopped and restarted on the same port and store to simulate
 //!   an outage. A missing `nats-server` fails the test with an install hint.
-//! - [`docker`]: images built locally (no registry is reachable), containers
+//! - [`registry`]: a real `docker-registry` (distribution 2.8) per test on a
+//!   free loopback port with htpasswd logins, images pushed to it through a
+//!   throwaway `DOCKER_CONFIG`, and a slow TCP proxy so a pull's progress
+//!   can be watched; killed by its pid on drop.
+//! - [`docker`]: images built locally, containers
 //!   and images removed by label when the guard drops, and a socket proxy
 //!   to dockerd that lets a test make Docker "come back".
 //! - [`jobs`]: a client of a hive's local job API.
@@ -22,6 +26,7 @@ pub mod jobs;
 pub mod kv;
 pub mod nats;
 pub mod process;
+pub mod registry;
 pub mod swarm;
 pub mod trace_log;
 

@@ -107,8 +107,8 @@ mod store_tests;
 pub use dag::{Outcome, RetryPolicy};
 pub use model::{now_ms, JobId, JobKind, JobRequest, JobState, Millis, NodeState, Op};
 pub use store::{
-    Claim, CleanupAction, CleanupEntry, Durability, Enqueued, InstalledAgent, JobFilter, JobStore,
-    JobView, NodeView, Store, StoreError,
+    image_cleanup_plan, Claim, CleanupAction, CleanupEntry, Durability, Enqueued, InstalledAgent,
+    JobFilter, JobStore, JobView, NodeView, OwnedImage, Store, StoreError,
 };
 
 /// Where the job database lives under the hive's state directory.

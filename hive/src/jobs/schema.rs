@@ -79,6 +79,19 @@ pub const MIGRATIONS: &[&str] = &[
     r#"
     CREATE INDEX jobs_unfinished ON jobs (id) WHERE state IN ('pending', 'running');
     "#,
+    // 3: the images this hive pulled or built, per agent, so cleanup
+    // removes only its own and keeps each agent's previous one.
+    r#"
+    CREATE TABLE images (
+        image_id       TEXT    NOT NULL,  -- Docker's sha256:… id
+        agent          TEXT    NOT NULL,
+        reference      TEXT    NOT NULL,  -- as pulled or built
+        how            TEXT    NOT NULL,  -- 'pulled' or 'built'
+        recorded_at_ms INTEGER NOT NULL,
+        PRIMARY KEY (image_id, agent)
+    );
+    CREATE INDEX images_by_agent ON images (agent, recorded_at_ms);
+    "#,
 ];
 
 /// The schema version this build writes.

@@ -26,6 +26,9 @@ use super::model::{default_power, JobId, JobKind, JobRequest, JobState, Millis, 
 use super::schema::{self, APPLICATION_ID};
 use super::templates;
 
+mod images;
+pub use images::{image_cleanup_plan, OwnedImage};
+
 /// How hard each commit is pushed to disk. See the module essay in
 /// [`crate::jobs`] for why the hive ships [`Durability::Full`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

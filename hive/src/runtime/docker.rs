@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bollard::errors::Error as BollardError;
@@ -23,6 +23,9 @@ use futures_util::StreamExt;
 use swarm_queue_client::containers::hive_label_filter;
 use swarm_queue_client::HiveName;
 
+use crate::registry_auth::{registry_of, Login, RegistryAuth};
+
+use super::pull_progress::PullTally;
 use super::{
     check_owner, context, split_image_ref, ContainerInfo, ContainerRuntime, ContainerSpec,
     ProgressFn, RuntimeError,
@@ -39,6 +42,11 @@ pub struct DockerRuntime {
     host: String,
     /// Made on first use; `None` again only if making it failed.
     client: Mutex<Option<Docker>>,
+    /// Logins sent with pulls (`registry_auth_file`), if configured.
+    registry_auth: Option<Arc<RegistryAuth>>,
+    /// Image id -> repo digest, once found: an image id names fixed
+    /// content, so its digest never needs asking again.
+    digests: Mutex<HashMap<String, Option<String>>>,
 }
 
 impl std::fmt::Debug for DockerRuntime {
@@ -68,6 +76,52 @@ impl DockerRuntime {
             hive,
             host,
             client: Mutex::new(None),
+            registry_auth: None,
+            digests: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Send the matching login of `auth` with every pull.
+    pub fn with_registry_auth(mut self, auth: Arc<RegistryAuth>) -> DockerRuntime {
+        self.registry_auth = Some(auth);
+        self
+    }
+
+    /// The login for `image`'s registry, read afresh if the file changed.
+    fn login_for(&self, image: &str) -> Result<Option<Login>, RuntimeError> {
+        match &self.registry_auth {
+            None => Ok(None),
+            Some(auth) => Ok(auth.login_for(image)?),
+        }
+    }
+
+    /// A failed pull as an error: a refusal by the registry names the
+    /// registry and which login was sent; no message keeps the password.
+    fn pull_failed(&self, image: &str, login: Option<&Login>, message: String) -> RuntimeError {
+        let message = login.map_or(message.clone(), |l| l.scrub(&message));
+        if !is_auth_refusal(&message) {
+            return RuntimeError::Pull {
+                image: image.to_string(),
+                message,
+            };
+        }
+        let registry = registry_of(image);
+        let login = match (login, &self.registry_auth) {
+            (Some(l), Some(auth)) => format!(
+                "the login of user {:?} from {} was refused; check it",
+                l.username,
+                auth.path().display()
+            ),
+            (None, Some(auth)) => {
+                format!("{} holds no login for {registry}", auth.path().display())
+            }
+            _ => "the hive has no registry_auth_file, so no login was sent".to_string(),
+        };
+        RuntimeError::RegistryDenied {
+            registry,
+            image: image.to_string(),
+            message,
+            login,
         }
     }
 
@@ -163,6 +217,38 @@ impl DockerRuntime {
     }
 }
 
+/// The spec's health check in Docker's terms: exec form, durations in
+/// nanoseconds; unset ones stay unset so Docker's defaults apply.
+fn health_config(h: &swarm_queue_client::HealthSpec) -> bollard::models::HealthConfig {
+    let nanos = |secs: Option<u64>| {
+        secs.map(|s| (s.min(i64::MAX as u64 / 1_000_000_000) * 1_000_000_000) as i64)
+    };
+    let mut test = vec!["CMD".to_string()];
+    test.extend(h.command.iter().cloned());
+    bollard::models::HealthConfig {
+        test: Some(test),
+        interval: nanos(h.interval_secs),
+        timeout: nanos(h.timeout_secs),
+        retries: h.retries.map(i64::from),
+        start_period: nanos(h.start_period_secs),
+        ..Default::default()
+    }
+}
+
+/// Whether dockerd's message says the registry wants (other) credentials.
+fn is_auth_refusal(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    [
+        "unauthorized",
+        "authentication required",
+        "no basic auth credentials",
+        "denied",
+        "incorrect username or password",
+    ]
+    .iter()
+    .any(|needle| m.contains(needle))
+}
+
 fn labels_of(map: Option<HashMap<String, String>>) -> BTreeMap<String, String> {
     map.unwrap_or_default().into_iter().collect()
 }
@@ -192,48 +278,128 @@ impl ContainerRuntime for DockerRuntime {
         }
     }
 
+    async fn image_id(&self, image: &str) -> Result<Option<String>, RuntimeError> {
+        let docker = self.client()?;
+        match docker.inspect_image(image).await {
+            Ok(found) => Ok(found.id),
+            Err(BollardError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(None),
+            Err(e) => Err(self.classify("inspect image", image, e)),
+        }
+    }
+
+    async fn remove_image(&self, image_id: &str) -> Result<bool, RuntimeError> {
+        let docker = self.client()?;
+        let options = bollard::query_parameters::RemoveImageOptions {
+            force: false,
+            noprune: false,
+            ..Default::default()
+        };
+        match docker.remove_image(image_id, Some(options), None).await {
+            Ok(_) => Ok(true),
+            Err(BollardError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(true),
+            // 409: a container uses it, or it is tagged in several
+            // repositories and needs force; either way, leave it.
+            Err(BollardError::DockerResponseServerError {
+                status_code: 409, ..
+            }) => Ok(false),
+            Err(e) => Err(self.classify("remove image", image_id, e)),
+        }
+    }
+
+    async fn image_digest(&self, image_id: &str) -> Result<Option<String>, RuntimeError> {
+        if let Some(known) = self
+            .digests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(image_id)
+        {
+            return Ok(known.clone());
+        }
+        let docker = self.client()?;
+        let found = match docker.inspect_image(image_id).await {
+            Ok(found) => found,
+            Err(BollardError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => return Ok(None),
+            Err(e) => return Err(self.classify("inspect image", image_id, e)),
+        };
+        // `repo@sha256:…`; every repo of one image id has the same digest
+        // when it came from one manifest, and the first is as good as any.
+        let digest = found
+            .repo_digests
+            .unwrap_or_default()
+            .into_iter()
+            .find_map(|r| r.split_once('@').map(|(_, d)| d.to_string()));
+        self.digests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(image_id.to_string(), digest.clone());
+        Ok(digest)
+    }
+
     async fn pull(&self, image: &str, progress: ProgressFn<'_>) -> Result<(), RuntimeError> {
         let docker = self.client()?;
+        let login = self.login_for(image)?;
         let (repo, tag) = split_image_ref(image);
         let options = CreateImageOptions {
             from_image: Some(repo),
             tag,
             ..Default::default()
         };
-        let mut stream = docker.create_image(Some(options), None, None);
+        let credentials = login.as_ref().map(Login::to_docker);
+        let mut stream = docker.create_image(Some(options), None, credentials);
+        let mut tally = PullTally::default();
         while let Some(item) = stream.next().await {
-            match item {
-                Ok(info) => {
-                    let amount = info
-                        .progress_detail
-                        .and_then(|d| match (d.current, d.total) {
-                            (Some(c), Some(t)) if t > 0 => Some(format!("{c}/{t} bytes")),
-                            _ => None,
-                        });
-                    let line = [info.id, info.status, amount]
-                        .into_iter()
-                        .flatten()
-                        .filter(|s| !s.is_empty())
-                        .collect::<Vec<_>>()
-                        .join(" ");
-                    if !line.is_empty() {
-                        progress(&line);
-                    }
-                }
+            let info = match item {
+                Ok(info) => info,
                 Err(BollardError::DockerStreamError { error }) => {
-                    return Err(RuntimeError::Pull {
-                        image: image.to_string(),
-                        message: error,
-                    })
+                    return Err(self.pull_failed(image, login.as_ref(), error))
                 }
                 Err(e) => {
                     return Err(match self.classify("pull", image, e) {
-                        RuntimeError::Docker { source, .. } => RuntimeError::Pull {
-                            image: image.to_string(),
-                            message: crate::error_chain(source.as_ref()),
-                        },
+                        RuntimeError::Docker { source, .. } => self.pull_failed(
+                            image,
+                            login.as_ref(),
+                            crate::error_chain(source.as_ref()),
+                        ),
+                        RuntimeError::NoSuchImage { image, message } => {
+                            match self.pull_failed(&image, login.as_ref(), message) {
+                                RuntimeError::Pull { image, message } => {
+                                    RuntimeError::NoSuchImage { image, message }
+                                }
+                                denied => denied,
+                            }
+                        }
                         other => other,
                     })
+                }
+            };
+            let (current, total) = info
+                .progress_detail
+                .map(|d| (d.current, d.total))
+                .unwrap_or_default();
+            let status = info.status.unwrap_or_default();
+            let current = current.and_then(|c| u64::try_from(c).ok());
+            let total = total.and_then(|t| u64::try_from(t).ok()).filter(|t| *t > 0);
+            tally.observe(info.id.as_deref(), &status, current, total);
+            let amount = match (current, total) {
+                (Some(c), Some(t)) => Some(format!("{c}/{t} bytes")),
+                _ => None,
+            };
+            let line = [info.id, Some(status), amount]
+                .into_iter()
+                .flatten()
+                .filter(|s| !s.is_empty())
+                .collect::<Vec<_>>()
+                .join(" ");
+            if !line.is_empty() {
+                match tally.summary() {
+                    Some(sum) => progress(&format!("{sum}: {line}")),
+                    None => progress(&line),
                 }
             }
         }
@@ -297,12 +463,14 @@ impl ContainerRuntime for DockerRuntime {
             init: Some(true),
             ..Default::default()
         };
+        let healthcheck = spec.health.as_ref().map(health_config);
         let body = ContainerCreateBody {
             image: Some(spec.image.clone()),
             env: Some(spec.env.clone()),
             cmd: spec.command.clone(),
             labels: Some(spec.labels.clone().into_iter().collect()),
             host_config: Some(host_config),
+            healthcheck,
             ..Default::default()
         };
         let options = CreateContainerOptions {
@@ -399,8 +567,14 @@ impl ContainerRuntime for DockerRuntime {
                 .trim_start_matches('/')
                 .to_string(),
             image: config.image.unwrap_or_default(),
+            image_id: found.image.unwrap_or_default(),
             running: state.running.unwrap_or(false),
             status: state.status.map(|s| s.to_string()).unwrap_or_default(),
+            health: state
+                .health
+                .and_then(|h| h.status)
+                .map(|s| s.to_string())
+                .filter(|s| matches!(s.as_str(), "starting" | "healthy" | "unhealthy")),
             labels: labels_of(config.labels),
         }))
     }
@@ -430,7 +604,9 @@ impl ContainerRuntime for DockerRuntime {
                         .trim_start_matches('/')
                         .to_string(),
                     image: c.image.unwrap_or_default(),
+                    image_id: c.image_id.unwrap_or_default(),
                     running: status == "running",
+                    health: c.status.as_deref().and_then(super::health_of_status_text),
                     status,
                     labels: labels_of(c.labels),
                 }

@@ -65,8 +65,10 @@ impl FakeRuntime {
                 id: format!("planted-{name}"),
                 name: name.to_string(),
                 image: "other".into(),
+                image_id: "sha256:other".into(),
                 running,
                 status: if running { "running" } else { "created" }.into(),
+                health: None,
                 labels,
             },
         );
@@ -134,6 +136,28 @@ impl ContainerRuntime for FakeRuntime {
         Ok(self.images.lock().unwrap().contains(image))
     }
 
+    async fn image_id(&self, image: &str) -> Result<Option<String>, RuntimeError> {
+        self.enter("image_id", image)?;
+        Ok(self
+            .images
+            .lock()
+            .unwrap()
+            .contains(image)
+            .then(|| format!("sha256:{image}")))
+    }
+
+    async fn remove_image(&self, image_id: &str) -> Result<bool, RuntimeError> {
+        self.enter("remove_image", image_id)?;
+        let name = image_id.trim_start_matches("sha256:");
+        self.images.lock().unwrap().remove(name);
+        Ok(true)
+    }
+
+    async fn image_digest(&self, image_id: &str) -> Result<Option<String>, RuntimeError> {
+        self.enter("image_digest", image_id)?;
+        Ok(None)
+    }
+
     async fn pull(&self, image: &str, progress: ProgressFn<'_>) -> Result<(), RuntimeError> {
         self.enter("pull", image)?;
         if !self.registry.lock().unwrap().contains(image) {
@@ -190,8 +214,10 @@ impl ContainerRuntime for FakeRuntime {
                 id: id.clone(),
                 name: spec.name.clone(),
                 image: spec.image.clone(),
+                image_id: format!("sha256:{}", spec.image),
                 running: false,
                 status: "created".into(),
+                health: None,
                 labels: spec.labels.clone(),
             },
         );

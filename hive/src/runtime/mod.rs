@@ -25,6 +25,7 @@ pub mod context;
 mod docker;
 #[cfg(test)]
 pub mod fake;
+pub mod pull_progress;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -73,6 +74,8 @@ pub struct ContainerSpec {
     pub nano_cpus: Option<i64>,
     /// The state directory at `/state`, then any extra mounts.
     pub binds: Vec<Bind>,
+    /// The spec's health check; `None` leaves the image's own.
+    pub health: Option<swarm_queue_client::HealthSpec>,
 }
 
 impl ContainerSpec {
@@ -111,6 +114,7 @@ impl ContainerSpec {
                 .map(|mb| mb.saturating_mul(1024 * 1024).min(i64::MAX as u64) as i64),
             nano_cpus: spec.cpus.map(|c| (c * 1e9).round() as i64),
             binds,
+            health: spec.health.clone(),
         }
     }
 }
@@ -122,9 +126,15 @@ pub struct ContainerInfo {
     /// Without Docker's leading `/`.
     pub name: String,
     pub image: String,
+    /// The id (`sha256:…`) of the image the container was created from:
+    /// what it runs, whatever the reference's tag points to now.
+    pub image_id: String,
     pub running: bool,
     /// Docker's word for the state: created, running, exited, …
     pub status: String,
+    /// Docker's health status (`starting`, `healthy`, `unhealthy`);
+    /// `None` without a health check.
+    pub health: Option<String>,
     pub labels: BTreeMap<String, String>,
 }
 
@@ -194,6 +204,16 @@ pub enum RuntimeError {
     NameTaken { name: String, message: String },
     #[error("the pull of {image} failed: {message}")]
     Pull { image: String, message: String },
+    #[error("registry {registry} refused the pull of {image}: {message}; {login}")]
+    RegistryDenied {
+        registry: String,
+        image: String,
+        message: String,
+        /// Which login was sent, never the password.
+        login: String,
+    },
+    #[error(transparent)]
+    RegistryLogins(#[from] crate::registry_auth::RegistryAuthError),
     #[error("the build of {tag} failed: {message}")]
     Build { tag: String, message: String },
     #[error("build context {context}: {reason}")]
@@ -216,7 +236,9 @@ impl RuntimeError {
         match self {
             RuntimeError::Unreachable { .. }
             | RuntimeError::Timeout { .. }
-            | RuntimeError::Pull { .. } => true,
+            | RuntimeError::Pull { .. }
+            // The file may be being rewritten; the next read sees it whole.
+            | RuntimeError::RegistryLogins(_) => true,
             RuntimeError::Docker { transient, .. } => *transient,
             // A git fetch fails on a network hiccup as often as on a bad ref.
             RuntimeError::Git { .. } => true,
@@ -281,8 +303,38 @@ pub trait ContainerRuntime: Send + Sync + 'static {
         container: &str,
     ) -> impl Future<Output = Result<Option<ContainerInfo>, RuntimeError>> + Send;
 
+    /// The repo digest (`sha256:…`, what a registry calls the manifest)
+    /// of the local image `image_id`; `None` for an image that came from no
+    /// registry (a local build).
+    fn image_digest(
+        &self,
+        image_id: &str,
+    ) -> impl Future<Output = Result<Option<String>, RuntimeError>> + Send;
+
+    /// The id (`sha256:…`) of the local image `image`, if it is there.
+    fn image_id(
+        &self,
+        image: &str,
+    ) -> impl Future<Output = Result<Option<String>, RuntimeError>> + Send;
+
+    /// Remove the local image `image_id` and every tag of it, unless a
+    /// container uses it (never forced): `Ok(false)` when it is in use.
+    /// Gone already counts as removed.
+    fn remove_image(
+        &self,
+        image_id: &str,
+    ) -> impl Future<Output = Result<bool, RuntimeError>> + Send;
+
     /// Every container carrying this hive's label, running or not.
     fn list(&self) -> impl Future<Output = Result<Vec<ContainerInfo>, RuntimeError>> + Send;
+}
+
+/// The health status in the text `docker ps` shows for a container
+/// (`Up 5 seconds (health: starting)`, `Up 2 minutes (unhealthy)`).
+pub fn health_of_status_text(text: &str) -> Option<String> {
+    let inner = text.rsplit_once('(')?.1.strip_suffix(')')?;
+    let word = inner.strip_prefix("health: ").unwrap_or(inner);
+    matches!(word, "starting" | "healthy" | "unhealthy").then(|| word.to_string())
 }
 
 /// Split an image reference into repository and tag for a pull; a digest
@@ -305,6 +357,21 @@ pub fn split_image_ref(image: &str) -> (String, Option<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn health_is_read_from_the_status_text() {
+        let cases = [
+            ("Up 5 seconds (health: starting)", Some("starting")),
+            ("Up 2 minutes (healthy)", Some("healthy")),
+            ("Up 2 minutes (unhealthy)", Some("unhealthy")),
+            ("Up 2 minutes", None),
+            ("Exited (1) 3 seconds ago", None),
+            ("Created", None),
+        ];
+        for (text, want) in cases {
+            assert_eq!(health_of_status_text(text).as_deref(), want, "{text}");
+        }
+    }
 
     #[test]
     fn image_refs_split_into_repo_and_tag() {
@@ -371,8 +438,10 @@ mod tests {
             id: "c1".into(),
             name: "hyperhive.alpha.x".into(),
             image: "i".into(),
+            image_id: "sha256:i".into(),
             running: true,
             status: "running".into(),
+            health: None,
             labels: owner
                 .map(|o| BTreeMap::from([(LABEL_HIVE.to_string(), o.to_string())]))
                 .unwrap_or_default(),

@@ -220,6 +220,9 @@ pub fn agent_status(
         observed,
         spec: Some(spec.spec_hash()),
         declared_spec: Some(spec.spec_hash()),
+        image_progress: None,
+        image_digest: None,
+        health: None,
         last_job: job.map(|(state, error)| JobSummary {
             id: 42,
             kind: "first_deploy".into(),

@@ -110,6 +110,7 @@ async fn a_failed_first_deploy_is_queued_again_after_a_per_agent_backoff() {
     tx.send(Some(Arc::new(Wanted {
         revision: 1,
         declaration,
+        created_ns: None,
     })))
     .unwrap();
     c.pass().await;

@@ -1,29 +1,45 @@
 //! Credential delivery: fetch a sealed envelope from `hyperhive-credentials`,
 //! open it with this hive's xkey (only when a trusted controller sealed it),
 //! and write the secret to `<state>/agents/<agent>/credentials/<account>`
-//! (mode 0600, atomic: a unique temporary file in the same directory,
-//! fsynced, then renamed). At boot everything under this hive's prefix is
-//! delivered, so a missed notice repairs itself.
+//! (mode 0600, atomic).
+//!
+//! A key is read by direct get only ([`KeyReader`]): a hive holds no
+//! consumer and cannot list keys, since listing would show other hives' key
+//! names (`<hive>.<agent>.<account>`). So it learns which keys to read from
+//! three places: a credential notice (names only), the doorbell of a write
+//! of one of its own keys (a core-NATS subscription on
+//! `$KV.hyperhive-credentials.<hive>.>`, whose subject names the key), and
+//! its declaration (each agent's `credentials` accounts), read in full at
+//! start, after every reconnect, when the declaration changes and on a
+//! timer, so a missed notice or doorbell repairs itself.
+//!
+//! A key whose revision goes back means the bucket was made again: the
+//! value read is delivered and a `credentials_reset` warning says so
+//! ([`crate::revision`]). A deleted or purged key is not a deletion order:
+//! the file delivered before stays.
 //!
 //! The daemon's boot task and event listener share one [`Credentials`]
-//! handle, which opens the bucket on first use by either of them.
+//! handle.
 //!
 //! Invariants: no error, log line or warning carries a secret (errors name
 //! the key and the reason only); an opened secret lives in a buffer that is
 //! zeroed when dropped; file I/O runs on the blocking pool, never on the
 //! async workers.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_nats::jetstream::kv;
 use swarm_queue_client::credentials::{self, CredentialEnvelope, XKey};
-use swarm_queue_client::subjects::{
-    credential_key, credential_prefix_filter, parse_credential_key,
-};
-use swarm_queue_client::{decode, AccountName, AgentName, HiveName};
+use swarm_queue_client::direct::{KeyEntry, KeyOp, KeyReader, ReadKeyError};
+use swarm_queue_client::subjects::{credential_key, parse_credential_key};
+use swarm_queue_client::{decode, AccountName, AgentName, Declaration, HiveName};
+use tokio::time::Instant;
+
 use zeroize::Zeroizing;
+
+use crate::revision::{judge, Seen, Suspect, Verdict};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeliverError {
@@ -31,11 +47,13 @@ pub enum DeliverError {
     NotConnected(#[from] swarm_queue_client::NotConnected),
     #[error("credential {key} is not in the credentials bucket")]
     Missing { key: String },
+    #[error("credential {key} was deleted or purged at revision {revision}")]
+    Removed { key: String, revision: u64 },
     #[error("reading credential {key} failed")]
     Read {
         key: String,
         #[source]
-        source: kv::EntryError,
+        source: ReadKeyError,
     },
     #[error("credential {key}: {source}")]
     Decode {
@@ -56,10 +74,6 @@ pub enum DeliverError {
         #[source]
         source: std::io::Error,
     },
-    #[error("listing this hive's credentials failed")]
-    List(#[from] swarm_queue_client::buckets::ReadPrefixError),
-    #[error(transparent)]
-    Bucket(#[from] swarm_queue_client::buckets::BucketError),
     #[error("credential {key}: the write to {path} was cut off")]
     WriteTask {
         key: String,
@@ -69,11 +83,59 @@ pub enum DeliverError {
     },
 }
 
+impl DeliverError {
+    /// The credentials bucket itself does not answer.
+    pub fn bucket_missing(&self) -> bool {
+        matches!(
+            self,
+            DeliverError::Read {
+                source: ReadKeyError::BucketMissing { .. },
+                ..
+            }
+        )
+    }
+}
+
+/// Per key: the last revision acted on and a lower one awaiting its
+/// confirming read ([`crate::revision`]).
+#[derive(Debug, Default)]
+pub struct Book {
+    keys: BTreeMap<String, (Seen, Option<Suspect>)>,
+}
+
+/// What one delivery did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivered {
+    /// Written (again, when nothing changed: the write is idempotent).
+    Written {
+        path: PathBuf,
+        /// Set when the key's revision went back: the bucket was made
+        /// again, and this is the revision handled before.
+        reset_from: Option<u64>,
+        /// A revision not delivered before (not a repeat of the last one).
+        fresh: bool,
+    },
+    /// A lower revision not yet confirmed: read again after
+    /// [`crate::revision::CONFIRM_AFTER`].
+    Unconfirmed { key: String },
+}
+
 /// What credential delivery needs.
 #[derive(Clone)]
 pub struct Deliverer {
     pub client: async_nats::Client,
-    pub store: kv::Store,
+    /// Direct gets of this hive's keys in `hyperhive-credentials`.
+    pub reader: KeyReader,
+    pub hive: HiveName,
+    pub xkey: Arc<XKey>,
+    pub trusted: Arc<Vec<String>>,
+    pub agents_dir: PathBuf,
+    pub book: Arc<Mutex<Book>>,
+}
+
+/// What [`Deliverer::new`] takes.
+pub struct DelivererParts {
+    pub client: async_nats::Client,
     pub hive: HiveName,
     pub xkey: Arc<XKey>,
     pub trusted: Arc<Vec<String>>,
@@ -89,6 +151,20 @@ pub fn credential_path(agents_dir: &Path, agent: &AgentName, account: &AccountNa
 }
 
 impl Deliverer {
+    /// A deliverer for `hive`'s keys; sends nothing yet.
+    pub fn new(parts: DelivererParts) -> Self {
+        let js = async_nats::jetstream::new(parts.client.clone());
+        Deliverer {
+            reader: KeyReader::new(&js, swarm_queue_client::Bucket::Credentials),
+            client: parts.client,
+            hive: parts.hive,
+            xkey: parts.xkey,
+            trusted: parts.trusted,
+            agents_dir: parts.agents_dir,
+            book: Arc::default(),
+        }
+    }
+
     /// Open the envelope and write the secret, off the async workers.
     async fn write(
         &self,
@@ -130,59 +206,113 @@ impl Deliverer {
         Ok(path)
     }
 
-    /// Deliver one credential named by a notice.
+    /// Deliver one credential (named by a notice, a doorbell or the
+    /// declaration): read its key by direct get, open it, write it.
     pub async fn deliver(
         &self,
         agent: &AgentName,
         account: &AccountName,
-    ) -> Result<PathBuf, DeliverError> {
+    ) -> Result<Delivered, DeliverError> {
         swarm_queue_client::ensure_connected(&self.client)?;
         let key = credential_key(&self.hive, agent, account);
         let entry = self
-            .store
-            .get(&key)
+            .reader
+            .last(&key)
             .await
             .map_err(|source| DeliverError::Read {
                 key: key.clone(),
                 source,
             })?
             .ok_or_else(|| DeliverError::Missing { key: key.clone() })?;
-        let path = self.write(&key, agent, account, &entry).await?;
-        tracing::info!(hive = %self.hive, %agent, %account, path = %path.display(), "credential delivered");
-        Ok(path)
+        let verdict = self.judge(&entry);
+        let reset_from = match verdict {
+            Verdict::Confirm { .. } => return Ok(Delivered::Unconfirmed { key }),
+            Verdict::Reset { last } => Some(last),
+            Verdict::New | Verdict::Same => None,
+        };
+        let fresh = verdict != Verdict::Same;
+        if entry.operation != KeyOp::Put {
+            // Not a deletion order: the file delivered before stays.
+            return Err(DeliverError::Removed {
+                key,
+                revision: entry.revision,
+            });
+        }
+        let path = self.write(&key, agent, account, &entry.value).await?;
+        tracing::info!(hive = %self.hive, %agent, %account, revision = entry.revision, path = %path.display(), "credential delivered");
+        Ok(Delivered::Written {
+            path,
+            reset_from,
+            fresh,
+        })
     }
 
-    /// Deliver everything under this hive's prefix. Returns how many were
-    /// written and the failures (each names its key, never a secret).
-    pub async fn deliver_all(&self) -> Result<(usize, Vec<DeliverError>), DeliverError> {
-        swarm_queue_client::ensure_connected(&self.client)?;
-        let records = swarm_queue_client::buckets::read_prefix(
-            &self.client,
-            &self.store,
-            &credential_prefix_filter(&self.hive),
-            Duration::from_secs(30),
-        )
-        .await?;
-        let mut written = 0;
-        let mut failures = Vec::new();
-        for r in records {
-            let (hive, agent, account) = match parse_credential_key(&r.key) {
-                Ok(parts) => parts,
-                Err(e) => {
-                    tracing::warn!(key = %r.key, error = %e, "ignoring a credential key with a bad name");
-                    continue;
+    fn judge(&self, entry: &KeyEntry) -> Verdict {
+        let now = Instant::now();
+        let read = Seen {
+            revision: entry.revision,
+            created: Some(entry.created),
+        };
+        let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+        let (last, suspect) = match book.keys.get(&entry.key) {
+            Some((last, suspect)) => (Some(*last), *suspect),
+            None => (None, None),
+        };
+        let verdict = judge(last, suspect, read, now);
+        match verdict {
+            Verdict::Confirm { .. } => {
+                let first_seen = suspect
+                    .filter(|s| s.revision == read.revision)
+                    .map_or(now, |s| s.first_seen);
+                if let Some(last) = last {
+                    book.keys.insert(
+                        entry.key.clone(),
+                        (
+                            last,
+                            Some(Suspect {
+                                revision: read.revision,
+                                first_seen,
+                            }),
+                        ),
+                    );
                 }
-            };
-            if hive != self.hive {
-                continue;
             }
-            match self.write(&r.key, &agent, &account, &r.value).await {
-                Ok(_) => written += 1,
-                Err(e) => failures.push(e),
+            _ => {
+                book.keys.insert(entry.key.clone(), (read, None));
             }
         }
-        tracing::info!(hive = %self.hive, written, failed = failures.len(), "boot credential delivery done");
-        Ok((written, failures))
+        verdict
+    }
+
+    /// Deliver every credential the declaration names for its agents
+    /// (`credentials = [...]` of each). A hive cannot list keys (that would
+    /// list other hives' key names too), so the declaration is the index; a
+    /// credential stored for an account no agent declares is delivered by
+    /// its doorbell or notice instead. A declared key not stored yet is
+    /// skipped. Returns the outcomes and the failures (each names its key,
+    /// never a secret); a missing bucket fails the whole pass.
+    pub async fn deliver_declared(
+        &self,
+        declaration: &Declaration,
+    ) -> Result<(Vec<Delivered>, Vec<DeliverError>), DeliverError> {
+        let mut done = Vec::new();
+        let mut failures = Vec::new();
+        for (agent, spec) in &declaration.agents {
+            for account in &spec.credentials {
+                match self.deliver(agent, account).await {
+                    Ok(d) => done.push(d),
+                    Err(DeliverError::Missing { key }) => {
+                        tracing::debug!(hive = %self.hive, %key, "declared credential not stored yet")
+                    }
+                    Err(e) if e.bucket_missing() || matches!(e, DeliverError::NotConnected(_)) => {
+                        return Err(e)
+                    }
+                    Err(e) => failures.push(e),
+                }
+            }
+        }
+        tracing::info!(hive = %self.hive, delivered = done.len(), failed = failures.len(), "credential delivery pass done");
+        Ok((done, failures))
     }
 }
 
@@ -197,8 +327,7 @@ fn write_secret(path: &Path, secret: &[u8]) -> std::io::Result<()> {
 }
 
 /// Where the daemon's credential delivery reads and writes: one handle
-/// shared by the boot task and the event listener. The bucket is opened on
-/// first use, by whichever needs it first, and kept.
+/// shared by the boot task and the event listener.
 #[derive(Clone)]
 pub struct Credentials {
     opened: Arc<tokio::sync::Mutex<Option<Deliverer>>>,
@@ -232,11 +361,11 @@ impl Credentials {
         }
     }
 
-    /// The deliverer, opening the bucket first when needed.
-    pub async fn deliverer(&self) -> Result<Deliverer, DeliverError> {
+    /// The deliverer (made on first use; it sends nothing until asked).
+    pub async fn deliverer(&self) -> Deliverer {
         let mut opened = self.opened.lock().await;
         if let Some(d) = opened.as_ref() {
-            return Ok(d.clone());
+            return d.clone();
         }
         // Only `Credentials::open` makes one without an opener, and it is
         // open from the start, so this cannot fail.
@@ -244,24 +373,24 @@ impl Credentials {
             .opener
             .as_ref()
             .expect("a Credentials without an opener is made open");
-        swarm_queue_client::ensure_connected(&o.client)?;
-        let js = async_nats::jetstream::new(o.client.clone());
-        let store = swarm_queue_client::open_or_create(
-            &js,
-            swarm_queue_client::Bucket::Credentials,
-            &o.bucket,
-        )
-        .await?;
-        let d = Deliverer {
+        let d = Deliverer::new(DelivererParts {
             client: o.client.clone(),
-            store,
             hive: o.hive.clone(),
             xkey: o.xkey.clone(),
             trusted: o.trusted.clone(),
             agents_dir: o.agents_dir.clone(),
-        };
+        });
         *opened = Some(d.clone());
-        Ok(d)
+        d
+    }
+
+    /// How the bucket is made if it is missing at start and this identity
+    /// may create it (no per-hive permissions).
+    fn bucket_settings(&self) -> swarm_queue_client::BucketSettings {
+        self.opener
+            .as_ref()
+            .map(|o| o.bucket.clone())
+            .unwrap_or_default()
     }
 
     /// Deliver one credential named by a notice.
@@ -269,27 +398,33 @@ impl Credentials {
         &self,
         agent: &AgentName,
         account: &AccountName,
-    ) -> Result<PathBuf, DeliverError> {
-        self.deliverer().await?.deliver(agent, account).await
+    ) -> Result<Delivered, DeliverError> {
+        self.deliverer().await.deliver(agent, account).await
     }
 }
 
-/// What the boot delivery task needs.
+/// What the delivery task needs.
 #[derive(Clone)]
 pub struct BootDeps {
     pub nats: swarm_queue_client::Connection,
     pub hive: HiveName,
     pub health: Arc<crate::readiness::Health>,
     pub credentials: Credentials,
+    /// The declaration in force: which keys to read at boot.
+    pub wanted: crate::wanted::WantedRx,
 }
 
-/// Deliver everything under this hive's prefix as soon as NATS is
-/// reachable, and again after every reconnect, since notices sent during an
-/// outage were missed.
+/// Deliver the declared credentials whenever NATS (re)connects, the
+/// declaration changes, or [`crate::wanted::REPULL_EVERY`] passes; and each
+/// credential whose key's doorbell rings (`$KV.hyperhive-credentials.<hive>.>`,
+/// a core-NATS subscription: no consumer).
 pub async fn run_boot_delivery(deps: BootDeps, mut shutdown: crate::shutdown::Shutdown) {
-    use crate::readiness::keys;
-    use swarm_queue_client::Level;
+    let deliverer = deps.credentials.deliverer().await;
     let mut connects = deps.nats.connects.clone();
+    let mut wanted = deps.wanted.clone();
+    let subject = swarm_queue_client::Bucket::Credentials.key_subject(
+        &swarm_queue_client::subjects::credential_prefix_filter(&deps.hive),
+    );
     let mut backoff = Duration::from_millis(500);
     loop {
         tokio::select! {
@@ -297,26 +432,10 @@ pub async fn run_boot_delivery(deps: BootDeps, mut shutdown: crate::shutdown::Sh
             _ = connects.wait_for(|n| *n > 0) => {}
         }
         connects.mark_unchanged();
-        let delivered = match deps.credentials.deliverer().await {
-            Ok(d) => d.deliver_all().await,
-            Err(e) => Err(e),
-        };
-        match delivered {
-            Ok((_, failures)) if failures.is_empty() => deps.health.clear(keys::CREDENTIALS),
-            Ok((written, failures)) => {
-                let first = crate::error_chain(&failures[0]);
-                deps.health.raise(
-                    keys::CREDENTIALS,
-                    Level::Warn,
-                    format!(
-                        "{} of {} credentials could not be delivered (first: {first})",
-                        failures.len(),
-                        written + failures.len()
-                    ),
-                );
-            }
+        let mut doorbell = match deps.nats.client.subscribe(subject.clone()).await {
+            Ok(s) => s,
             Err(e) => {
-                tracing::warn!(hive = %deps.hive, error = %crate::error_chain(&e), retry_in = ?backoff, "boot credential delivery failed; retrying");
+                tracing::warn!(hive = %deps.hive, %subject, error = %e, retry_in = ?backoff, "cannot subscribe to the credential doorbell");
                 tokio::select! {
                     _ = shutdown.wait() => return,
                     _ = tokio::time::sleep(backoff) => {}
@@ -324,12 +443,209 @@ pub async fn run_boot_delivery(deps: BootDeps, mut shutdown: crate::shutdown::Sh
                 backoff = (backoff * 2).min(Duration::from_secs(60));
                 continue;
             }
-        }
+        };
         backoff = Duration::from_millis(500);
-        // Wait for the next reconnect.
-        tokio::select! {
-            _ = shutdown.wait() => return,
-            _ = connects.changed() => {}
+        let session = Session {
+            deliverer: &deliverer,
+            deps: &deps,
+            missing: std::sync::atomic::AtomicBool::new(false),
+        };
+        let end = session
+            .run(&mut doorbell, &mut connects, &mut wanted, &mut shutdown)
+            .await;
+        if end.is_none() {
+            return;
         }
+    }
+}
+
+struct Session<'a> {
+    deliverer: &'a Deliverer,
+    deps: &'a BootDeps,
+    /// Whether the last read found the bucket missing.
+    missing: std::sync::atomic::AtomicBool,
+}
+
+impl Session<'_> {
+    /// Until shutdown (`None`) or a reconnect (`Some(())`).
+    async fn run(
+        &self,
+        doorbell: &mut async_nats::Subscriber,
+        connects: &mut tokio::sync::watch::Receiver<u64>,
+        wanted: &mut crate::wanted::WantedRx,
+        shutdown: &mut crate::shutdown::Shutdown,
+    ) -> Option<()> {
+        use futures_util::StreamExt;
+        let mut confirm_at = self.pass().await;
+        if self.missing.load(std::sync::atomic::Ordering::Relaxed) {
+            // As at every start: make it where this identity may.
+            let js = async_nats::jetstream::new(self.deps.nats.client.clone());
+            let bucket = swarm_queue_client::Bucket::Credentials;
+            let settings = self.deps.credentials.bucket_settings();
+            match swarm_queue_client::buckets::create_bucket(&js, bucket, &settings).await {
+                Ok(()) => confirm_at = self.pass().await,
+                Err(e) => {
+                    tracing::debug!(error = %crate::error_chain(&e), "cannot create the credentials bucket")
+                }
+            }
+        }
+        let mut repull = tokio::time::interval(crate::wanted::REPULL_EVERY);
+        repull.tick().await;
+        // A doorbell whose read showed nothing new is read again (the
+        // stream may not have stored the put yet when the doorbell rang).
+        let mut recheck: Option<(Instant, usize, async_nats::Subject)> = None;
+        loop {
+            let confirm = match (confirm_at, recheck.as_ref().map(|r| r.0)) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            tokio::select! {
+                // Cancel-safe: each branch can be dropped between polls
+                // without loss (a message stays queued in the subscriber).
+                _ = shutdown.wait() => return None,
+                _ = connects.changed() => return Some(()),
+                _ = wanted.changed() => confirm_at = self.pass().await,
+                _ = repull.tick() => confirm_at = self.pass().await,
+                _ = tokio::time::sleep_until(confirm.unwrap_or_else(Instant::now)), if confirm.is_some() => {
+                    match recheck.take() {
+                        Some((at, tries, subject)) if at <= Instant::now() => {
+                            recheck = self.ring_and_plan(&subject, tries, &mut confirm_at).await;
+                        }
+                        other => {
+                            recheck = other;
+                            confirm_at = self.pass().await;
+                        }
+                    }
+                }
+                ring = doorbell.next() => match ring {
+                    None => return Some(()),
+                    Some(msg) => recheck = self.ring_and_plan(&msg.subject, 0, &mut confirm_at).await,
+                }
+            }
+        }
+    }
+
+    /// One delivery pass over the declared keys; returns when a confirming
+    /// pass is due.
+    async fn pass(&self) -> Option<Instant> {
+        let declaration = match self.deps.wanted.borrow().clone() {
+            Some(w) => w.declaration.clone(),
+            None => return None,
+        };
+        let result = self.deliverer.deliver_declared(&declaration).await;
+        self.report(result)
+    }
+
+    /// Ring, then plan a re-read when nothing new showed
+    /// ([`crate::wanted::RECHECK_AFTER`]).
+    async fn ring_and_plan(
+        &self,
+        subject: &async_nats::Subject,
+        tries: usize,
+        confirm_at: &mut Option<Instant>,
+    ) -> Option<(Instant, usize, async_nats::Subject)> {
+        let (again, fresh) = self.ring(subject).await;
+        if again.is_some() {
+            *confirm_at = again;
+        }
+        match crate::wanted::RECHECK_AFTER.get(tries) {
+            Some(after) if !fresh => Some((Instant::now() + *after, tries + 1, subject.clone())),
+            _ => None,
+        }
+    }
+
+    /// A doorbell on `subject`: deliver that one key. Returns when a
+    /// confirming read is due, and whether a new revision was delivered.
+    async fn ring(&self, subject: &str) -> (Option<Instant>, bool) {
+        let prefix = swarm_queue_client::Bucket::Credentials.key_subject("");
+        let Some(key) = subject.strip_prefix(&prefix) else {
+            return (None, true);
+        };
+        let (hive, agent, account) = match parse_credential_key(key) {
+            Ok(parts) => parts,
+            Err(e) => {
+                tracing::warn!(%key, error = %e, "ignoring a credential doorbell with a bad key name");
+                return (None, true);
+            }
+        };
+        if hive != self.deps.hive {
+            return (None, true);
+        }
+        let result = match self.deliverer.deliver(&agent, &account).await {
+            Ok(d) => Ok((vec![d], Vec::new())),
+            // Not stored yet, maybe: the recheck reads it again.
+            Err(DeliverError::Missing { .. }) => Ok((Vec::new(), Vec::new())),
+            Err(e) if e.bucket_missing() || matches!(e, DeliverError::NotConnected(_)) => Err(e),
+            Err(e) => Ok((Vec::new(), vec![e])),
+        };
+        let fresh = matches!(&result, Ok((d, _)) if d.iter().any(|d| matches!(d, Delivered::Written { fresh: true, .. })));
+        (self.report(result), fresh)
+    }
+
+    fn report(
+        &self,
+        result: Result<(Vec<Delivered>, Vec<DeliverError>), DeliverError>,
+    ) -> Option<Instant> {
+        use crate::readiness::keys;
+        use swarm_queue_client::Level;
+        let health = &self.deps.health;
+        self.missing.store(
+            matches!(&result, Err(e) if e.bucket_missing()),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        let (done, failures) = match result {
+            Ok(r) => r,
+            Err(e) if e.bucket_missing() => {
+                let msg = crate::error_chain(&e);
+                tracing::warn!(hive = %self.deps.hive, error = %msg, "credentials bucket missing");
+                health.raise(
+                    keys::CREDENTIALS_BUCKET,
+                    Level::Warn,
+                    format!("{msg}; credentials delivered before stay; the hive reads its keys again when the bucket answers"),
+                );
+                return None;
+            }
+            Err(e) => {
+                tracing::warn!(hive = %self.deps.hive, error = %crate::error_chain(&e), "credential delivery failed; retrying on the next pass");
+                return None;
+            }
+        };
+        health.clear(keys::CREDENTIALS_BUCKET);
+        for d in &done {
+            if let Delivered::Written {
+                path,
+                reset_from: Some(last),
+                ..
+            } = d
+            {
+                health.raise(
+                    keys::CREDENTIALS_RESET,
+                    Level::Warn,
+                    format!(
+                        "the credentials bucket {} was made again (or its store lost): a key went back from revision {last}; \
+                         the hive took the new value as the truth and wrote {}",
+                        swarm_queue_client::Bucket::Credentials.name(),
+                        path.display()
+                    ),
+                );
+            }
+        }
+        if failures.is_empty() {
+            health.clear(keys::CREDENTIALS);
+        } else {
+            let first = crate::error_chain(&failures[0]);
+            health.raise(
+                keys::CREDENTIALS,
+                Level::Warn,
+                format!(
+                    "{} of {} credentials could not be delivered (first: {first})",
+                    failures.len(),
+                    done.len() + failures.len()
+                ),
+            );
+        }
+        done.iter()
+            .any(|d| matches!(d, Delivered::Unconfirmed { .. }))
+            .then(|| Instant::now() + crate::revision::CONFIRM_AFTER)
     }
 }

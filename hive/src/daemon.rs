@@ -348,6 +348,7 @@ fn start_nats_side(
         hive: hive.clone(),
         health: health.clone(),
         credentials: credentials.clone(),
+        wanted: state.wanted_rx.clone(),
     };
     tasks.spawn("credentials", Role::Auxiliary, move |shutdown| {
         credentials::run_boot_delivery(boot.clone(), shutdown)

@@ -121,6 +121,7 @@ mod tests {
                 schema: 1,
                 agents: BTreeMap::from([(name("mail"), spec)]),
             },
+            created_ns: None,
         })));
         let e = d.deploy(name("ghost")).await.unwrap_err().to_string();
         assert!(

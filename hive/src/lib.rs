@@ -7,6 +7,9 @@
 //! - [`readiness`]: the one computation of "is this hive OK" (`Readiness`),
 //!   and the metrics from the same snapshot.
 //! - [`publisher`]: task that puts the `Readiness` in `hyperhive-status`.
+//! - [`wanted`], [`credentials`]: this hive's keys, read by direct get on a
+//!   core-NATS doorbell (no JetStream consumer); [`revision`]: the rule for
+//!   a revision that went back (a bucket made again).
 //! - [`http`]: loopback `/health/ready`, `/health/live`, `/metrics`.
 //! - [`daemon`]: `hive run`, which wires the tasks and drains on shutdown;
 //!   [`supervisor`]: restarts a task that dies and names it in readiness
@@ -43,6 +46,7 @@ pub mod publisher;
 pub mod readiness;
 pub mod registry_auth;
 pub mod retry;
+pub mod revision;
 pub mod runtime;
 pub mod shutdown;
 pub mod supervisor;

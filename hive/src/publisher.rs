@@ -16,20 +16,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::{self, kv};
+use async_nats::jetstream;
+use swarm_queue_client::buckets::create_bucket;
+use swarm_queue_client::direct::{put_own, PutOwnError};
 use swarm_queue_client::{
-    encode_pretty, ensure_connected, open_or_create, Bucket, BucketSettings, Connection, HiveName,
-    Level,
+    encode_pretty, ensure_connected, Bucket, BucketSettings, Connection, HiveName, Level,
 };
 
 use crate::readiness::{keys, Health};
 use crate::shutdown::Shutdown;
 
-/// Time allowed for one publish (bucket open + put).
+/// Time allowed for one publish (the put and its ack).
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
-/// Time allowed for opening (or creating) the bucket, which may take
-/// several JetStream requests.
-const OPEN_TIMEOUT: Duration = Duration::from_secs(15);
 /// Shortest gap between two publishes triggered by changes.
 const MIN_CHANGE_GAP: Duration = Duration::from_millis(100);
 
@@ -38,6 +36,8 @@ pub struct PublisherDeps {
     pub health: Arc<Health>,
     pub hive: HiveName,
     pub interval: Duration,
+    /// How the status bucket is made if it is missing and this identity
+    /// may create it (no per-hive permissions).
     pub bucket: BucketSettings,
 }
 
@@ -46,23 +46,16 @@ pub enum PublishError {
     #[error(transparent)]
     NotConnected(#[from] swarm_queue_client::NotConnected),
     #[error(transparent)]
-    Bucket(#[from] swarm_queue_client::buckets::BucketError),
-    #[error(transparent)]
     Encode(#[from] swarm_queue_client::EncodeError),
-    #[error("put of {key} in {bucket} failed")]
-    Put {
-        bucket: &'static str,
-        key: String,
-        #[source]
-        source: kv::PutError,
-    },
+    #[error(transparent)]
+    Put(#[from] PutOwnError),
     #[error("timed out after {0:?}")]
     Timeout(Duration),
 }
 
 struct Publisher {
     deps: PublisherDeps,
-    store: Option<kv::Store>,
+    js: jetstream::Context,
 }
 
 impl Publisher {
@@ -80,29 +73,25 @@ impl Publisher {
             return Err(e.into());
         }
         self.deps.health.clear(keys::NATS_UNREACHABLE);
-        if self.store.is_none() {
-            // Opened outside the put's timeout: when the bucket is missing
-            // and this identity may not create it, the error names the
-            // bucket instead of reading "timed out".
-            let js = jetstream::new(client.clone());
-            let open = open_or_create(&js, Bucket::Status, &self.deps.bucket);
-            match tokio::time::timeout(OPEN_TIMEOUT, open).await {
-                Ok(r) => self.store = Some(r?),
-                Err(_) => return Err(PublishError::Timeout(OPEN_TIMEOUT)),
-            }
-        }
+        // A JetStream publish to its own key, no stream info first: a hive
+        // may not ask for it (it lists every key of a bucket). When the
+        // bucket is missing, try to create it once (it works only where
+        // hives are not limited to their own keys) and put again.
         let attempt = async {
-            let store = self.store.as_ref().expect("opened just above");
             let snapshot = self.deps.health.snapshot();
             let bytes = encode_pretty(&snapshot.readiness)?;
-            store
-                .put(self.deps.hive.as_str(), bytes.into())
-                .await
-                .map_err(|source| PublishError::Put {
-                    bucket: Bucket::Status.name(),
-                    key: self.deps.hive.to_string(),
-                    source,
-                })
+            let key = self.deps.hive.as_str();
+            match put_own(&self.js, Bucket::Status, key, bytes.clone().into()).await {
+                Err(missing @ PutOwnError::BucketMissing { .. }) => {
+                    if let Err(e) = create_bucket(&self.js, Bucket::Status, &self.deps.bucket).await
+                    {
+                        tracing::debug!(error = %crate::error_chain(&e), "cannot create the status bucket");
+                        return Err(missing.into());
+                    }
+                    Ok(put_own(&self.js, Bucket::Status, key, bytes.into()).await?)
+                }
+                other => Ok(other?),
+            }
         };
         match tokio::time::timeout(PUBLISH_TIMEOUT, attempt).await {
             Ok(r) => r,
@@ -136,7 +125,8 @@ pub async fn run(deps: PublisherDeps, mut shutdown: Shutdown) {
     connects.mark_unchanged();
     let interval = deps.interval;
     let health = deps.health.clone();
-    let mut p = Publisher { deps, store: None };
+    let js = jetstream::new(deps.nats.client.clone());
+    let mut p = Publisher { deps, js };
     loop {
         let ok = p.publish_and_record().await;
         let wait = tokio::time::sleep(interval);

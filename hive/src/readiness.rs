@@ -25,6 +25,14 @@ pub mod keys {
     pub const STATUS_PUBLISH: &str = "swarm_status_publish";
     pub const DOCKER: &str = "docker";
     pub const WANTED: &str = "wanted_declaration";
+    /// The wanted bucket does not answer (deleted, or not created yet).
+    pub const WANTED_BUCKET: &str = "wanted_bucket";
+    /// The wanted bucket was made again; its lower revision was taken.
+    pub const WANTED_RESET: &str = "wanted_reset";
+    /// The credentials bucket does not answer.
+    pub const CREDENTIALS_BUCKET: &str = "credentials_bucket";
+    /// The credentials bucket was made again.
+    pub const CREDENTIALS_RESET: &str = "credentials_reset";
     pub const RECONCILER: &str = "reconciler";
     pub const CREDENTIALS: &str = "credentials";
     pub const KNOWLEDGE: &str = "knowledge";

@@ -1,9 +1,19 @@
 //! The wanted-state task: this hive's key in `hyperhive-wanted`.
 //!
-//! At start and after every reconnect it reads the key (`pull`, the repair
-//! path), then watches it from the next revision (the fast path), so a value
-//! written between the read and the watch is never missed. It also re-reads
-//! the key every [`REPULL_EVERY`] in case a watch silently stalls.
+//! The watch is a core-NATS subscription on the key's own subject
+//! (`$KV.hyperhive-wanted.<hive>`) used as a doorbell: each message there
+//! only triggers a direct get of the key, which is the truth (the stream may
+//! have refused the put the doorbell announced, or the doorbell may be a
+//! duplicate: either costs one read and changes nothing). So the server
+//! holds no JetStream consumer for this hive. A doorbell only rings while
+//! the hive listens, so the key is also read (`pull`) at start, after every
+//! reconnect and every [`REPULL_EVERY`]. The subscription is made before
+//! the first pull, so a value written in between rings it.
+//!
+//! Revisions follow [`crate::revision`]: a lower one than the last handled
+//! means the bucket was made again; the hive warns (`wanted_reset`) and
+//! takes it. While the bucket does not answer, a `wanted_bucket` warning
+//! names it, and the declaration in force stays.
 //!
 //! Only a valid declaration moves anything: it is saved to
 //! `<state>/wanted.json` (so the hive knows what is wanted while NATS is
@@ -16,17 +26,19 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::{self, kv};
+use async_nats::jetstream;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
-use swarm_queue_client::buckets::{watch_key, WatchFrom};
+use swarm_queue_client::buckets::create_bucket;
+use swarm_queue_client::direct::{KeyEntry, KeyOp, KeyReader, ReadKeyError};
 use swarm_queue_client::{
-    decode, ensure_connected, open_or_create, Bucket, BucketSettings, Connection, Declaration,
-    HiveName, Level,
+    decode, ensure_connected, Bucket, BucketSettings, Connection, Declaration, HiveName, Level,
 };
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::readiness::{keys, Health};
+use crate::revision::{judge, Seen, Suspect, Verdict, CONFIRM_AFTER};
 use crate::shutdown::Shutdown;
 
 /// Re-read the key this often even when the watch is quiet.
@@ -37,6 +49,21 @@ pub const REPULL_EVERY: Duration = Duration::from_secs(60);
 pub struct Wanted {
     pub revision: u64,
     pub declaration: Declaration,
+    /// The server's time of that revision, in Unix nanoseconds: with the
+    /// revision, it tells a bucket made again from the same bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_ns: Option<i64>,
+}
+
+impl Wanted {
+    fn seen(&self) -> Seen {
+        Seen {
+            revision: self.revision,
+            created: self
+                .created_ns
+                .and_then(|ns| time::OffsetDateTime::from_unix_timestamp_nanos(ns.into()).ok()),
+        }
+    }
 }
 
 pub type WantedTx = watch::Sender<Option<Arc<Wanted>>>;
@@ -78,10 +105,21 @@ fn save(state_dir: &Path, wanted: &Wanted) {
     }
 }
 
+/// After a doorbell whose read showed nothing new, read again after these
+/// delays: the core-NATS message can reach the hive before the stream has
+/// stored it, so the first read may still see the old value. A doorbell for
+/// a refused put or a duplicate costs these few reads and changes nothing.
+pub const RECHECK_AFTER: [Duration; 2] = [Duration::from_millis(100), Duration::from_secs(1)];
+
+/// How long the `wanted_reset` warning stays after a bucket made again.
+pub const RESET_WARNING_FOR: Duration = Duration::from_secs(600);
+
 pub struct WantedDeps {
     pub nats: Connection,
     pub hive: HiveName,
     pub health: Arc<Health>,
+    /// How the bucket is made if it is missing at start and this identity
+    /// may create it (no per-hive permissions).
     pub bucket: BucketSettings,
     pub state_dir: PathBuf,
     pub tx: WantedTx,
@@ -95,8 +133,19 @@ enum SessionEnd {
 
 struct Session<'a> {
     deps: &'a WantedDeps,
-    /// Highest revision handled, valid or not; older ones are ignored.
-    last_handled: u64,
+    /// The last read acted on (valid or not).
+    last: Option<Seen>,
+    /// A lower revision waiting for its confirming read.
+    suspect: Option<Suspect>,
+    /// When a confirming read is due.
+    confirm_at: Option<Instant>,
+    /// When the `wanted_reset` warning was raised.
+    reset_at: Option<Instant>,
+    /// A re-read after a doorbell that showed nothing new, and how many
+    /// are left ([`RECHECK_AFTER`]).
+    recheck: Option<(Instant, usize)>,
+    /// Whether the last read found the bucket missing.
+    missing: bool,
 }
 
 impl Session<'_> {
@@ -104,63 +153,180 @@ impl Session<'_> {
         self.deps.tx.borrow().as_ref().map(|w| w.revision)
     }
 
-    fn handle(&mut self, entry: kv::Entry) {
-        if entry.revision <= self.last_handled {
-            return;
-        }
-        self.last_handled = entry.revision;
-        let hive = &self.deps.hive;
-        let keeping = match self.current_revision() {
+    fn keeping(&self) -> String {
+        match self.current_revision() {
             Some(r) => format!("keeping the declaration of revision {r}"),
             None => "nothing changes".to_string(),
+        }
+    }
+
+    /// Read the key and act on what it holds; whether it held a revision
+    /// not handled before. Never ends the session: a missing bucket is a
+    /// warning, and the next doorbell or pull retries.
+    async fn pull(&mut self, reader: &KeyReader, why: &str) -> bool {
+        let hive = &self.deps.hive;
+        match reader.last(hive.as_str()).await {
+            Ok(found) => {
+                self.missing = false;
+                self.deps.health.clear(keys::WANTED_BUCKET);
+                match found {
+                    Some(entry) => return self.handle(entry, Instant::now()),
+                    None => tracing::debug!(%hive, why, "no declaration for this hive yet"),
+                }
+            }
+            Err(e @ ReadKeyError::BucketMissing { .. }) => {
+                self.missing = true;
+                tracing::warn!(%hive, why, error = %e, "wanted bucket missing");
+                self.deps.health.raise(
+                    keys::WANTED_BUCKET,
+                    Level::Warn,
+                    format!(
+                        "{e}; {}; the hive reads its key again as soon as the bucket answers",
+                        self.keeping()
+                    ),
+                );
+            }
+            Err(e) => {
+                tracing::warn!(%hive, why, error = %crate::error_chain(&e), "reading the declaration failed")
+            }
+        }
+        false
+    }
+
+    /// A doorbell rang: read, and if nothing new showed, read again later.
+    async fn ring(&mut self, reader: &KeyReader, why: &str, tries: usize) {
+        let acted = self.pull(reader, why).await;
+        self.recheck = match RECHECK_AFTER.get(tries) {
+            Some(after) if !acted => Some((Instant::now() + *after, tries + 1)),
+            _ => None,
         };
+    }
+
+    /// The next timed read: a confirmation or a doorbell's re-read.
+    fn next_read(&self) -> Option<Instant> {
+        match (self.confirm_at, self.recheck.map(|(at, _)| at)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    async fn timed_read(&mut self, reader: &KeyReader) {
+        let now = Instant::now();
+        if self.confirm_at.is_some_and(|t| t <= now) {
+            self.confirm_at = None;
+        }
+        match self.recheck {
+            Some((at, tries)) if at <= now => self.ring(reader, "recheck", tries).await,
+            _ => {
+                self.pull(reader, "confirm").await;
+            }
+        }
+    }
+
+    fn handle(&mut self, entry: KeyEntry, now: Instant) -> bool {
+        let read = Seen {
+            revision: entry.revision,
+            created: Some(entry.created),
+        };
+        let hive = &self.deps.hive;
+        match judge(self.last, self.suspect, read, now) {
+            Verdict::Same => return false,
+            Verdict::Confirm { last } => {
+                if self.suspect.map(|s| s.revision) != Some(read.revision) {
+                    self.suspect = Some(Suspect {
+                        revision: read.revision,
+                        first_seen: now,
+                    });
+                }
+                self.confirm_at = Some(now + CONFIRM_AFTER);
+                tracing::warn!(%hive, revision = read.revision, last, "declaration revision went back; reading again to confirm");
+                return false;
+            }
+            Verdict::Reset { last } => {
+                tracing::warn!(%hive, revision = read.revision, last, "the wanted bucket was made again; taking its value as the truth");
+                self.deps.health.raise(
+                    keys::WANTED_RESET,
+                    Level::Warn,
+                    format!(
+                        "the wanted bucket {} was made again (or its store lost): this hive's key is at revision {}, \
+                         not after revision {last} handled before; the hive takes it as the truth",
+                        Bucket::Wanted.name(),
+                        read.revision
+                    ),
+                );
+                self.reset_at = Some(now);
+            }
+            Verdict::New => {
+                if self
+                    .reset_at
+                    .is_some_and(|t| now.duration_since(t) >= RESET_WARNING_FOR)
+                {
+                    self.deps.health.clear(keys::WANTED_RESET);
+                    self.reset_at = None;
+                }
+            }
+        }
+        self.suspect = None;
+        self.confirm_at = None;
+        self.last = Some(read);
         match entry.operation {
-            kv::Operation::Delete | kv::Operation::Purge => {
-                let op = if entry.operation == kv::Operation::Delete {
-                    "deleted"
-                } else {
-                    "purged"
-                };
-                tracing::warn!(%hive, revision = entry.revision, op, "wanted key removed; not a deletion order");
+            KeyOp::Delete | KeyOp::Purge => self.removed(&entry),
+            KeyOp::Put => self.put(entry),
+        }
+        true
+    }
+
+    fn removed(&self, entry: &KeyEntry) {
+        let op = if entry.operation == KeyOp::Delete {
+            "deleted"
+        } else {
+            "purged"
+        };
+        tracing::warn!(hive = %self.deps.hive, revision = entry.revision, op, "wanted key removed; not a deletion order");
+        self.deps.health.raise(
+            keys::WANTED,
+            Level::Warn,
+            format!(
+                "this hive's declaration was {op} at revision {}; that is not a deletion order: {} \
+                 (to retire everything, declare an explicit empty agent list)",
+                entry.revision,
+                self.keeping()
+            ),
+        );
+    }
+
+    fn put(&self, entry: KeyEntry) {
+        let hive = &self.deps.hive;
+        match decode::<Declaration>(&entry.value) {
+            Err(e) => {
+                tracing::warn!(%hive, revision = entry.revision, error = %e, "undecodable declaration ignored");
                 self.deps.health.raise(
                     keys::WANTED,
                     Level::Warn,
                     format!(
-                        "this hive's declaration was {op} at revision {}; that is not a deletion order: {keeping} \
-                         (to retire everything, declare an explicit empty agent list)",
-                        entry.revision
+                        "declaration revision {} is not valid ({e}); {}",
+                        entry.revision,
+                        self.keeping()
                     ),
                 );
             }
-            kv::Operation::Put => match decode::<Declaration>(&entry.value) {
-                Err(e) => {
-                    tracing::warn!(%hive, revision = entry.revision, error = %e, "undecodable declaration ignored");
-                    self.deps.health.raise(
-                        keys::WANTED,
-                        Level::Warn,
-                        format!(
-                            "declaration revision {} is not valid ({e}); {keeping}",
-                            entry.revision
-                        ),
-                    );
+            Ok(decoded) => {
+                for w in &decoded.warnings {
+                    tracing::warn!(%hive, revision = entry.revision, warning = %w, "declaration");
                 }
-                Ok(decoded) => {
-                    for w in &decoded.warnings {
-                        tracing::warn!(%hive, revision = entry.revision, warning = %w, "declaration");
-                    }
-                    self.deps.health.clear(keys::WANTED);
-                    if self.current_revision() == Some(entry.revision) {
-                        return;
-                    }
-                    let wanted = Wanted {
-                        revision: entry.revision,
-                        declaration: decoded.value,
-                    };
-                    tracing::info!(%hive, revision = wanted.revision, agents = wanted.declaration.agents.len(), "new declaration");
-                    save(&self.deps.state_dir, &wanted);
-                    self.deps.tx.send_replace(Some(Arc::new(wanted)));
+                self.deps.health.clear(keys::WANTED);
+                let wanted = Wanted {
+                    revision: entry.revision,
+                    declaration: decoded.value,
+                    created_ns: i64::try_from(entry.created.unix_timestamp_nanos()).ok(),
+                };
+                if self.deps.tx.borrow().as_deref() == Some(&wanted) {
+                    return;
                 }
-            },
+                tracing::info!(%hive, revision = wanted.revision, agents = wanted.declaration.agents.len(), "new declaration");
+                save(&self.deps.state_dir, &wanted);
+                self.deps.tx.send_replace(Some(Arc::new(wanted)));
+            }
         }
     }
 
@@ -174,58 +340,49 @@ impl Session<'_> {
         if let Err(e) = ensure_connected(client) {
             return SessionEnd::Failed(e.to_string());
         }
-        let js = jetstream::new(client.clone());
-        let store = match open_or_create(&js, Bucket::Wanted, &deps.bucket).await {
-            Ok(s) => s,
-            Err(e) => return SessionEnd::Failed(crate::error_chain(&e)),
-        };
         let key = deps.hive.as_str();
-        // Pull: the repair path.
-        let pulled = match store.entry(key).await {
-            Ok(e) => e,
-            Err(e) => return SessionEnd::Failed(format!("pull of {key} failed: {e}")),
+        // The doorbell first, so a put between it and the pull rings it.
+        let subject = Bucket::Wanted.key_subject(key);
+        let mut doorbell = match client.subscribe(subject.clone()).await {
+            Ok(s) => s,
+            Err(e) => return SessionEnd::Failed(format!("subscribe to {subject} failed: {e}")),
         };
-        let from = pulled.as_ref().map(|e| e.revision);
-        match pulled {
-            Some(e) => self.handle(e),
-            None => tracing::info!(hive = %deps.hive, "no declaration for this hive yet"),
+        let reader = KeyReader::new(&jetstream::new(client.clone()), Bucket::Wanted);
+        self.pull(&reader, "start").await;
+        if self.missing {
+            // As at every start: make it where this identity may (no
+            // per-hive permissions); under them only the controller can.
+            let js = jetstream::new(client.clone());
+            match create_bucket(&js, Bucket::Wanted, &deps.bucket).await {
+                Ok(()) => self.pull(&reader, "created").await,
+                Err(e) => {
+                    tracing::debug!(error = %crate::error_chain(&e), "cannot create the wanted bucket");
+                    false
+                }
+            };
         }
-        // Watch: the fast path, from just after what the pull saw. A named
-        // consumer (watch_key), because a hive's NATS identity may create
-        // only consumers whose subject names its own key.
-        let start = match from {
-            Some(rev) => WatchFrom::Revision(rev + 1),
-            None => WatchFrom::Current,
-        };
-        let watch = watch_key(client, &store, key, start).await;
-        let mut watch = match watch {
-            Ok(w) => w,
-            Err(e) => return SessionEnd::Failed(format!("watch of {key} failed: {e}")),
-        };
+        self.recheck = None;
         let mut repull = tokio::time::interval(REPULL_EVERY);
         repull.tick().await;
         loop {
+            let next_read = self.next_read();
             tokio::select! {
-                // Cancel-safe: watch::changed, Interval::tick and
-                // Stream::next can be dropped between polls without loss
-                // (a dropped next() leaves the item in the stream).
+                // Cancel-safe: watch::changed, Interval::tick, sleep_until
+                // and Subscriber::next can be dropped between polls without
+                // loss (an undelivered message stays in the subscriber).
                 _ = shutdown.wait() => return SessionEnd::Shutdown,
                 _ = connects.changed() => return SessionEnd::Reconnected,
                 _ = repull.tick() => {
                     if ensure_connected(client).is_ok() {
-                        match store.entry(key).await {
-                            Ok(Some(e)) => self.handle(e),
-                            Ok(None) => {}
-                            Err(e) => tracing::warn!(hive = %deps.hive, error = %e, "periodic pull failed"),
-                        }
+                        self.pull(&reader, "timer").await;
                     }
                 }
-                item = watch.next() => match item {
-                    None => return SessionEnd::Failed("the watch ended".into()),
-                    // A watch can yield an error (a missed heartbeat) and
-                    // keep going: log it and carry on.
-                    Some(Err(e)) => tracing::warn!(hive = %deps.hive, error = %e, "wanted watch error"),
-                    Some(Ok(entry)) => self.handle(entry),
+                _ = tokio::time::sleep_until(next_read.unwrap_or_else(Instant::now)), if next_read.is_some() => {
+                    self.timed_read(&reader).await;
+                }
+                ring = doorbell.next() => match ring {
+                    None => return SessionEnd::Failed(format!("the subscription to {subject} ended")),
+                    Some(_) => self.ring(&reader, "doorbell", 0).await,
                 }
             }
         }
@@ -237,7 +394,12 @@ pub async fn run(deps: WantedDeps, mut shutdown: Shutdown) {
     let mut connects = deps.nats.connects.clone();
     let mut session = Session {
         deps: &deps,
-        last_handled: deps.tx.borrow().as_ref().map(|w| w.revision).unwrap_or(0),
+        last: deps.tx.borrow().as_ref().map(|w| w.seen()),
+        suspect: None,
+        confirm_at: None,
+        reset_at: None,
+        recheck: None,
+        missing: false,
     };
     let mut backoff = Duration::from_millis(500);
     loop {

@@ -146,6 +146,11 @@ enum Command {
         /// Print the same permissions as JSON.
         #[arg(long)]
         json: bool,
+        /// Instead of printing, connect to NATS and check the existing
+        /// buckets' settings: exit 1 and name each unsafe setting (for
+        /// example allow_rollup_hdrs on hyperhive-status).
+        #[arg(long, conflicts_with = "json")]
+        check: bool,
     },
 }
 
@@ -155,7 +160,7 @@ impl Command {
         !matches!(
             self,
             Command::Roster { .. }
-                | Command::NatsConfig { .. }
+                | Command::NatsConfig { check: false, .. }
                 | Command::Credential {
                     action: CredentialCommand::Xkey
                 }
@@ -397,7 +402,32 @@ async fn run(config: Config, command: Command) -> anyhow::Result<i32> {
             Ok(EXIT_OK)
         }
         Command::Serve { http_listen } => serve_cmd(&config, http_listen).await,
-        Command::NatsConfig { json } => Ok(nats_config_cmd(&config, json)),
+        Command::NatsConfig { check: true, .. } => {
+            let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
+            Ok(bucket_check_cmd(&conn).await)
+        }
+        Command::NatsConfig { json, .. } => Ok(nats_config_cmd(&config, json)),
+    }
+}
+
+/// `nats-config --check`: every unsafe bucket setting on stderr, exit 1.
+async fn bucket_check_cmd(conn: &swarm_queue_client::Connection) -> i32 {
+    let js = async_nats::jetstream::new(conn.client.clone());
+    match swarm_queue_client::buckets::check_buckets(&js).await {
+        Ok(found) if found.is_empty() => {
+            println!("buckets: ok (no setting lets a writer of one key reach another)");
+            EXIT_OK
+        }
+        Ok(found) => {
+            for f in &found {
+                eprintln!("unsafe: {f}");
+            }
+            EXIT_FAILURE
+        }
+        Err(e) => {
+            eprintln!("{:#}", anyhow::Error::new(e));
+            EXIT_FAILURE
+        }
     }
 }
 

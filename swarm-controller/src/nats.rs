@@ -70,7 +70,9 @@ pub async fn connect(config: &NatsConfig, wait: Duration) -> Result<Connection, 
     Ok(conn)
 }
 
-/// Open (or create) the three buckets.
+/// Open (or create) the three buckets, and warn (naming the setting) about
+/// any bucket made with settings that let a writer of one key reach another
+/// (`swarm_queue_client::buckets::unsafe_settings`).
 pub async fn open_buckets(conn: &Connection, config: &NatsConfig) -> Result<Buckets, NatsError> {
     ensure_connected(&conn.client)?;
     let js = jetstream::new(conn.client.clone());
@@ -82,6 +84,20 @@ pub async fn open_buckets(conn: &Connection, config: &NatsConfig) -> Result<Buck
     let status = open(Bucket::Status).await?;
     let wanted = open(Bucket::Wanted).await?;
     let credentials = open(Bucket::Credentials).await?;
+    for (bucket, store) in [
+        (Bucket::Status, &status),
+        (Bucket::Wanted, &wanted),
+        (Bucket::Credentials, &credentials),
+    ] {
+        let config = &store.stream.cached_info().config;
+        for unsafe_setting in swarm_queue_client::buckets::unsafe_settings(bucket, config) {
+            tracing::warn!(
+                bucket = bucket.name(),
+                setting = unsafe_setting.setting,
+                "{unsafe_setting}"
+            );
+        }
+    }
     Ok(Buckets {
         status,
         wanted,

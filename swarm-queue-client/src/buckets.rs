@@ -121,7 +121,7 @@ pub enum BucketError {
         history: i64,
         replicas: usize,
         #[source]
-        source: jetstream::context::CreateKeyValueError,
+        source: jetstream::context::CreateStreamError,
     },
     #[error("could not open KV bucket {bucket}")]
     Open {
@@ -164,20 +164,14 @@ pub async fn open_or_create(
             })
         }
     }
-    let config = kv::Config {
-        bucket: name.to_string(),
-        description: bucket.description().to_string(),
-        history: settings.history,
-        storage: match settings.storage {
-            Storage::File => jetstream::stream::StorageType::File,
-            Storage::Memory => jetstream::stream::StorageType::Memory,
-        },
-        num_replicas: settings.replicas,
-        max_value_size: MAX_VALUE_BYTES as i32,
-        ..Default::default()
-    };
-    match js.create_key_value(config).await {
-        Ok(store) => Ok(store),
+    match js.create_stream(stream_config(bucket, settings)).await {
+        Ok(_) => js
+            .get_key_value(name)
+            .await
+            .map_err(|source| BucketError::Open {
+                bucket: name,
+                source,
+            }),
         Err(source) => {
             // Someone else may have created it between our get and create.
             if let Ok(store) = js.get_key_value(name).await {
@@ -193,278 +187,256 @@ pub async fn open_or_create(
     }
 }
 
-/// One key's current value, read by [`read_prefix`].
+/// Create `bucket` with [`stream_config`], in one request
+/// (`$JS.API.STREAM.CREATE.KV_<bucket>`, no stream info first). What a hive
+/// tries when it finds a bucket missing: on a server without per-identity
+/// permissions (a single-host setup) it makes the bucket; under the
+/// generated permissions the server refuses it and only the controller
+/// creates buckets. A bucket that exists already is not an error.
 #[cfg(feature = "nats")]
-#[derive(Debug, Clone)]
-pub struct KvRecord {
-    pub key: String,
-    pub revision: u64,
-    pub value: bytes::Bytes,
-}
-
-#[cfg(feature = "nats")]
-#[derive(Debug, thiserror::Error)]
-pub enum ReadPrefixError {
-    #[error("cannot list {filter:?} in {bucket}")]
-    Consumer {
-        bucket: String,
-        filter: String,
-        #[source]
-        source: jetstream::stream::ConsumerError,
-    },
-    #[error("reading {filter:?} in {bucket} failed")]
-    Read {
-        bucket: String,
-        filter: String,
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-    #[error("reading {filter:?} in {bucket} timed out after {timeout:?}")]
-    Timeout {
-        bucket: String,
-        filter: String,
-        timeout: std::time::Duration,
-    },
-}
-
-/// The current value of every key matching `key_filter` (for example
-/// `alpha.>`), skipping deleted and purged keys. Exact: the number of
-/// entries to read comes from the consumer's pending count, so an empty
-/// prefix returns at once instead of waiting for a timeout.
-#[cfg(feature = "nats")]
-pub async fn read_prefix(
-    client: &async_nats::Client,
-    store: &kv::Store,
-    key_filter: &str,
-    timeout: std::time::Duration,
-) -> Result<Vec<KvRecord>, ReadPrefixError> {
-    use futures_util::StreamExt;
-    let filter = format!("{}{}", store.prefix, key_filter);
-    let err_ctx = || (store.name.clone(), key_filter.to_string());
-    let consumer = store
-        .stream
-        .create_consumer(jetstream::consumer::push::OrderedConfig {
-            name: Some(consumer_name(client)),
-            deliver_subject: client.new_inbox(),
-            description: Some("hyperhive prefix read".to_string()),
-            filter_subject: filter,
-            replay_policy: jetstream::consumer::ReplayPolicy::Instant,
-            deliver_policy: jetstream::consumer::DeliverPolicy::LastPerSubject,
-            ..Default::default()
-        })
-        .await
-        .map_err(|source| {
-            let (bucket, filter) = err_ctx();
-            ReadPrefixError::Consumer {
-                bucket,
-                filter,
-                source,
-            }
-        })?;
-    let mut pending = consumer.cached_info().num_pending;
-    let mut out = Vec::new();
-    if pending == 0 {
-        return Ok(out);
-    }
-    let read = async {
-        let mut messages = consumer.messages().await.map_err(|e| {
-            let (bucket, filter) = err_ctx();
-            ReadPrefixError::Read {
-                bucket,
-                filter,
-                source: Box::new(e),
-            }
-        })?;
-        while pending > 0 {
-            let Some(msg) = messages.next().await else {
-                break;
-            };
-            let msg = msg.map_err(|e| {
-                let (bucket, filter) = err_ctx();
-                ReadPrefixError::Read {
-                    bucket,
-                    filter,
-                    source: Box::new(e),
-                }
-            })?;
-            let (revision, left) = match msg.info() {
-                Ok(info) => (info.stream_sequence, info.pending),
-                Err(_) => (0, pending.saturating_sub(1)),
-            };
-            pending = left;
-            let op = msg
-                .headers
-                .as_ref()
-                .and_then(|h| h.get("KV-Operation"))
-                .map(|v| v.as_str().to_string());
-            if matches!(op.as_deref(), Some("DEL") | Some("PURGE")) {
-                continue;
-            }
-            let Some(key) = msg.subject.as_str().strip_prefix(store.prefix.as_str()) else {
-                continue;
-            };
-            out.push(KvRecord {
-                key: key.to_string(),
-                revision,
-                value: msg.payload.clone(),
-            });
+pub async fn create_bucket(
+    js: &jetstream::Context,
+    bucket: Bucket,
+    settings: &BucketSettings,
+) -> Result<(), BucketError> {
+    use jetstream::context::CreateStreamErrorKind;
+    match js.create_stream(stream_config(bucket, settings)).await {
+        Ok(_) => Ok(()),
+        Err(e) if matches!(e.kind(), CreateStreamErrorKind::JetStream(ref j) if j.error_code() == jetstream::ErrorCode::STREAM_NAME_EXIST) => {
+            Ok(())
         }
-        Ok(out)
-    };
-    match tokio::time::timeout(timeout, read).await {
-        Ok(r) => r,
-        Err(_) => {
-            let (bucket, filter) = err_ctx();
-            Err(ReadPrefixError::Timeout {
-                bucket,
-                filter,
-                timeout,
-            })
-        }
+        Err(source) => Err(BucketError::Create {
+            bucket: bucket.name(),
+            history: settings.history,
+            replicas: settings.replicas,
+            source,
+        }),
     }
 }
 
-/// A fresh consumer name. Named consumers are created on
-/// `$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>`, the one form whose
-/// subject carries the filter (the server refuses a body whose filter
-/// differs), so per-identity permissions can allow reading one key and no
-/// other. An unnamed consumer is created on `…CREATE.<stream>`, which says
-/// nothing about what it reads.
+/// The stream behind `bucket` as hyperhive creates it: the layout of an
+/// async-nats KV bucket (`$KV.<bucket>.>`, one message per key per history
+/// slot, direct get, refuse rather than drop when full) with every
+/// stream-wide header feature off that a writer of one key could use to
+/// reach another (see [`unsafe_settings`]). The status bucket, the one hives
+/// write, also refuses `Nats-Rollup`; the controller may roll up (purge) a
+/// declaration or a credential, which only it writes.
 #[cfg(feature = "nats")]
-fn consumer_name(client: &async_nats::Client) -> String {
-    let inbox = client.new_inbox();
-    let unique = inbox.rsplit('.').next().unwrap_or(inbox.as_str());
-    format!("hh-{unique}")
+pub fn stream_config(bucket: Bucket, settings: &BucketSettings) -> jetstream::stream::Config {
+    use jetstream::stream::{Config, DiscardPolicy, StorageType};
+    Config {
+        name: bucket.stream_name(),
+        description: Some(bucket.description().to_string()),
+        subjects: vec![bucket.key_subject(">")],
+        max_messages_per_subject: settings.history,
+        max_message_size: MAX_VALUE_BYTES as i32,
+        storage: match settings.storage {
+            Storage::File => StorageType::File,
+            Storage::Memory => StorageType::Memory,
+        },
+        num_replicas: settings.replicas,
+        discard: DiscardPolicy::New,
+        allow_rollup: bucket != Bucket::Status,
+        deny_delete: true,
+        allow_direct: true,
+        ..Default::default()
+    }
 }
 
-/// Where a [`watch_key`] starts.
-#[cfg(feature = "nats")]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WatchFrom {
-    /// The key's current value (if any), then every update.
-    Current,
-    /// Every value from this revision on (use the pulled revision + 1).
-    Revision(u64),
-    /// Only updates written after the watch starts.
-    New,
+/// A bucket setting that lets a writer of one key reach further, or that
+/// breaks how hives read. Its message names the bucket, the setting, the
+/// value found and why it matters.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("KV bucket {bucket} (stream {stream}) has {setting} = {found}; it must be {wanted}: {why}")]
+pub struct UnsafeSetting {
+    pub bucket: &'static str,
+    pub stream: String,
+    /// The stream config field, as nats-server and `nats stream info` name it.
+    pub setting: &'static str,
+    pub found: String,
+    pub wanted: &'static str,
+    pub why: &'static str,
 }
 
-#[cfg(feature = "nats")]
-#[derive(Debug, thiserror::Error)]
-pub enum WatchKeyError {
-    #[error("cannot watch {key:?} in {bucket}")]
-    Consumer {
-        bucket: String,
-        key: String,
-        #[source]
-        source: jetstream::stream::ConsumerError,
-    },
-    #[error("cannot watch {key:?} in {bucket}")]
-    Subscribe {
-        bucket: String,
-        key: String,
-        #[source]
-        source: jetstream::consumer::StreamError,
-    },
-    #[error("watch of {key:?} in {bucket} failed; it keeps going")]
-    Message {
-        bucket: String,
-        key: String,
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-}
-
-/// A stream of a key's entries from [`watch_key`]. An `Err` item (for
-/// example a missed heartbeat) does not end it: the ordered consumer
-/// recreates itself and the stream goes on.
-#[cfg(feature = "nats")]
-pub type KeyWatch =
-    std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<kv::Entry, WatchKeyError>> + Send>>;
-
-/// Watch one key (or a key filter such as `alpha.>`) of `store`.
+/// The settings of an existing bucket's stream that are not safe (pure;
+/// checked by the controller at startup and by `nats-config --check`).
 ///
-/// The same as `Store::watch*` except that the consumer is named, so its
-/// create request carries the filter in its subject and per-identity
-/// permissions can allow it (see [`crate::permissions`]); `Store::watch`
-/// creates an unnamed consumer, which a hive identity may not.
+/// What each rule prevents, on nats-server 2.15 (shown by
+/// `tests/tests/isolation_bus.rs`):
+/// - `allow_rollup_hdrs` on the status bucket: a hive's put of its own key
+///   with `Nats-Rollup: all` purges every other key of the stream.
+/// - `allow_msg_schedules`: `Nats-Schedule-Target` makes the server write
+///   another key later, and `Nats-Schedule-Source` copies another key's
+///   value into it.
+/// - `republish`: the server copies each put onto another subject, where a
+///   hive's status could land on a subject only the controller may write.
+/// - `allow_direct` off: hives read their keys only by direct get.
 #[cfg(feature = "nats")]
-pub async fn watch_key(
-    client: &async_nats::Client,
-    store: &kv::Store,
-    key: &str,
-    from: WatchFrom,
-) -> Result<KeyWatch, WatchKeyError> {
-    use futures_util::StreamExt;
-    use jetstream::consumer::DeliverPolicy;
-    let deliver_policy = match from {
-        WatchFrom::Current => DeliverPolicy::LastPerSubject,
-        WatchFrom::Revision(start_sequence) => DeliverPolicy::ByStartSequence { start_sequence },
-        WatchFrom::New => DeliverPolicy::New,
+pub fn unsafe_settings(bucket: Bucket, config: &jetstream::stream::Config) -> Vec<UnsafeSetting> {
+    let mut out = Vec::new();
+    let mut flag = |setting, found: String, wanted, why| {
+        out.push(UnsafeSetting {
+            bucket: bucket.name(),
+            stream: bucket.stream_name(),
+            setting,
+            found,
+            wanted,
+            why,
+        })
     };
-    let bucket = store.name.clone();
-    let consumer = store
-        .stream
-        .create_consumer(jetstream::consumer::push::OrderedConfig {
-            name: Some(consumer_name(client)),
-            deliver_subject: client.new_inbox(),
-            description: Some("hyperhive key watch".to_string()),
-            filter_subject: format!("{}{key}", store.prefix),
-            replay_policy: jetstream::consumer::ReplayPolicy::Instant,
-            deliver_policy,
-            ..Default::default()
-        })
-        .await
-        .map_err(|source| WatchKeyError::Consumer {
-            bucket: bucket.clone(),
-            key: key.to_string(),
-            source,
-        })?;
-    let messages = consumer
-        .messages()
-        .await
-        .map_err(|source| WatchKeyError::Subscribe {
-            bucket: bucket.clone(),
-            key: key.to_string(),
-            source,
-        })?;
-    let prefix = store.prefix.clone();
-    let key = key.to_string();
-    let mut seen_current = false;
-    Ok(Box::pin(messages.map(move |message| {
-        let fail = |source: Box<dyn std::error::Error + Send + Sync>| WatchKeyError::Message {
-            bucket: bucket.clone(),
-            key: key.clone(),
-            source,
+    if bucket == Bucket::Status && config.allow_rollup {
+        flag(
+            "allow_rollup_hdrs",
+            "true".into(),
+            "false",
+            "a hive's put of its own status with `Nats-Rollup: all` would purge every other hive's status",
+        );
+    }
+    if config.allow_message_schedules {
+        flag(
+            "allow_msg_schedules",
+            "true".into(),
+            "false",
+            "a scheduled message (`Nats-Schedule-Target`, `Nats-Schedule-Source`) writes or copies another key",
+        );
+    }
+    if let Some(republish) = &config.republish {
+        flag(
+            "republish",
+            format!("{} -> {}", republish.source, republish.destination),
+            "unset",
+            "every put would be copied by the server onto another subject, beyond the writer's permissions",
+        );
+    }
+    if !config.allow_direct {
+        flag(
+            "allow_direct",
+            "false".into(),
+            "true",
+            "hives read their own keys only by direct get, which such a bucket does not answer",
+        );
+    }
+    out
+}
+
+/// A bucket's settings could not be read.
+#[cfg(feature = "nats")]
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read the settings of KV bucket {bucket} (stream {stream})")]
+pub struct CheckError {
+    pub bucket: &'static str,
+    pub stream: String,
+    #[source]
+    pub source: jetstream::context::GetStreamError,
+}
+
+/// Read each existing bucket's stream config and return what is unsafe in
+/// it. A bucket that does not exist yet is skipped: the controller creates
+/// it with [`stream_config`].
+#[cfg(feature = "nats")]
+pub async fn check_buckets(js: &jetstream::Context) -> Result<Vec<UnsafeSetting>, CheckError> {
+    use jetstream::context::GetStreamErrorKind;
+    let mut out = Vec::new();
+    for bucket in Bucket::ALL {
+        let stream = match js.get_stream(bucket.stream_name()).await {
+            Ok(s) => s,
+            Err(e) if matches!(e.kind(), GetStreamErrorKind::JetStream(ref j) if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND) => {
+                continue
+            }
+            Err(source) => {
+                return Err(CheckError {
+                    bucket: bucket.name(),
+                    stream: bucket.stream_name(),
+                    source,
+                })
+            }
         };
-        let message = message.map_err(|e| fail(Box::new(e)))?;
-        let info = message.info().map_err(|e| fail(e.to_string().into()))?;
-        let operation = match message
-            .headers
-            .as_ref()
-            .and_then(|h| h.get("KV-Operation"))
-            .map(|v| v.as_str())
-        {
-            Some("DEL") => kv::Operation::Delete,
-            Some("PURGE") => kv::Operation::Purge,
-            _ => kv::Operation::Put,
+        let config = stream.cached_info().config.clone();
+        out.extend(unsafe_settings(bucket, &config));
+    }
+    Ok(out)
+}
+
+#[cfg(all(test, feature = "nats"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn created_buckets_pass_their_own_check() {
+        for b in Bucket::ALL {
+            let c = stream_config(b, &BucketSettings::default_for(b));
+            assert_eq!(unsafe_settings(b, &c), vec![], "{b:?}");
+            assert_eq!(c.subjects, vec![b.key_subject(">")]);
+            assert!(c.allow_direct && c.deny_delete);
+        }
+        assert!(!stream_config(Bucket::Status, &BucketSettings::default()).allow_rollup);
+        assert!(stream_config(Bucket::Wanted, &BucketSettings::default()).allow_rollup);
+    }
+
+    #[test]
+    fn each_unsafe_setting_is_named() {
+        use jetstream::stream::{Config, Republish};
+        let base = |b| stream_config(b, &BucketSettings::default());
+        let cases: Vec<(Bucket, Config, &str)> = vec![
+            (
+                Bucket::Status,
+                Config {
+                    allow_rollup: true,
+                    ..base(Bucket::Status)
+                },
+                "allow_rollup_hdrs",
+            ),
+            (
+                Bucket::Wanted,
+                Config {
+                    allow_message_schedules: true,
+                    ..base(Bucket::Wanted)
+                },
+                "allow_msg_schedules",
+            ),
+            (
+                Bucket::Status,
+                Config {
+                    allow_message_schedules: true,
+                    ..base(Bucket::Status)
+                },
+                "allow_msg_schedules",
+            ),
+            (
+                Bucket::Credentials,
+                Config {
+                    allow_direct: false,
+                    ..base(Bucket::Credentials)
+                },
+                "allow_direct",
+            ),
+            (
+                Bucket::Status,
+                Config {
+                    republish: Some(Republish {
+                        source: ">".into(),
+                        destination: "$KV.hyperhive-wanted.>".into(),
+                        headers_only: false,
+                    }),
+                    ..base(Bucket::Status)
+                },
+                "republish",
+            ),
+        ];
+        for (bucket, config, setting) in cases {
+            let found = unsafe_settings(bucket, &config);
+            assert_eq!(found.len(), 1, "{setting}: {found:?}");
+            let msg = found[0].to_string();
+            assert!(
+                msg.contains(setting) && msg.contains(bucket.name()),
+                "{msg}"
+            );
+        }
+        // Rollup is the controller's own tool on the buckets only it writes.
+        let wanted = Config {
+            allow_rollup: true,
+            ..base(Bucket::Wanted)
         };
-        let entry_key = message
-            .subject
-            .as_str()
-            .strip_prefix(prefix.as_str())
-            .unwrap_or(message.subject.as_str())
-            .to_string();
-        seen_current |= info.pending == 0;
-        Ok(kv::Entry {
-            bucket: bucket.clone(),
-            key: entry_key,
-            value: message.payload.clone(),
-            revision: info.stream_sequence,
-            delta: info.pending,
-            created: info.published,
-            operation,
-            seen_current,
-        })
-    })))
+        assert!(unsafe_settings(Bucket::Wanted, &wanted).is_empty());
+    }
 }

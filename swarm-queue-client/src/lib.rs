@@ -5,7 +5,10 @@
 //!
 //! - [`names`]: `HiveName`, `AgentName`, `AccountName`, validated DNS labels.
 //! - [`subjects`]: every core-NATS subject and KV key format.
-//! - [`buckets`]: the three KV buckets and `open_or_create`.
+//! - [`buckets`]: the three KV buckets, the settings they are created with
+//!   and the check of an existing bucket's settings.
+//! - [`direct`]: a hive's JetStream use: read a key by direct get, put its
+//!   own key; no stream info, no consumer.
 //! - [`payload`]: `Declaration`, `Readiness`, `DeployRequest`,
 //!   `DeployReply`, `CredentialNotice`, their bounds and the one
 //!   encode/decode path.
@@ -25,6 +28,8 @@ pub mod buckets;
 pub mod connect;
 pub mod containers;
 pub mod credentials;
+#[cfg(feature = "nats")]
+pub mod direct;
 pub mod limits;
 pub mod names;
 pub mod payload;

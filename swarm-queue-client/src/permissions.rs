@@ -6,9 +6,9 @@
 //! block, so that a hive reaches only what is its own:
 //!
 //! - it writes only its own status key, reads only its own wanted key and
-//!   its own credential keys;
-//! - it subscribes only to its own deploy and credential subjects, the
-//!   knowledge subject and its own reply inbox;
+//!   its own credential keys (by direct get), and holds no consumer;
+//! - it subscribes only to its own deploy and credential subjects, its own
+//!   key subjects (doorbells), the knowledge subject and its own reply inbox;
 //! - it publishes nothing else, except replies to requests it received
 //!   (`allow_responses`), which is how it answers a deploy request.
 //!
@@ -19,27 +19,23 @@
 //! key format. Each grant carries the reason it exists; the rendered config
 //! prints it as a comment and `docs/security.md` explains each one.
 //!
-//! How async-nats 0.51 uses the JetStream API, and so what the grants are
-//! (checked against nats-server 2.15.1 by `tests/tests/isolation_*.rs`):
+//! What a hive sends (see [`crate::direct`]; checked against nats-server
+//! 2.15.1 by `tests/tests/isolation_*.rs`):
 //!
-//! | operation | request subject |
+//! | operation | subject |
 //! |---|---|
-//! | open a bucket (`get_key_value`) | `$JS.API.STREAM.INFO.KV_<bucket>` |
-//! | `Store::entry`/`get` (buckets allow direct get) | `$JS.API.DIRECT.GET.KV_<bucket>.$KV.<bucket>.<key>` |
-//! | `Store::put` | publish to `$KV.<bucket>.<key>`, the ack comes to the inbox |
-//! | [`watch_key`], [`read_prefix`] (named ordered consumer) | `$JS.API.CONSUMER.CREATE.KV_<bucket>.<name>.$KV.<bucket>.<filter>` |
-//! | ordered consumer recreated after a gap | `$JS.API.CONSUMER.DELETE.KV_<bucket>.<old name>`, then a create as above |
+//! | doorbell (core NATS subscribe) | `$KV.hyperhive-wanted.<hive>`, `$KV.hyperhive-credentials.<hive>.>` |
+//! | read a key ([`KeyReader::last`]) | `$JS.API.DIRECT.GET.KV_<bucket>.$KV.<bucket>.<key>` |
+//! | put its status ([`put_own`]) | publish to `$KV.hyperhive-status.<hive>`, the ack comes to the inbox |
 //!
-//! `Store::watch*` creates an *unnamed* consumer on
-//! `$JS.API.CONSUMER.CREATE.KV_<bucket>`, whose subject does not say what
-//! it reads; no hive is granted that subject, which is why hives watch with
-//! [`watch_key`].
+//! The controller opens buckets (`$JS.API.STREAM.INFO`), creates them, and
+//! reads each with one ordered consumer (`Store::watch*`, unnamed create).
+//!
+//! [`KeyReader::last`]: crate::direct::KeyReader::last
+//! [`put_own`]: crate::direct::put_own
 //!
 //! Invariant: no hive grant contains another hive's name or a wildcard in
 //! the position of a hive name (tested below).
-//!
-//! [`watch_key`]: crate::buckets::watch_key
-//! [`read_prefix`]: crate::buckets::read_prefix
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -198,59 +194,45 @@ fn check_user_key(role: &Role, key: &str) -> Result<(), RosterError> {
     }
 }
 
-/// The permissions of one hive.
+/// The permissions of one hive: its own keys by direct get, a doorbell
+/// subscription on each of its own key subjects, a put of its own status.
+/// No stream info (with a subject filter it lists every key of a bucket),
+/// no consumer of any kind (server state per hive), no bucket creation.
 pub fn hive_permissions(hive: &HiveName) -> Permissions {
     let status = Bucket::Status;
     let wanted = Bucket::Wanted;
     let creds = Bucket::Credentials;
     let own_creds = format!("{hive}.>");
     let subjects = HiveSubjects::new(hive);
-    let mut publish = Vec::new();
-    for b in Bucket::ALL {
-        publish.push(grant(
-            js_api::stream_info(b),
-            format!("open the {} bucket (it may not create it)", b.name()),
-        ));
-    }
-    publish.extend([
+    let publish = vec![
         grant(
             status.key_subject(hive.as_str()),
             "put its own status, and nothing else in the status bucket",
         ),
         grant(
             js_api::direct_get(wanted, hive.as_str()),
-            "read its own declaration (the boot pull)",
-        ),
-        grant(
-            js_api::consumer_create(wanted, "*", hive.as_str()),
-            "watch its own declaration (a named consumer whose filter is its own key)",
+            "read its own declaration (after a doorbell, at boot, on reconnect, on a timer)",
         ),
         grant(
             js_api::direct_get(creds, &own_creds),
-            "read one of its own sealed credentials after a notice",
+            "read one of its own sealed credentials (after a doorbell or a notice, at boot)",
         ),
-        grant(
-            js_api::consumer_create(creds, "*", &own_creds),
-            "list its own sealed credentials at boot (a named consumer filtered to its prefix)",
-        ),
-    ]);
-    for b in [wanted, creds] {
-        publish.push(grant(
-            js_api::consumer_delete(b, "*"),
-            format!(
-                "delete the consumer an ordered read of {} replaces after a gap \
-                 (names are random; listing them is not granted)",
-                b.name()
-            ),
-        ));
-    }
+    ];
     let subscribe = vec![
         grant(KNOWLEDGE, "hear that the knowledge repo changed"),
         grant(subjects.deploy, "its own deploy requests"),
         grant(subjects.credential, "its own credential notices"),
         grant(
+            wanted.key_subject(hive.as_str()),
+            "doorbell: a write of its own declaration (then it reads the key)",
+        ),
+        grant(
+            creds.key_subject(&own_creds),
+            "doorbell: a write of one of its own credentials (then it reads the key)",
+        ),
+        grant(
             format!("{}.>", hive_inbox_prefix(hive)),
-            "its own reply inbox: JetStream answers, KV put acks and watch deliveries",
+            "its own reply inbox: JetStream answers and its status put's ack",
         ),
     ];
     Permissions {
@@ -471,15 +453,7 @@ mod tests {
         let p = hive_permissions(&alpha);
         for g in p.publish.iter().chain(&p.subscribe) {
             assert!(!g.subject.contains("beta"), "{g:?}");
-            // A wildcard may stand for a consumer name, never for a hive.
-            for (i, token) in g.subject.split('.').enumerate() {
-                if token == "*" {
-                    assert!(
-                        g.subject.starts_with("$JS.API.CONSUMER.") && i == 5,
-                        "wildcard outside the consumer-name position: {g:?}"
-                    );
-                }
-            }
+            assert!(!g.subject.split('.').any(|t| t == "*"), "{g:?}");
             if g.subject.ends_with('>') {
                 assert!(
                     g.subject.contains(".alpha.") || g.subject.starts_with("_INBOX_hive-alpha."),
@@ -494,7 +468,24 @@ mod tests {
             .any(|s| s.starts_with("$KV.hyperhive-wanted")));
         assert!(!publish.iter().any(|s| s.starts_with("hyperhive.")));
         assert!(!publish.iter().any(|s| s.contains("STREAM.CREATE")));
-        assert!(!publish.contains(&"$JS.API.CONSUMER.CREATE.KV_hyperhive-wanted"));
+        // No stream info (it lists key names), no consumer of any kind.
+        assert!(!publish.iter().any(|s| s.contains("STREAM.INFO")));
+        assert!(!publish.iter().any(|s| s.contains("CONSUMER")));
+        assert!(!publish.contains(&"$JS.API.INFO"));
+        assert_eq!(
+            publish,
+            vec![
+                "$KV.hyperhive-status.alpha",
+                "$JS.API.DIRECT.GET.KV_hyperhive-wanted.$KV.hyperhive-wanted.alpha",
+                "$JS.API.DIRECT.GET.KV_hyperhive-credentials.$KV.hyperhive-credentials.alpha.>",
+            ]
+        );
+        let subscribe: Vec<&str> = p.subscribe.iter().map(|g| g.subject.as_str()).collect();
+        assert!(subscribe.contains(&"$KV.hyperhive-wanted.alpha"));
+        assert!(subscribe.contains(&"$KV.hyperhive-credentials.alpha.>"));
+        assert!(!subscribe
+            .iter()
+            .any(|s| s.starts_with("$KV.hyperhive-status")));
         assert!(p.allow_responses);
     }
 

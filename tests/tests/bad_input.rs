@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, kv};
-use hive::credentials::{credential_path, Credentials, Deliverer};
+use hive::credentials::{credential_path, Credentials, Deliverer, DelivererParts};
 use hive::deploy::Deployer;
 use hive::events::EventDeps;
 use hive::readiness::{keys, Health};
@@ -487,13 +487,6 @@ async fn the_hive_warns_on_bad_events_and_declarations_and_loses_nothing() {
     };
     let controller_xkey = XKey::new();
     let hive_xkey = Arc::new(XKey::new());
-    let hive_creds = open_or_create(
-        &jetstream::new(f.hive.client.clone()),
-        Bucket::Credentials,
-        &BucketSettings::default(),
-    )
-    .await
-    .unwrap();
     let agents_dir = state.path().join("agents");
     let events = tokio::spawn(hive::events::run(
         EventDeps {
@@ -501,14 +494,13 @@ async fn the_hive_warns_on_bad_events_and_declarations_and_loses_nothing() {
             hive: alpha.clone(),
             health: health.clone(),
             knowledge: None,
-            credentials: Credentials::open(Deliverer {
+            credentials: Credentials::open(Deliverer::new(DelivererParts {
                 client: f.hive.client.clone(),
-                store: hive_creds,
                 hive: alpha.clone(),
                 xkey: hive_xkey.clone(),
                 trusted: Arc::new(vec![controller_xkey.public_key()]),
                 agents_dir: agents_dir.clone(),
-            }),
+            })),
             deploy,
         },
         shutdown.clone(),

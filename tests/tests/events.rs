@@ -249,7 +249,20 @@ async fn credentials_are_delivered_sealed_on_notice_and_again_at_boot() {
     let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "credential file mode {mode:o}");
 
-    // Gone from disk while the hive is down: delivered again at boot.
+    // Gone from disk while the hive is down: delivered again at boot. The
+    // hive cannot list keys; its declaration names the accounts to read.
+    let img = TestImage::busybox("ev-cred");
+    let _guard = ContainerGuard::new(&hive);
+    let declared = swarm
+        .declare(
+            &hive,
+            &json!({ "schema": 1, "agents": { "mailer": {
+                "image": img.reference, "command": ["/bin/sleep", "3600"], "credentials": ["smtp"],
+            } } })
+            .to_string(),
+        )
+        .await;
+    swarm.converged(&hive, declared, T).await;
     h.daemon.kill();
     std::fs::remove_file(&path).unwrap();
     h.kill_and_restart(&[]);

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, kv};
-use hive::credentials::{credential_path, Credentials, Deliverer};
+use hive::credentials::{credential_path, Credentials, Deliverer, DelivererParts};
 use hive::deploy::Deployer;
 use hive::events::EventDeps;
 use hive::readiness::Health;
@@ -195,22 +195,20 @@ async fn the_hive_tasks_work_under_the_hive_identity() {
     })
     .await;
 
-    // Boot delivery by prefix, through the hive's own credentials store.
-    let hive_js = jetstream::new(conn.client.clone());
-    let hive_creds = open_or_create(&hive_js, Bucket::Credentials, &BucketSettings::default())
-        .await
-        .unwrap();
+    // Boot delivery of the declared credentials, by direct get.
     let agents_dir = state.path().join("agents");
-    let deliverer = Deliverer {
+    let deliverer = Deliverer::new(DelivererParts {
         client: conn.client.clone(),
-        store: hive_creds,
         hive: alpha.clone(),
         xkey: hive_xkey.clone(),
         trusted: Arc::new(vec![controller_xkey.public_key()]),
         agents_dir: agents_dir.clone(),
-    };
-    let (written, failures) = deliverer.deliver_all().await.unwrap();
-    assert_eq!((written, failures.len()), (1, 0));
+    });
+    let (written, failures) = deliverer
+        .deliver_declared(&declaring(&agent, &account))
+        .await
+        .unwrap();
+    assert_eq!((written.len(), failures.len()), (1, 0));
     let path = credential_path(&agents_dir, &agent, &account);
     assert_eq!(std::fs::read(&path).unwrap(), b"boot-secret");
 
@@ -392,4 +390,17 @@ async fn a_hive_under_its_own_identity_converges_deploys_and_gets_credentials() 
         "{:#?}",
         s.violations()
     );
+}
+
+/// A declaration that names `agent`'s credential `account`: what tells a
+/// hive which of its keys to read at boot.
+fn declaring(agent: &AgentName, account: &AccountName) -> swarm_queue_client::Declaration {
+    let text = serde_json::json!({
+        "schema": 1,
+        "agents": { agent.as_str(): { "image": "local/x:1", "credentials": [account.as_str()] } }
+    })
+    .to_string();
+    decode::<swarm_queue_client::Declaration>(text.as_bytes())
+        .unwrap()
+        .value
 }

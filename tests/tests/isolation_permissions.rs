@@ -14,7 +14,7 @@ use async_nats::jetstream::{self, kv};
 use futures_util::StreamExt;
 use hyperhive_tests::identity::{Identity, SecuredNats, Violation};
 use hyperhive_tests::wait_until;
-use swarm_queue_client::buckets::{read_prefix, watch_key, WatchFrom};
+use swarm_queue_client::direct::{put_own, KeyReader};
 use swarm_queue_client::permissions::js_api;
 use swarm_queue_client::subjects::{
     controller_inbox_prefix, credential_key, HiveSubjects, KNOWLEDGE,
@@ -91,69 +91,51 @@ async fn a_hive_reaches_everything_that_is_its_own() {
     let a = s.hive_conn("alpha").await;
     let ajs = js(&a, Duration::from_secs(5));
 
-    // Its own status: open (not create) and put.
-    let status = open(&ajs, Bucket::Status).await;
-    status
-        .put("alpha", "alpha-status".into())
+    // Its own status: a put, with no bucket open (no stream info).
+    put_own(&ajs, Bucket::Status, "alpha", "alpha-status".into())
         .await
         .expect("put own status");
 
-    // Its own declaration: the boot pull (entry) and the watch.
-    let wanted = open(&ajs, Bucket::Wanted).await;
-    let entry = wanted
-        .entry("alpha")
+    // Its own declaration: a direct get, and the doorbell on its subject.
+    let mut doorbell = a
+        .client
+        .subscribe(Bucket::Wanted.key_subject("alpha"))
         .await
-        .expect("entry")
+        .expect("subscribe to its own key subject");
+    a.client.flush().await.unwrap();
+    let wanted = KeyReader::new(&ajs, Bucket::Wanted);
+    let entry = wanted
+        .last("alpha")
+        .await
+        .expect("direct get")
         .expect("a value");
     assert_eq!(&entry.value[..], b"alpha-declaration");
-    let mut watch = watch_key(
-        &a.client,
-        &wanted,
-        "alpha",
-        WatchFrom::Revision(entry.revision + 1),
-    )
-    .await
-    .expect("watch own key");
     let rev = ctl_wanted
         .put("alpha", "alpha-declaration-2".into())
         .await
         .unwrap();
-    let seen = tokio::time::timeout(T, watch.next())
+    tokio::time::timeout(T, doorbell.next())
         .await
-        .expect("the watch hears the update")
-        .expect("stream open")
-        .expect("an entry");
+        .expect("the doorbell rings")
+        .expect("subscription open");
+    let current = wanted.last("alpha").await.unwrap().unwrap();
     assert_eq!(
-        (seen.revision, &seen.value[..]),
+        (current.revision, &current.value[..]),
         (rev, &b"alpha-declaration-2"[..])
     );
-    let mut from_current = watch_key(&a.client, &wanted, "alpha", WatchFrom::Current)
-        .await
-        .unwrap();
-    let current = tokio::time::timeout(T, from_current.next())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert_eq!(current.revision, rev);
 
-    // Its own credentials: one by key, and all of them by prefix.
-    let creds = open(&ajs, Bucket::Credentials).await;
+    // Its own credentials: by key, and the doorbell on its prefix.
+    let _cred_bell = a
+        .client
+        .subscribe(Bucket::Credentials.key_subject("alpha.>"))
+        .await
+        .unwrap();
+    let creds = KeyReader::new(&ajs, Bucket::Credentials);
     let key = credential_key(&hive("alpha"), &agent(), &account());
     assert_eq!(
-        &creds.get(&key).await.unwrap().unwrap()[..],
+        &creds.last(&key).await.unwrap().unwrap().value[..],
         b"alpha-sealed"
     );
-    let listed = read_prefix(
-        &a.client,
-        &creds,
-        &swarm_queue_client::subjects::credential_prefix_filter(&hive("alpha")),
-        T,
-    )
-    .await
-    .expect("read own prefix");
-    assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0].key, key);
 
     // Its own events: knowledge, deploy (and it answers), credential.
     let subjects = HiveSubjects::new(&hive("alpha"));
@@ -251,65 +233,55 @@ async fn a_hive_cannot_touch_another_hives_keys_or_subjects() {
     let a = s.hive_conn("alpha").await;
     let ajs = js(&a, REFUSED_WAIT);
     let me = s.hive("alpha").public.clone();
-    let status = open(&ajs, Bucket::Status).await;
-    let wanted = open(&ajs, Bucket::Wanted).await;
-    let creds = open(&ajs, Bucket::Credentials).await;
     let beta_cred = credential_key(&hive("beta"), &agent(), &account());
     let beta = HiveSubjects::new(&hive("beta"));
 
     // Write B's status.
-    assert!(status.put("beta", "forged".into()).await.is_err());
+    assert!(put_own(&ajs, Bucket::Status, "beta", "forged".into())
+        .await
+        .is_err());
     s.violation(Violation::Publish, &me, &Bucket::Status.key_subject("beta"))
         .await;
 
-    // Read B's wanted key: by entry, by watch, and by the client's stock
-    // (unnamed) watch, which says nothing about its filter.
-    assert!(wanted.entry("beta").await.is_err());
+    // Read B's wanted key and credential by direct get, or hear their
+    // doorbells.
+    assert!(KeyReader::new(&ajs, Bucket::Wanted)
+        .last("beta")
+        .await
+        .is_err());
     s.violation(
         Violation::Publish,
         &me,
         &js_api::direct_get(Bucket::Wanted, "beta"),
     )
     .await;
-    assert!(watch_key(&a.client, &wanted, "beta", WatchFrom::Current)
+    assert!(KeyReader::new(&ajs, Bucket::Credentials)
+        .last(&beta_cred)
         .await
         .is_err());
-    let create_prefix = format!("{}.", js_api::consumer_create_unnamed(Bucket::Wanted));
-    let beta_filter = format!(".{}", Bucket::Wanted.key_subject("beta"));
-    s.violation_where(
-        Violation::Publish,
-        &me,
-        "a named consumer on beta's declaration",
-        |subj| subj.starts_with(&create_prefix) && subj.ends_with(&beta_filter),
-    )
-    .await;
-    assert!(wanted.watch_with_history("beta").await.is_err());
-    s.violation(
-        Violation::Publish,
-        &me,
-        &js_api::consumer_create_unnamed(Bucket::Wanted),
-    )
-    .await;
-
-    // Read B's credential entries: by key and by prefix.
-    assert!(creds.get(&beta_cred).await.is_err());
     s.violation(
         Violation::Publish,
         &me,
         &js_api::direct_get(Bucket::Credentials, &beta_cred),
     )
     .await;
-    let beta_prefix = swarm_queue_client::subjects::credential_prefix_filter(&hive("beta"));
-    assert!(read_prefix(&a.client, &creds, &beta_prefix, REFUSED_WAIT)
-        .await
-        .is_err());
-    let creds_prefix = format!("{}.", js_api::consumer_create_unnamed(Bucket::Credentials));
-    let creds_filter = format!(".{}", Bucket::Credentials.key_subject(&beta_prefix));
-    s.violation_where(
+    for subject in [
+        Bucket::Wanted.key_subject("beta"),
+        Bucket::Credentials.key_subject("beta.>"),
+        Bucket::Status.key_subject("beta"),
+    ] {
+        let _sub = a.client.subscribe(subject.clone()).await.unwrap();
+        a.client.flush().await.unwrap();
+        s.violation(Violation::Subscribe, &me, &subject).await;
+    }
+
+    // The stock KV client (stream info to open, consumers to watch) is
+    // refused at its first step, for its own key too.
+    assert!(ajs.get_key_value(Bucket::Wanted.name()).await.is_err());
+    s.violation(
         Violation::Publish,
         &me,
-        "a consumer on beta's credentials",
-        |subj| subj.starts_with(&creds_prefix) && subj.ends_with(&creds_filter),
+        &js_api::stream_info(Bucket::Wanted),
     )
     .await;
 
@@ -361,12 +333,18 @@ async fn a_hive_cannot_touch_another_hives_keys_or_subjects() {
 
     // Write any wanted key, its own included, and any credential.
     for key in ["alpha", "beta"] {
-        assert!(wanted.put(key, "{}".into()).await.is_err());
+        assert!(put_own(&ajs, Bucket::Wanted, key, "{}".into())
+            .await
+            .is_err());
         s.violation(Violation::Publish, &me, &Bucket::Wanted.key_subject(key))
             .await;
     }
     let own_cred = credential_key(&hive("alpha"), &agent(), &account());
-    assert!(creds.put(&own_cred, "planted".into()).await.is_err());
+    assert!(
+        put_own(&ajs, Bucket::Credentials, &own_cred, "planted".into())
+            .await
+            .is_err()
+    );
     s.violation(
         Violation::Publish,
         &me,
@@ -374,28 +352,10 @@ async fn a_hive_cannot_touch_another_hives_keys_or_subjects() {
     )
     .await;
 
-    // A consumer whose body asks for more than its subject says is refused
-    // by the server itself: the reason a subject grant can stand for a read
-    // permission.
-    let body = serde_json::json!({
-        "stream_name": Bucket::Wanted.stream_name(),
-        "config": {
-            "name": "sneaky",
-            "deliver_subject": a.client.new_inbox(),
-            "filter_subject": Bucket::Wanted.key_subject("beta"),
-            "ack_policy": "none",
-        },
-    });
-    let answer = a
-        .client
-        .request(
-            js_api::consumer_create(Bucket::Wanted, "sneaky", "alpha"),
-            serde_json::to_vec(&body).unwrap().into(),
-        )
-        .await
-        .expect("the server answers");
-    let answer: serde_json::Value = serde_json::from_slice(&answer.payload).unwrap();
-    assert_eq!(answer["error"]["err_code"], 10131, "{answer}");
+    // No consumer of any kind, its own key included.
+    let own_create = js_api::consumer_create(Bucket::Wanted, "mine", "alpha");
+    let _ = a.client.request(own_create.clone(), "{}".into()).await;
+    s.violation(Violation::Publish, &me, &own_create).await;
 
     // Nothing of beta's changed.
     let cjs = js(&ctl, Duration::from_secs(5));
@@ -438,24 +398,43 @@ async fn a_hive_opens_buckets_but_never_creates_them() {
         msg.contains("hyperhive-status") && msg.contains("controller"),
         "{msg}"
     );
-    // async-nats asks for the account's JetStream info before it creates a
-    // bucket; a hive may not, so creation stops at that first step.
-    s.violation(Violation::Publish, &me, "$JS.API.INFO").await;
-    assert!(
-        !s.server
-            .log()
-            .contains(&js_api::stream_create(Bucket::Status)),
-        "the create request itself was never sent"
-    );
-
-    // Once the controller created it, the same call opens it.
+    // Opening asks for the stream's info, creating for a create: a hive
+    // may do neither.
+    for subject in [
+        js_api::stream_info(Bucket::Status),
+        js_api::stream_create(Bucket::Status),
+    ] {
+        s.violation(Violation::Publish, &me, &subject).await;
+    }
+    let err = swarm_queue_client::buckets::create_bucket(
+        &js(&a, REFUSED_WAIT),
+        Bucket::Status,
+        &BucketSettings::default(),
+    )
+    .await
+    .expect_err("what the status publisher tries on a missing bucket is refused");
+    assert!(err.to_string().contains("controller"), "{err}");
+    // Its put names the missing bucket; once the controller created it,
+    // the same put lands.
+    let err = put_own(
+        &js(&a, Duration::from_secs(5)),
+        Bucket::Status,
+        "alpha",
+        "up".into(),
+    )
+    .await
+    .expect_err("no status bucket yet");
+    assert!(err.to_string().contains("hyperhive-status"), "{err}");
     let ctl = s.controller_conn().await;
     open(&js(&ctl, Duration::from_secs(5)), Bucket::Status).await;
-    let status = open(&js(&a, Duration::from_secs(5)), Bucket::Status).await;
-    status
-        .put("alpha", "up".into())
-        .await
-        .expect("put after the controller created it");
+    put_own(
+        &js(&a, Duration::from_secs(5)),
+        Bucket::Status,
+        "alpha",
+        "up".into(),
+    )
+    .await
+    .expect("put after the controller created it");
 }
 
 #[tokio::test]
@@ -487,11 +466,14 @@ async fn the_controller_can_do_everything_hyperhive_needs() {
     // Read every status: a hive writes its own, the controller lists and
     // watches them all (the stock, unnamed watch and keys()).
     let a = s.hive_conn("alpha").await;
-    open(&js(&a, Duration::from_secs(5)), Bucket::Status)
-        .await
-        .put("alpha", "alpha-up".into())
-        .await
-        .unwrap();
+    put_own(
+        &js(&a, Duration::from_secs(5)),
+        Bucket::Status,
+        "alpha",
+        "alpha-up".into(),
+    )
+    .await
+    .unwrap();
     let keys: Vec<String> = status
         .keys()
         .await
@@ -525,8 +507,14 @@ async fn the_controller_can_do_everything_hyperhive_needs() {
         )
         .await
         .unwrap();
-    let listed = read_prefix(&ctl.client, &creds, ">", T).await.unwrap();
-    assert_eq!(listed.len(), 2);
+    let listed: Vec<String> = creds
+        .keys()
+        .await
+        .unwrap()
+        .map(|k| k.unwrap())
+        .collect()
+        .await;
+    assert_eq!(listed.len(), 2, "{listed:?}");
     // Events to any hive.
     for h in ["alpha", "beta"] {
         let subj = HiveSubjects::new(&hive(h));

@@ -22,7 +22,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, consumer, kv};
 use base64::Engine;
 use futures_util::StreamExt;
-use hive::credentials::{credential_path, DeliverError, Deliverer};
+use hive::credentials::{credential_path, DeliverError, Deliverer, DelivererParts};
 use hyperhive_tests::hive::{HiveProc, HiveSpec};
 use hyperhive_tests::identity::{render_roster, SecuredNats};
 use hyperhive_tests::trace_log::in_process_log;
@@ -211,23 +211,18 @@ async fn no_secret_in_plain_text_anywhere_the_run_wrote() {
     let hive_xkey = hive::xkey::load_or_create(&hive_proc.state_dir.join("xkey.seed")).unwrap();
     assert_eq!(hive_xkey.public_key(), hive_xkey_public);
     let conn = s.hive_conn("alpha").await;
-    let hive_creds = open_or_create(
-        &jetstream::new(conn.client.clone()),
-        Bucket::Credentials,
-        &BucketSettings::default(),
-    )
-    .await
-    .unwrap();
-    let deliverer = Deliverer {
+    let deliverer = Deliverer::new(DelivererParts {
         client: conn.client.clone(),
-        store: hive_creds,
         hive: alpha.clone(),
         xkey: Arc::new(hive_xkey),
         trusted: Arc::new(vec![controller_xkey.public_key()]),
         agents_dir: hive_proc.state_dir.join("in-process-agents"),
-    };
-    let (written, failures) = deliverer.deliver_all().await.unwrap();
-    assert_eq!((written, failures.len()), (1, 0));
+    });
+    let (written, failures) = deliverer
+        .deliver_declared(&declaring(&agent, &account))
+        .await
+        .unwrap();
+    assert_eq!((written.len(), failures.len()), (1, 0));
 
     // The credentials bucket holds only sealed envelopes.
     for record in every_revision(&ctl.client, &creds).await {
@@ -281,7 +276,7 @@ async fn no_secret_in_plain_text_anywhere_the_run_wrote() {
     ));
     let in_process = std::fs::read(log_file).unwrap();
     assert!(
-        String::from_utf8_lossy(&in_process).contains("boot credential delivery done"),
+        String::from_utf8_lossy(&in_process).contains("credential delivery pass done"),
         "the in-process log captured the hive's delivery"
     );
     sources.push(("in-process hive log".into(), in_process));
@@ -336,19 +331,14 @@ async fn the_wrong_xkey_cannot_open_another_hives_credential() {
         .await
         .unwrap();
     let conn = s.hive_conn("beta").await;
-    let store = jetstream::new(conn.client.clone())
-        .get_key_value(Bucket::Credentials.name())
-        .await
-        .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let deliverer = Deliverer {
+    let deliverer = Deliverer::new(DelivererParts {
         client: conn.client.clone(),
-        store,
         hive: beta.clone(),
         xkey: Arc::new(beta_x),
         trusted: Arc::new(trusted),
         agents_dir: dir.path().to_path_buf(),
-    };
+    });
     let err = deliverer.deliver(&agent, &account).await.unwrap_err();
     assert!(matches!(err, DeliverError::Open { .. }), "{err}");
     let msg = hive::error_chain(&err);
@@ -369,4 +359,17 @@ async fn the_wrong_xkey_cannot_open_another_hives_credential() {
         missing.to_string().contains("beta.mail-bot.imap"),
         "{missing}"
     );
+}
+
+/// A declaration that names `agent`'s credential `account`: what tells a
+/// hive which of its keys to read at boot.
+fn declaring(agent: &AgentName, account: &AccountName) -> swarm_queue_client::Declaration {
+    let text = serde_json::json!({
+        "schema": 1,
+        "agents": { agent.as_str(): { "image": "local/x:1", "credentials": [account.as_str()] } }
+    })
+    .to_string();
+    decode::<swarm_queue_client::Declaration>(text.as_bytes())
+        .unwrap()
+        .value
 }

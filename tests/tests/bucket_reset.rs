@@ -1,0 +1,191 @@
+//! A bucket deleted and made again (a lost NATS store, an operator's
+//! `nats kv del`), over a real nats-server, dockerd and `hive` process:
+//! while it is missing a warning names it; once it is back, the value at
+//! its new, lower revision is taken as the truth, a warning says what
+//! happened, and nothing needs a restart. For the wanted bucket and the
+//! credentials bucket.
+
+use std::time::Duration;
+
+use hyperhive_tests::docker::{ContainerGuard, TestImage};
+use hyperhive_tests::hive::{warning_keys, HiveProc, HiveSpec};
+use hyperhive_tests::kv::{container, Swarm};
+use hyperhive_tests::{unique_name, wait_until, NatsServer};
+use serde_json::{json, Value};
+use swarm_queue_client::credentials::{seal, XKey};
+use swarm_queue_client::encode;
+
+const T: Duration = Duration::from_secs(90);
+
+fn decl(image: &str, version: &str) -> String {
+    json!({
+        "schema": 1,
+        "agents": { "a": {
+            "image": image,
+            "command": ["/bin/sleep", "3600"],
+            "env": { "V": version },
+            "credentials": ["smtp"],
+        } }
+    })
+    .to_string()
+}
+
+fn warning<'a>(readiness: &'a Value, key: &str) -> Option<&'a str> {
+    readiness["warnings"]
+        .as_array()?
+        .iter()
+        .find(|w| w["key"] == key)?["message"]
+        .as_str()
+}
+
+/// Wait until the hive's `/health/ready` shows a warning `key`; its text.
+async fn wait_warning(h: &HiveProc, key: &str) -> String {
+    wait_until(T, &format!("warning {key}"), || async {
+        let (_, r) = h.ready().await;
+        warning(&r, key).map(str::to_string)
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_wanted_bucket_made_again_is_taken_as_the_truth() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let hive = unique_name("rs-wanted");
+    let img = TestImage::busybox("rs-wanted");
+    let _guard = ContainerGuard::new(&hive);
+    let swarm = Swarm::connect(&url).await;
+    swarm.declare(&hive, &decl(&img.reference, "1")).await;
+    swarm.declare(&hive, &decl(&img.reference, "2")).await;
+    let r3 = swarm.declare(&hive, &decl(&img.reference, "3")).await;
+    let h = HiveProc::start(HiveSpec {
+        name: Some(&hive),
+        nats_url: Some(&url),
+        ..Default::default()
+    });
+    swarm.converged(&hive, r3, T).await;
+    let (_, _, spec3) = container(&hive, "a").unwrap();
+
+    // The bucket goes away. A declaration sent meanwhile is stored by no
+    // stream; the hive hears it, reads, and says the bucket is missing.
+    swarm.js.delete_key_value("hyperhive-wanted").await.unwrap();
+    swarm
+        .client
+        .publish(
+            format!("$KV.hyperhive-wanted.{hive}"),
+            decl(&img.reference, "lost").into(),
+        )
+        .await
+        .unwrap();
+    let missing = wait_warning(&h, "wanted_bucket").await;
+    assert!(missing.contains("hyperhive-wanted"), "{missing}");
+    assert!(missing.contains(&format!("revision {r3}")), "{missing}");
+
+    // Made again with the same settings; a new declaration lands at
+    // revision 1, below the one the hive handled.
+    let r1 = swarm.declare(&hive, &decl(&img.reference, "4")).await;
+    assert!(r1 < r3, "revision {r1} after a new bucket");
+    let s = swarm
+        .status_until(&hive, "converged on the new bucket's revision", T, |s| {
+            s["converged_revision"].as_u64() == Some(r1)
+        })
+        .await;
+    assert_eq!(s["agents"]["a"]["observed"], "running", "{s}");
+    let (_, running, spec4) = container(&hive, "a").unwrap();
+    assert!(running);
+    assert_ne!(
+        spec3, spec4,
+        "the declaration at the new revision was applied"
+    );
+    let (_, r) = h.ready().await;
+    let reset = warning(&r, "wanted_reset").unwrap_or_else(|| panic!("{r}"));
+    assert!(
+        reset.contains("hyperhive-wanted") && reset.contains(&format!("revision {r1}")),
+        "{reset}"
+    );
+    assert!(
+        !warning_keys(&r).contains(&"wanted_bucket".to_string()),
+        "{r}"
+    );
+
+    // The doorbell keeps working: the next declaration is applied too.
+    let r2 = swarm.declare(&hive, &decl(&img.reference, "5")).await;
+    swarm
+        .status_until(&hive, "converged on the next revision", T, |s| {
+            s["converged_revision"].as_u64() == Some(r2)
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn a_credentials_bucket_made_again_is_taken_as_the_truth() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let hive = unique_name("rs-creds");
+    let img = TestImage::busybox("rs-creds");
+    let _guard = ContainerGuard::new(&hive);
+    let swarm = Swarm::connect(&url).await;
+    let controller = XKey::new();
+    let extra = format!(
+        "trusted_controller_xkeys = [{:?}]\n",
+        controller.public_key()
+    );
+    let r = swarm.declare(&hive, &decl(&img.reference, "1")).await;
+    let h = HiveProc::start(HiveSpec {
+        name: Some(&hive),
+        nats_url: Some(&url),
+        extra: &extra,
+        ..Default::default()
+    });
+    let status = swarm.converged(&hive, r, T).await;
+    let hive_xkey = status["xkey"].as_str().unwrap().to_string();
+    let creds = swarm.bucket("hyperhive-credentials").await;
+    let key = format!("{hive}.a.smtp");
+    let sealed =
+        |secret: &str| encode(&seal(secret.as_bytes(), &controller, &hive_xkey).unwrap()).unwrap();
+    let path = h.state_dir.join("agents/a/credentials/smtp");
+    for secret in ["secret-1", "secret-2", "secret-3"] {
+        creds.put(&key, sealed(secret).into()).await.unwrap();
+    }
+    // Delivered by the doorbell alone: no notice is sent in this test.
+    wait_until(T, "secret-3 delivered", || async {
+        (std::fs::read(&path).ok()? == b"secret-3").then_some(())
+    })
+    .await;
+
+    swarm
+        .js
+        .delete_key_value("hyperhive-credentials")
+        .await
+        .unwrap();
+    swarm
+        .client
+        .publish(
+            format!("$KV.hyperhive-credentials.{key}"),
+            sealed("lost").into(),
+        )
+        .await
+        .unwrap();
+    let missing = wait_warning(&h, "credentials_bucket").await;
+    assert!(missing.contains("hyperhive-credentials"), "{missing}");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        b"secret-3",
+        "kept while missing"
+    );
+
+    let creds = swarm.bucket("hyperhive-credentials").await;
+    let rev = creds.put(&key, sealed("secret-new").into()).await.unwrap();
+    assert_eq!(rev, 1);
+    wait_until(T, "the value of the new bucket delivered", || async {
+        (std::fs::read(&path).ok()? == b"secret-new").then_some(())
+    })
+    .await;
+    let reset = wait_warning(&h, "credentials_reset").await;
+    assert!(reset.contains("hyperhive-credentials"), "{reset}");
+    let (_, r) = h.ready().await;
+    assert!(
+        !warning_keys(&r).contains(&"credentials_bucket".to_string()),
+        "{r}"
+    );
+}

@@ -1,12 +1,13 @@
 # The hyperhive hive daemon as a NixOS service (`services.hyperhive`).
 #
-# Owns: the `hyperhive-hive` unit, the `hyperhive` system user, the hive's
+# Owns: the `hyperhive-hive` unit, the `hyperhive` system user and group
+# (the group may use the operator API socket /run/hyperhive/hive.sock), the hive's
 # TOML config (generated from the options, checked at build time by
 # `hive --check-config`), and /etc/hyperhive/hive.toml for the operator CLI.
 #
 # Invariants: secrets reach the daemon only through LoadCredential, never the
 # Nix store; the unit is Type=notify, so "active" means the daemon said
-# READY=1 (its local API listens) and a hung daemon is killed by the
+# READY=1 (its operator API socket listens) and a hung daemon is killed by the
 # watchdog. The unit talks to dockerd, which is root-equivalent access to the
 # host (see docs/nixos.md).
 {
@@ -54,6 +55,10 @@ let
       xkey_seed_file =
         if cfg.xkeySeedFile == null then null else secretPath "xkey.seed" cfg.xkeySeedFile;
       trusted_controller_xkeys = cfg.trustedControllerXkeys;
+      # The operator API: a socket in the unit's RuntimeDirectory (0750),
+      # mode 0660, group hyperhive. Operators join that group.
+      api_socket = apiSocket;
+      api_socket_group = user;
       registry_auth_file =
         if cfg.registryAuthFile == null then
           null
@@ -79,6 +84,7 @@ let
       configFile;
 
   underVarLib = lib.hasPrefix "/var/lib/" cfg.stateDir;
+  apiSocket = "/run/hyperhive/hive.sock";
 in
 {
   options.services.hyperhive = {
@@ -204,6 +210,9 @@ in
     systemd.tmpfiles.rules = lib.optional (!underVarLib) "d ${cfg.stateDir} 0700 ${user} ${user} -";
 
     environment.systemPackages = [ cfg.package ];
+    # `hive agents|jobs|deploy|…` find the socket without --api; members of
+    # the hyperhive group (users.users.<you>.extraGroups) may use it.
+    environment.variables.HYPERHIVE_API = apiSocket;
     # The same config with the secret files' own paths, for the operator's
     # `hive --config /etc/hyperhive/hive.toml ...` run as root.
     environment.etc."hyperhive/hive.toml".source = operatorConfigFile;
@@ -242,6 +251,9 @@ in
         LoadCredential = common.loadCredential secrets;
         StateDirectory = lib.mkIf underVarLib (lib.removePrefix "/var/lib/" cfg.stateDir);
         StateDirectoryMode = "0700";
+        # /run/hyperhive: the operator API's socket, reachable by the group.
+        RuntimeDirectory = "hyperhive";
+        RuntimeDirectoryMode = "0750";
         ReadWritePaths = [ cfg.stateDir ];
       };
     };

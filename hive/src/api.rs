@@ -1,9 +1,10 @@
 //! # The local operator API
 //!
-//! JSON over the hive's loopback HTTP server (the lead's `http` module
-//! merges [`router`] next to the health endpoints). The `hive` operator
-//! verbs ([`crate::ops`]) are its only intended client; it is loopback
-//! only because `purge` deletes data.
+//! JSON over HTTP on the hive's Unix socket ([`crate::access`] decides
+//! where [`router`] is served: the socket always, TCP only with remote
+//! writes and their token). The `hive` operator verbs ([`crate::ops`]) are
+//! its intended client; who may reach it is decided by the socket's mode
+//! and group, because it deploys any spec and `purge` deletes data.
 //!
 //! | method | path | does |
 //! |---|---|---|

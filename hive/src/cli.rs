@@ -1,5 +1,5 @@
 //! The `hive` command line: `hive run` starts the daemon; the other verbs
-//! talk to a running daemon's loopback API.
+//! talk to a running daemon's operator API on its Unix socket.
 //!
 //! Exit codes: 0 ok, 1 runtime failure, 2 usage, 64 invalid config.
 
@@ -23,7 +23,8 @@ pub const EXIT_CONFIG: i32 = 64;
         readiness to the swarm's NATS KV bucket `hyperhive-status` under its own name, and \
         converges on its declaration in `hyperhive-wanted`. It keeps working when NATS, the \
         controller or Docker go away.\n\n\
-        The other verbs talk to a running hive on its loopback API (--api).\n\n\
+        The other verbs talk to a running hive through its operator API: the Unix socket \
+        <state>/hive.sock (mode 0660, group hyperhive), or --api.\n\n\
         Exit codes: 0 ok, 1 runtime failure, 2 usage error, 64 invalid configuration."
 )]
 struct Cli {
@@ -32,14 +33,25 @@ struct Cli {
     #[arg(long, value_name = "FILE")]
     check_config: Option<PathBuf>,
 
-    /// Base URL of the hive's local API, for the operator verbs.
+    /// The hive's operator API: its Unix socket (a path, or `unix:PATH`),
+    /// or `http://HOST:PORT` when the hive has remote writes enabled.
     #[arg(
         long,
         global = true,
         env = "HYPERHIVE_API",
-        default_value = "http://127.0.0.1:7390"
+        default_value = config::DEFAULT_API_SOCKET
     )]
     api: String,
+
+    /// A file holding the bearer token for the API over TCP (the hive's
+    /// `api_token_file`); not needed on the socket.
+    #[arg(
+        long,
+        global = true,
+        env = "HYPERHIVE_API_TOKEN_FILE",
+        value_name = "FILE"
+    )]
+    api_token_file: Option<PathBuf>,
 
     /// Print JSON instead of tables (for scripts).
     #[arg(long, global = true)]
@@ -113,10 +125,11 @@ pub fn main() -> i32 {
         return match config::load(Some(path), &Overrides::default(), |_| None) {
             Ok(c) => {
                 println!(
-                    "{}: ok (hive {}, state dir {}, local API {})",
+                    "{}: ok (hive {}, state dir {}, API socket {}, health on {})",
                     path.display(),
                     c.name.as_ref().map(|n| n.as_str()).unwrap_or("(unnamed)"),
                     c.state_dir.display(),
+                    c.api_socket.display(),
                     c.http_listen
                 );
                 EXIT_OK
@@ -141,6 +154,17 @@ pub fn main() -> i32 {
             return EXIT_FAILURE;
         }
     };
+    let api = crate::client::ApiClient::new(crate::client::Endpoint::parse(&cli.api));
+    let api = match &cli.api_token_file {
+        None => api,
+        Some(path) => match api.with_token_file(path) {
+            Ok(api) => api,
+            Err(e) => {
+                eprintln!("hive: {}", crate::error_chain(&e));
+                return EXIT_FAILURE;
+            }
+        },
+    };
     match command {
         Command::Run(args) => {
             init_tracing(args.log_json);
@@ -159,8 +183,8 @@ pub fn main() -> i32 {
             };
             runtime.block_on(run_until_signal(config))
         }
-        Command::Status => runtime.block_on(status(&cli.api, cli.json)),
-        Command::Ops(cmd) => runtime.block_on(crate::ops::run(cmd, &cli.api, cli.json)),
+        Command::Status => runtime.block_on(status(&api, cli.json)),
+        Command::Ops(cmd) => runtime.block_on(crate::ops::run(cmd, api, cli.json)),
     }
 }
 
@@ -198,22 +222,25 @@ async fn wait_for_signal() {
     }
 }
 
-async fn status(api: &str, json: bool) -> i32 {
-    let url = format!("{}/health/ready", api.trim_end_matches('/'));
-    let resp = match reqwest::get(&url).await {
-        Ok(r) => r,
+async fn status(api: &crate::client::ApiClient, json: bool) -> i32 {
+    let answer = match api.get("/health/ready").await {
+        Ok(a) => a,
         Err(e) => {
-            eprintln!("hive: cannot reach the hive's local API at {url}: {e} (is `hive run` running? see --api)");
+            eprintln!(
+                "hive: cannot reach the hive at {}: {} (is `hive run` running? see --api)",
+                api.endpoint,
+                crate::error_chain(&e)
+            );
             return EXIT_FAILURE;
         }
     };
-    let code = resp.status();
-    let body = resp.text().await.unwrap_or_default();
+    let body = String::from_utf8_lossy(&answer.body).to_string();
     let readiness: swarm_queue_client::Readiness = match serde_json::from_str(&body) {
         Ok(r) => r,
         Err(e) => {
             eprintln!(
-                "hive: {url} answered {code} with something that is not a readiness document: {e}"
+                "hive: {} answered {} with something that is not a readiness document: {e}",
+                api.endpoint, answer.status
             );
             return EXIT_FAILURE;
         }

@@ -14,6 +14,10 @@ use swarm_queue_client::{HiveName, NatsConfig};
 
 pub const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:7390";
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/hyperhive";
+/// The operator API's socket when the state dir is the default one.
+pub const DEFAULT_API_SOCKET: &str = "/var/lib/hyperhive/hive.sock";
+/// The largest build context sent to Docker, unless configured.
+pub const DEFAULT_BUILD_CONTEXT_MAX_BYTES: u64 = 1 << 30;
 
 /// The file as written. Every field is optional; unknown keys are refused so
 /// a typo is an error, not a silently ignored setting.
@@ -31,6 +35,11 @@ pub struct FileConfig {
     pub xkey_seed_file: Option<PathBuf>,
     pub knowledge_repo: Option<String>,
     pub docker_host: Option<String>,
+    pub api_socket: Option<PathBuf>,
+    pub api_socket_group: Option<String>,
+    pub api_token_file: Option<PathBuf>,
+    pub build_roots: Vec<PathBuf>,
+    pub build_context_max_bytes: Option<u64>,
     pub registry_auth_file: Option<PathBuf>,
     pub nats: NatsConfig,
 }
@@ -52,7 +61,8 @@ pub struct HiveConfig {
     /// publishing, and says so in a warning.
     pub name: Option<HiveName>,
     pub state_dir: PathBuf,
-    /// Loopback only: the local API can purge data.
+    /// Health and metrics (and the API only with remote writes on);
+    /// loopback only.
     pub http_listen: SocketAddr,
     pub publish_interval: Duration,
     pub reconcile_interval: Duration,
@@ -64,10 +74,60 @@ pub struct HiveConfig {
     pub xkey_seed_file: PathBuf,
     pub knowledge_repo: Option<String>,
     pub docker_host: Option<String>,
+    /// The operator API's Unix socket (`<state>/hive.sock` by default).
+    pub api_socket: PathBuf,
+    /// The group the socket is given (mode 0660); `None` keeps the
+    /// daemon's own group.
+    pub api_socket_group: Option<String>,
+    /// Set only when the operator enabled remote writes: the TCP listener
+    /// then serves the API to requests that carry this bearer token.
+    pub api_token: Option<ApiToken>,
+    /// Directories a build context may name, besides the knowledge
+    /// checkout and the hive's own clones under `<state>/builds`.
+    pub build_roots: Vec<PathBuf>,
+    /// The largest build context streamed to Docker.
+    pub build_context_max_bytes: u64,
     /// A Docker `config.json` whose logins go with pulls; re-read when it
     /// changes (see [`crate::registry_auth`]).
     pub registry_auth_file: Option<PathBuf>,
     pub nats: NatsConfig,
+}
+
+/// The bearer token for remote writes, read from a 0600 file. Its `Debug`
+/// never shows the secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiToken(pub String);
+
+impl std::fmt::Debug for ApiToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiToken(…)")
+    }
+}
+
+/// Read the remote-writes token, refusing a file group or others can read.
+fn read_token_file(path: &Path) -> Result<ApiToken, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let shown = path.display();
+    let meta = std::fs::metadata(path)
+        .map_err(|e| format!("api_token_file {shown}: cannot read it: {e}"))?;
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "api_token_file {shown} has mode {mode:04o}: it holds the API's bearer token, so \
+             group and others must have no access (chmod 600 {shown})"
+        ));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("api_token_file {shown}: cannot read it: {e}"))?;
+    let token = text.trim();
+    if token.len() < 16 {
+        return Err(format!(
+            "api_token_file {shown} holds a token of {} characters; use at least 16 random ones \
+             (for example `openssl rand -hex 32`)",
+            token.len()
+        ));
+    }
+    Ok(ApiToken(token.to_string()))
 }
 
 impl HiveConfig {
@@ -184,7 +244,7 @@ pub fn load(
         Ok(a) if a.ip().is_loopback() => a,
         Ok(a) => {
             problems.push(format!(
-                "http_listen = {a:?}: the local API can delete agent data, so it listens on loopback only (for example 127.0.0.1:7390)"
+                "http_listen = {a:?}: the hive's HTTP listener is loopback only (for example 127.0.0.1:7390); the operator API is on the Unix socket"
             ));
             DEFAULT_HTTP_LISTEN
                 .parse()
@@ -244,6 +304,29 @@ pub fn load(
     }
     .read(file.orphan_grace_secs, &mut problems);
 
+    let api_token = match &file.api_token_file {
+        None => None,
+        Some(p) => read_token_file(p).map_err(|e| problems.push(e)).ok(),
+    };
+    for root in &file.build_roots {
+        if !root.is_absolute() {
+            problems.push(format!(
+                "build_roots: {:?} must be an absolute path",
+                root.display().to_string()
+            ));
+        }
+    }
+    let build_context_max_bytes = file
+        .build_context_max_bytes
+        .unwrap_or(DEFAULT_BUILD_CONTEXT_MAX_BYTES);
+    if build_context_max_bytes == 0 {
+        problems.push("build_context_max_bytes = 0: it must be at least 1".into());
+    }
+    if let Some(g) = &file.api_socket_group {
+        if g.trim().is_empty() {
+            problems.push("api_socket_group is empty".into());
+        }
+    }
     if let Some(p) = file
         .registry_auth_file
         .as_ref()
@@ -265,6 +348,9 @@ pub fn load(
     if !problems.is_empty() {
         return Err(ConfigErrors { problems });
     }
+    let api_socket = file
+        .api_socket
+        .unwrap_or_else(|| state_dir.join("hive.sock"));
     let xkey_seed_file = file
         .xkey_seed_file
         .unwrap_or_else(|| state_dir.join("xkey.seed"));
@@ -280,6 +366,11 @@ pub fn load(
         xkey_seed_file,
         knowledge_repo: file.knowledge_repo.filter(|s| !s.trim().is_empty()),
         docker_host: file.docker_host,
+        api_socket,
+        api_socket_group: file.api_socket_group,
+        api_token,
+        build_roots: file.build_roots,
+        build_context_max_bytes,
         registry_auth_file: file.registry_auth_file,
         nats,
     })

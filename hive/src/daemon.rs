@@ -41,7 +41,7 @@ use crate::{
     api, converger, credentials, events, http, knowledge, publisher, systemd, wanted, worker, xkey,
 };
 
-/// File under the state dir holding the local API's bound address.
+/// File under the state dir holding the HTTP listener's bound address.
 pub const API_ADDR_FILE: &str = "api.addr";
 
 /// How long tasks get to finish after shutdown is requested.
@@ -59,7 +59,9 @@ pub enum DaemonError {
     XKey(#[from] xkey::XKeyError),
     #[error(transparent)]
     Jobs(#[from] crate::jobs::StoreError),
-    #[error("cannot listen on {addr} for the local API")]
+    #[error(transparent)]
+    Socket(#[from] crate::access::SocketError),
+    #[error("cannot listen on {addr} for health and metrics")]
     Listen {
         addr: std::net::SocketAddr,
         #[source]
@@ -72,15 +74,24 @@ pub async fn run(config: HiveConfig, shutdown: Shutdown) -> Result<(), DaemonErr
     let state = open_state(&config).await?;
     let mut tasks = Supervisor::new(state.health.clone(), shutdown.clone());
     let nats = connect_nats(&config, &state.health).await;
-    let mut router = http::health_router(state.health.clone());
+    let mut api_routes = None;
     if let Some(hive) = config.name.clone() {
         let containers = start_container_side(&config, &state, hive, &mut tasks);
-        router = router.merge(api::router(containers.api_state(&state)));
+        api_routes = Some(api::router(containers.api_state(&state)));
         if let Some(conn) = &nats {
             start_nats_side(&config, &state, &containers, conn, &mut tasks);
         }
     }
-    start_local_side(&config, &state, router, &mut tasks);
+    let health_routes = http::health_router(state.health.clone());
+    let (tcp_routes, socket_routes) =
+        crate::access::routers(health_routes, api_routes, config.api_token.clone());
+    start_local_side(&config, &state, tcp_routes, &mut tasks);
+    let socket = Arc::clone(&state.socket);
+    tasks.spawn("api_socket", Role::Auxiliary, move |shutdown| {
+        let socket = socket.try_clone();
+        let router = socket_routes.clone();
+        async move { crate::access::serve_socket(socket?, router, shutdown).await }
+    });
     systemd::notify_ready();
     tracing::info!(
         hive = config.name.as_ref().map(|n| n.as_str()).unwrap_or("(unnamed)"),
@@ -88,6 +99,7 @@ pub async fn run(config: HiveConfig, shutdown: Shutdown) -> Result<(), DaemonErr
         "hive running"
     );
     wait_and_drain(tasks, shutdown, nats).await;
+    let _ = std::fs::remove_file(&config.api_socket);
     Ok(())
 }
 
@@ -98,6 +110,9 @@ struct State {
     health: Arc<Health>,
     /// The loopback listener; each start of the HTTP task serves a clone.
     listener: Arc<std::net::TcpListener>,
+    /// The operator API's socket (0660, its group); each start of the
+    /// socket task serves a clone.
+    socket: Arc<std::os::unix::net::UnixListener>,
     /// The last valid declaration (from `wanted.json`, then from the swarm).
     /// The sender lives until shutdown, also without NATS.
     wanted_tx: WantedTx,
@@ -125,7 +140,10 @@ async fn open_state(config: &HiveConfig) -> Result<State, DaemonError> {
         .and_then(|l| l.into_std())
         .map_err(listen_error)?;
     let addr = listener.local_addr().unwrap_or(config.http_listen);
-    tracing::info!(%addr, "local API listening (health: /health/ready, /health/live, /metrics)");
+    tracing::info!(%addr, remote_writes = config.api_token.is_some(), "HTTP listening (/health/ready, /health/live, /metrics)");
+    let socket =
+        crate::access::bind_socket(&config.api_socket, config.api_socket_group.as_deref())?;
+    tracing::info!(path = %config.api_socket.display(), group = config.api_socket_group.as_deref().unwrap_or("(the daemon's)"), "operator API listening on its Unix socket (mode 0660)");
     // Written so that tools (and tests) using `http_listen = "127.0.0.1:0"`
     // can find the port the kernel chose.
     let addr_file = config.state_dir.join(API_ADDR_FILE);
@@ -139,6 +157,7 @@ async fn open_state(config: &HiveConfig) -> Result<State, DaemonError> {
         xkey: Arc::new(xkey),
         health,
         listener: Arc::new(listener),
+        socket: Arc::new(socket),
         wanted_tx,
         wanted_rx,
         knowledge: config.knowledge_repo.as_ref().map(|_| Arc::default()),
@@ -222,7 +241,8 @@ fn start_container_side(
     hive: HiveName,
     tasks: &mut Supervisor,
 ) -> ContainerSide {
-    let mut runtime = DockerRuntime::new(hive.clone(), config.docker_host.as_deref());
+    let mut runtime = DockerRuntime::new(hive.clone(), config.docker_host.as_deref())
+        .with_context_max_bytes(config.build_context_max_bytes);
     if let Some(path) = &config.registry_auth_file {
         let auth = crate::registry_auth::RegistryAuth::new(path.clone());
         runtime = runtime.with_registry_auth(Arc::new(auth));
@@ -247,7 +267,11 @@ fn start_container_side(
             side.wake.clone(),
             state.health.clone(),
         );
-        let config = worker::WorkerConfig::default().with_test_hooks();
+        let config = worker::WorkerConfig {
+            build_roots: config.build_roots.clone(),
+            ..worker::WorkerConfig::default()
+        }
+        .with_test_hooks();
         move || worker::WorkerDeps {
             store: store.clone(),
             runtime: runtime.clone(),

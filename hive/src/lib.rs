@@ -11,6 +11,9 @@
 //!   core-NATS doorbell (no JetStream consumer); [`revision`]: the rule for
 //!   a revision that went back (a bucket made again).
 //! - [`http`]: loopback `/health/ready`, `/health/live`, `/metrics`.
+//! - [`access`]: who may reach the operator API ([`api`]): its Unix socket
+//!   (0660, group `hyperhive`), and the guarded TCP remote writes;
+//!   [`client`] speaks to either.
 //! - [`daemon`]: `hive run`, which wires the tasks and drains on shutdown;
 //!   [`supervisor`]: restarts a task that dies and names it in readiness
 //!   meanwhile; [`deploy`]: the deploy subject's handler.
@@ -27,8 +30,10 @@
 //! Invariants: one NATS connection per process; nothing stamps its own time;
 //! the hive keeps running its agents when NATS or the controller is away.
 
+pub mod access;
 pub mod api;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod converge;
 pub mod converger;

@@ -1,8 +1,9 @@
 //! # The operator verbs
 //!
 //! `hive agents`, `jobs`, `job`, `deploy`, `rebuild`, `start`, `stop`,
-//! `retire` and `purge`: a thin client of the local API ([`crate::api`]) on
-//! the hive's loopback address. Listings print tables for people and JSON
+//! `retire` and `purge`: a thin client of the operator API ([`crate::api`])
+//! on the hive's Unix socket (or, when remote writes are on, its TCP
+//! address with a bearer token; see [`crate::client`]). Listings print tables for people and JSON
 //! with `--json`; verbs print the queued job, and with `--wait` follow it
 //! node by node (pull and build progress included) until it finishes.
 //!
@@ -19,6 +20,7 @@ use serde::Serialize;
 use swarm_queue_client::{AgentName, AgentSpec};
 
 use crate::api::{AgentsView, DeployBody, ErrorBody, JobsView, PurgeBody, Queued, RebuildBody};
+use crate::client::{Answer, ApiClient, ClientError};
 use crate::jobs::{JobId, JobState, JobView, NodeState};
 
 /// The operator verbs, flattened into `hive`'s top-level commands.
@@ -107,7 +109,7 @@ pub enum Command {
 #[derive(Debug, thiserror::Error)]
 enum OpsError {
     #[error(
-        "cannot reach the hive's local API at {api}: {reason}. Is `hive run` running there? \
+        "cannot reach the hive's operator API at {api}: {reason}. Is `hive run` running there? \
          (set --api or HYPERHIVE_API)"
     )]
     Unreachable { api: String, reason: String },
@@ -126,53 +128,41 @@ enum OpsError {
 }
 
 struct Client {
-    http: reqwest::Client,
-    api: String,
+    api: ApiClient,
 }
 
 impl Client {
-    fn new(api: &str) -> Client {
-        Client {
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(30))
-                .build()
-                .unwrap_or_default(),
-            api: api.trim_end_matches('/').to_string(),
-        }
-    }
-
-    async fn send<T: DeserializeOwned>(
+    fn decode<T: DeserializeOwned>(
         &self,
-        request: reqwest::RequestBuilder,
+        answer: Result<Answer, ClientError>,
         what: &str,
     ) -> Result<T, OpsError> {
-        let resp = request.send().await.map_err(|e| OpsError::Unreachable {
-            api: self.api.clone(),
+        let api = self.api.endpoint.to_string();
+        let answer = answer.map_err(|e| OpsError::Unreachable {
+            api: api.clone(),
             reason: crate::error_chain(&e),
         })?;
-        let status = resp.status();
-        let bytes = resp.bytes().await.map_err(|e| OpsError::Unreachable {
-            api: self.api.clone(),
-            reason: e.to_string(),
-        })?;
-        if !status.is_success() {
-            let message = serde_json::from_slice::<ErrorBody>(&bytes)
+        if !(200..300).contains(&answer.status) {
+            let message = serde_json::from_slice::<ErrorBody>(&answer.body)
                 .map(|b| b.error)
                 .unwrap_or_else(|_| {
-                    format!("{status}: {}", String::from_utf8_lossy(&bytes).trim())
+                    format!(
+                        "{}: {}",
+                        answer.status,
+                        String::from_utf8_lossy(&answer.body).trim()
+                    )
                 });
             return Err(OpsError::Refused(message));
         }
-        serde_json::from_slice(&bytes).map_err(|e| OpsError::BadAnswer {
-            api: self.api.clone(),
+        serde_json::from_slice(&answer.body).map_err(|e| OpsError::BadAnswer {
+            api,
             what: what.to_string(),
             reason: e.to_string(),
         })
     }
 
     async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, OpsError> {
-        let url = format!("{}{path}", self.api);
-        self.send(self.http.get(url), path).await
+        self.decode(self.api.get(path).await, path)
     }
 
     async fn post<T: DeserializeOwned>(
@@ -180,13 +170,12 @@ impl Client {
         path: &str,
         body: &impl Serialize,
     ) -> Result<T, OpsError> {
-        let url = format!("{}{path}", self.api);
-        self.send(self.http.post(url).json(body), path).await
+        self.decode(self.api.post_json(path, body).await, path)
     }
 }
 
-/// Run one verb against the API at `api`; returns the exit code.
-pub async fn run(cmd: Command, api: &str, json: bool) -> i32 {
+/// Run one verb against the API; returns the exit code.
+pub async fn run(cmd: Command, api: ApiClient, json: bool) -> i32 {
     match execute(cmd, api, json).await {
         Ok(code) => code,
         Err(e) => {
@@ -204,8 +193,8 @@ fn print_json(value: &impl Serialize) {
     );
 }
 
-async fn execute(cmd: Command, api: &str, json: bool) -> Result<i32, OpsError> {
-    let client = Client::new(api);
+async fn execute(cmd: Command, api: ApiClient, json: bool) -> Result<i32, OpsError> {
+    let client = Client { api };
     let (agent, path, body, wait): (AgentName, &str, serde_json::Value, bool) = match cmd {
         Command::Images => {
             let view: crate::api::ImagesView = client.get("/api/v1/images").await?;

@@ -38,6 +38,7 @@ use crate::jobs::{
     now_ms, Claim, CleanupAction, InstalledAgent, JobStore, Op, Outcome, RetryPolicy, StoreError,
 };
 use crate::readiness::Health;
+use crate::runtime::confine::{confine, local_git_path, BuildRoots};
 use crate::runtime::context::{self, ContextSource};
 use crate::runtime::pull_progress;
 use crate::runtime::{
@@ -66,6 +67,9 @@ pub struct WorkerConfig {
     /// Never claim nodes with this op name: set only by tests (directly in
     /// unit tests, or by the `test-hooks` feature's environment hook).
     pub hold_before: Option<String>,
+    /// The hive config's `build_roots`: where directory build contexts may
+    /// be, besides the knowledge checkout ([`BuildRoots`]).
+    pub build_roots: Vec<PathBuf>,
 }
 
 impl Default for WorkerConfig {
@@ -77,6 +81,7 @@ impl Default for WorkerConfig {
             idle_poll: Duration::from_secs(30),
             max_parallel: 4,
             hold_before: None,
+            build_roots: Vec::new(),
         }
     }
 }
@@ -98,7 +103,7 @@ pub struct WorkerDeps<R> {
     pub runtime: Arc<R>,
     pub hive: HiveName,
     /// The hive's state dir: agents' dirs are `<state_dir>/agents/<agent>`,
-    /// build checkouts `<state_dir>/checkouts/<agent>`.
+    /// build checkouts `<state_dir>/builds/<agent>`.
     pub state_dir: PathBuf,
     /// Notified by whoever queues a job.
     pub wake: Arc<Notify>,
@@ -139,7 +144,7 @@ pub fn agent_dir(state_dir: &Path, agent: &AgentName) -> PathBuf {
 }
 
 fn checkout_dir(state_dir: &Path, agent: &AgentName) -> PathBuf {
-    state_dir.join("checkouts").join(agent.as_str())
+    BuildRoots::new(state_dir, vec![]).clone_dir(agent.as_str())
 }
 
 /// The image an agent's container runs: the declared image, or for a build
@@ -882,10 +887,18 @@ async fn build_image<R: ContainerRuntime>(
 ) -> Result<String, NodeError> {
     let what = format!("image for agent {agent}");
     let dockerfile = context::dockerfile_path(build).map_err(NodeError::runtime(&what))?;
+    let roots = BuildRoots::new(&deps.state_dir, deps.config.build_roots.clone());
     let (dir, from) = match context::classify(build).map_err(NodeError::runtime(&what))? {
-        ContextSource::Dir(dir) => (dir.clone(), dir.display().to_string()),
+        ContextSource::Dir(dir) => {
+            let real = confine(&dir, &roots).map_err(NodeError::runtime(&what))?;
+            (real, dir.display().to_string())
+        }
         ContextSource::Git { url, git_ref } => {
-            let dir = checkout_dir(&deps.state_dir, agent);
+            // A local repository is a directory the clone reads: same rule.
+            if let Some(local) = local_git_path(&url) {
+                confine(&local, &roots).map_err(NodeError::runtime(&what))?;
+            }
+            let dir = roots.clone_dir(agent.as_str());
             progress(&format!("checking out {url}"));
             let commit = context::checkout(&url, git_ref.as_deref(), &dir, relock)
                 .await

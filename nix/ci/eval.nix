@@ -195,6 +195,12 @@ in
         ];
         "wants network-online" = lib.elem "network-online.target" hiveUnit.wants;
         "in the docker group" = hiveService.SupplementaryGroups == [ "docker" ];
+        "the API socket is group hyperhive under /run/hyperhive" =
+          goodHive.services.hyperhive.settings.api_socket == "/run/hyperhive/hive.sock"
+          && goodHive.services.hyperhive.settings.api_socket_group == "hyperhive"
+          && hiveService.RuntimeDirectory == "hyperhive"
+          && hiveService.RuntimeDirectoryMode == "0750"
+          && goodHive.users.groups ? hyperhive;
         "StateDirectory" = hiveService.StateDirectory == "hyperhive";
         "git on the path" = map toString hiveUnit.path == [ (toString pkgs.git) ];
         "hardened" =

@@ -97,6 +97,10 @@ in
       type = types.listOf types.package;
       default = [ ];
     };
+    environment.variables = mkOption {
+      type = types.attrsOf types.str;
+      default = { };
+    };
 
     virtualisation.docker.enable = mkOption {
       type = types.bool;

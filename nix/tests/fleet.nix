@@ -132,10 +132,15 @@ in
     nats.wait_for_unit("nats.service")
     nats.wait_for_open_port(4222)
 
-    # Type=notify: active means the hive said READY=1, once its local API listened.
+    # Type=notify: active means the hive said READY=1, once its socket and
+    # health port listened.
     alpha.wait_for_unit("hyperhive-test-image.service")
     alpha.wait_for_unit("hyperhive-hive.service")
     alpha.succeed("curl --fail --silent http://127.0.0.1:7390/health/live")
+    # The operator API is the socket (group hyperhive); TCP takes no writes.
+    alpha.succeed("test \"$(stat -c '%a %G' /run/hyperhive/hive.sock)\" = '660 hyperhive'")
+    alpha.succeed("hive --api /run/hyperhive/hive.sock agents")
+    alpha.fail("curl --fail --silent -X POST -H 'Content-Type: text/plain' --data '{}' http://127.0.0.1:7390/api/v1/agents/x/stop")
 
     controller.wait_for_unit("hyperhive-swarm.service")
     controller.wait_for_unit("hyperhive-swarm-declare.service")

@@ -152,6 +152,13 @@ enum Command {
         #[arg(long, conflicts_with = "json")]
         check: bool,
     },
+    /// Print the public user nkey (U…) of the seed in FILE, creating the
+    /// seed (mode 0600) when there is none: an identity for the controller
+    /// or a hive without the `nk` tool. Connects to nothing.
+    Nkey {
+        #[arg(value_name = "FILE")]
+        seed_file: PathBuf,
+    },
 }
 
 impl Command {
@@ -161,6 +168,7 @@ impl Command {
             self,
             Command::Roster { .. }
                 | Command::NatsConfig { check: false, .. }
+                | Command::Nkey { .. }
                 | Command::Credential {
                     action: CredentialCommand::Xkey
                 }
@@ -407,6 +415,10 @@ async fn run(config: Config, command: Command) -> anyhow::Result<i32> {
             Ok(bucket_check_cmd(&conn).await)
         }
         Command::NatsConfig { json, .. } => Ok(nats_config_cmd(&config, json)),
+        Command::Nkey { seed_file } => {
+            println!("{}", crate::nkey_file::public_key(&seed_file)?);
+            Ok(EXIT_OK)
+        }
     }
 }
 

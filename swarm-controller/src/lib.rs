@@ -40,6 +40,7 @@ pub mod knowledge;
 pub mod live;
 pub mod nats;
 pub mod nats_config;
+pub mod nkey_file;
 pub mod render;
 pub mod rollback;
 pub mod serve;

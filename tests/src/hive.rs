@@ -83,7 +83,8 @@ impl HiveProc {
         }
     }
 
-    /// Base URL of the local API, once the hive listens.
+    /// Base URL of the TCP listener (health and metrics), once the hive
+    /// listens.
     pub async fn api(&self) -> String {
         let file = self.state_dir.join("api.addr");
         let addr = crate::wait_until(Duration::from_secs(20), "the hive's api.addr", || {
@@ -96,6 +97,27 @@ impl HiveProc {
         })
         .await;
         format!("http://{}", addr.trim())
+    }
+
+    /// The operator API's socket, once the hive serves on it.
+    pub async fn socket(&self) -> PathBuf {
+        let path = self.state_dir.join("hive.sock");
+        crate::wait_until(Duration::from_secs(20), "the hive's hive.sock", || {
+            let path = path.clone();
+            async move {
+                use std::os::unix::fs::FileTypeExt;
+                std::fs::symlink_metadata(&path)
+                    .ok()
+                    .filter(|m| m.file_type().is_socket())
+                    .map(|_| path)
+            }
+        })
+        .await
+    }
+
+    /// A client of the operator API on the hive's socket.
+    pub async fn job_api(&self) -> crate::jobs::JobApi {
+        crate::jobs::JobApi::new(&self.socket().await.display().to_string())
     }
 
     /// GET `/health/ready`: (status code, parsed body).
@@ -111,8 +133,10 @@ impl HiveProc {
     /// with `envs` as its environment; the log continues in the same file.
     pub fn kill_and_restart(&mut self, envs: &[(&str, &str)]) {
         self.daemon.kill();
-        // The new process picks a new port and writes its own address.
+        // The new process picks a new port and writes its own address, and
+        // binds its own socket: `socket()` waits for the new one.
         let _ = std::fs::remove_file(self.state_dir.join("api.addr"));
+        let _ = std::fs::remove_file(self.state_dir.join("hive.sock"));
         let log = self.config_path.with_file_name("hive.log");
         let cfg = self.config_path.display().to_string();
         self.daemon = Daemon::spawn(&hive_bin(), &["run", "--config", &cfg], envs, &log);

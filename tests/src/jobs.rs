@@ -1,48 +1,48 @@
-//! A small client of a hive's local job API, for end-to-end tests: queue
-//! jobs, read them, wait for them to finish. Plain JSON, so a test sees
-//! exactly what the operator CLI sees.
+//! A small client of a hive's operator API, for end-to-end tests: queue
+//! jobs, read them, wait for them to finish. It is the hive's own client
+//! ([`hive::client`]) on the hive's Unix socket, so a test sees exactly
+//! what the operator CLI sees.
 
 use std::time::Duration;
 
+use hive::client::{ApiClient, Endpoint};
 use serde_json::Value;
 
-/// The hive's local API at `base` (`http://127.0.0.1:<port>`).
+/// The hive's operator API at `base`: its socket path (what `hive --api`
+/// takes), or an `http://` URL.
 #[derive(Clone)]
 pub struct JobApi {
     pub base: String,
-    http: reqwest::Client,
+    client: ApiClient,
 }
 
 impl JobApi {
     pub fn new(base: &str) -> Self {
         JobApi {
             base: base.trim_end_matches('/').to_string(),
-            http: reqwest::Client::new(),
+            client: ApiClient::new(Endpoint::parse(base)),
         }
     }
 
     /// POST a JSON body; (status, parsed answer).
     pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        let resp = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .json(&body)
-            .send()
+        let answer = self
+            .client
+            .post_json(path, &body)
             .await
-            .unwrap_or_else(|e| panic!("POST {path}: {e}"));
-        let code = resp.status().as_u16();
-        (code, resp.json().await.expect("JSON answer"))
+            .unwrap_or_else(|e| panic!("POST {path}: {}", hive::error_chain(&e)));
+        let value = serde_json::from_slice(&answer.body).expect("JSON answer");
+        (answer.status, value)
     }
 
     pub async fn get(&self, path: &str) -> (u16, Value) {
-        let resp = self
-            .http
-            .get(format!("{}{path}", self.base))
-            .send()
+        let answer = self
+            .client
+            .get(path)
             .await
-            .unwrap_or_else(|e| panic!("GET {path}: {e}"));
-        let code = resp.status().as_u16();
-        (code, resp.json().await.expect("JSON answer"))
+            .unwrap_or_else(|e| panic!("GET {path}: {}", hive::error_chain(&e)));
+        let value = serde_json::from_slice(&answer.body).expect("JSON answer");
+        (answer.status, value)
     }
 
     /// Queue `verb` for `agent`; the job id. Panics unless it was accepted.
@@ -62,13 +62,8 @@ impl JobApi {
 
     /// The job, or `None` while the API cannot be reached.
     pub async fn job(&self, id: i64) -> Option<Value> {
-        let resp = self
-            .http
-            .get(format!("{}/api/v1/jobs/{id}", self.base))
-            .send()
-            .await
-            .ok()?;
-        resp.json().await.ok()
+        let answer = self.client.get(&format!("/api/v1/jobs/{id}")).await.ok()?;
+        serde_json::from_slice(&answer.body).ok()
     }
 
     /// Wait until job `id` is done or failed; its final JSON.

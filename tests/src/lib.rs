@@ -14,11 +14,13 @@
 //! - [`docker`]: images built locally, containers
 //!   and images removed by label when the guard drops, and a socket proxy
 //!   to dockerd that lets a test make Docker "come back".
-//! - [`jobs`]: a client of a hive's local job API.
+//! - [`jobs`]: a client of a hive's operator API, on its Unix socket.
+//! - [`browser`]: a headless Chromium driven over the DevTools protocol.
 //! - [`Daemon`]: a `hive` or `swarm-controller` process with its log
 //!   captured, killed by its own pid on drop.
 //! - [`wait_until`]: poll a condition with a deadline; tests never sleep.
 
+pub mod browser;
 pub mod docker;
 pub mod hive;
 pub mod identity;

@@ -28,7 +28,7 @@ use std::os::unix::fs::PermissionsExt;
 use controller_support::*;
 use hyperhive_tests::docker::{docker, ContainerGuard, TestImage};
 use hyperhive_tests::hive::{HiveProc, HiveSpec};
-use hyperhive_tests::jobs::{node, JobApi};
+use hyperhive_tests::jobs::node;
 use hyperhive_tests::{unique_name, wait_until};
 use swarm_queue_client::credentials::XKey;
 
@@ -109,7 +109,7 @@ async fn a_real_hive_goes_through_every_convergence_state() {
     let job = row["agents"][0]["last_job"]["id"]
         .as_i64()
         .expect("a job id");
-    let api = JobApi::new(&h.api().await);
+    let api = h.job_api().await;
     wait_until(T, "the create node done", || async {
         let j = api.job(job).await?;
         (node(&j, "create")["state"] == "done").then_some(())
@@ -233,7 +233,7 @@ async fn deploy_and_credential_put_reach_a_real_hive() {
     println!("deploy web: {}", r.stdout.trim());
     assert_eq!(r.code, 0, "{r:?}");
     let job = r.json()["job"].as_u64().expect("a job id");
-    let api = JobApi::new(&h.api().await);
+    let api = h.job_api().await;
     wait_until(T, "the deployed job to finish", || async {
         let j = api.job(job as i64).await?;
         matches!(j["state"].as_str(), Some("done" | "failed")).then_some(())

@@ -144,7 +144,9 @@ async fn api_and_events_push_one_row_per_update() {
             break;
         }
     }
-    env.status.purge("stray").await.unwrap();
+    // A delete, not a purge: the status bucket refuses rollup headers (a
+    // purge is one), so that no hive can wipe another's status with one.
+    env.status.delete("stray").await.unwrap();
     loop {
         let (name, push) = events.next().await;
         if name == "remove" {
@@ -507,6 +509,70 @@ async fn serve_keeps_following_across_a_nats_server_restart() {
         hive_row(&api, "alpha").unwrap()["status_revision"],
         revision
     );
+}
+
+/// What a web page in any browser can send without a CORS preflight: a
+/// cross-origin `text/plain` POST to every route. None of them changes
+/// anything (no core message, no KV write), the webhook still wants its
+/// signature, and no answer carries CORS headers that would let the page
+/// read it.
+#[tokio::test]
+async fn a_cross_origin_post_to_any_route_changes_nothing() {
+    let env = Env::new(
+        &["alpha"],
+        "webhook_secret_file = \"hook.secret\"\nknowledge_repo = \"org/knowledge\"",
+    )
+    .await;
+    env.write("hook.secret", "s3cret-hook\n");
+    let (_serve, base) = env.serve("serve.log").await;
+    let mut events = env.client.subscribe("hyperhive.>").await.unwrap();
+    let mut kv = env.client.subscribe("$KV.>").await.unwrap();
+    env.client.flush().await.unwrap();
+
+    let http = reqwest::Client::new();
+    let body = r#"{"ref":"refs/heads/main","repository":{"full_name":"org/knowledge","clone_url":"x","default_branch":"main"}}"#;
+    for route in [
+        "/",
+        "/api/status",
+        "/api/events",
+        "/api/stats",
+        "/hooks/forge",
+        "/health/live",
+        "/no/such/route",
+    ] {
+        let resp = http
+            .post(format!("{base}{route}"))
+            .header("Content-Type", "text/plain;charset=UTF-8")
+            .header("Origin", "https://evil.example")
+            .header("X-GitHub-Event", "push")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let code = resp.status().as_u16();
+        assert!(matches!(code, 401 | 404 | 405), "POST {route}: {code}");
+        assert!(
+            resp.headers().get("access-control-allow-origin").is_none(),
+            "POST {route} allows a cross-origin read"
+        );
+    }
+    let resp = http
+        .get(format!("{base}/api/status"))
+        .header("Origin", "https://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.headers().get("access-control-allow-origin").is_none());
+
+    // Prove the silence: the first message anyone sees is our own marker.
+    for (sub, marker) in [
+        (&mut events, "hyperhive.test-marker"),
+        (&mut kv, "$KV.test-marker"),
+    ] {
+        env.client.publish(marker, Bytes::new()).await.unwrap();
+        let first = tokio::time::timeout(T, sub.next()).await.unwrap().unwrap();
+        assert_eq!(first.subject.as_str(), marker);
+    }
 }
 
 #[tokio::test]

@@ -67,7 +67,7 @@ async fn deploy_requests_are_answered_with_the_job_or_the_reason() {
         DeployReply::Queued { job } => job,
         other => panic!("deploy refused: {other:?}"),
     };
-    let api = hyperhive_tests::jobs::JobApi::new(&h.api().await);
+    let api = h.job_api().await;
     let done = api.done(job as i64, T).await;
     assert_eq!(done["kind"], "rebuild", "{done}");
     let (second_id, running, _) = container(&hive, "app").unwrap();

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use hyperhive_tests::jobs::{node, JobApi};
+use hyperhive_tests::jobs::node;
 use hyperhive_tests::kv::containers_of;
 use hyperhive_tests::swarm::{SwarmSpec, TestSwarm};
 use hyperhive_tests::wait_until;
@@ -22,7 +22,7 @@ async fn sigkill_mid_job_resumes_without_duplicates_or_loss() {
     .await;
     let kv = swarm.connect().await;
     let victim = swarm.names[0].clone();
-    let api = JobApi::new(&swarm.hives[0].api().await);
+    let api = swarm.hives[0].job_api().await;
     // Two jobs on the victim: one held between create and start, one queued.
     let held = api
         .deploy(
@@ -46,7 +46,7 @@ async fn sigkill_mid_job_resumes_without_duplicates_or_loss() {
 
     swarm.hives[0].kill_and_restart(&[]);
     let restarted = Instant::now();
-    let api = JobApi::new(&swarm.hives[0].api().await);
+    let api = swarm.hives[0].job_api().await;
     let done1 = api.done(held, T).await;
     let done2 = api.done(queued, T).await;
     let resumed = restarted.elapsed();

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use hyperhive_tests::docker::{docker, ContainerGuard, ImageGuard, TestImage};
 use hyperhive_tests::hive::{HiveProc, HiveSpec};
-use hyperhive_tests::jobs::{node, JobApi};
+use hyperhive_tests::jobs::node;
 use hyperhive_tests::{unique_name, wait_until};
 use serde_json::json;
 use swarm_queue_client::containers::built_image_tag;
@@ -51,7 +51,7 @@ async fn sigkill_between_create_and_start_resumes_with_one_container() {
         envs: &[("HYPERHIVE_TEST_HOLD_BEFORE_NODE", "start")],
         ..Default::default()
     });
-    let api = JobApi::new(&hive.api().await);
+    let api = hive.job_api().await;
     let job = api.deploy("a", json!({ "image": image.reference })).await;
     wait_until(T, "create done, start held", || async {
         let j = api.job(job).await?;
@@ -67,7 +67,7 @@ async fn sigkill_between_create_and_start_resumes_with_one_container() {
     );
 
     hive.kill_and_restart(&[]);
-    let api = JobApi::new(&hive.api().await);
+    let api = hive.job_api().await;
     let done = api.done(job, T).await;
     assert_eq!(done["kind"], "first_deploy");
     let after = containers(&hive_name);
@@ -117,11 +117,17 @@ async fn sigkill_during_a_long_build_resumes_with_one_container() {
     };
     let _containers = ContainerGuard::new(&hive_name);
 
+    // A directory context must lie in one of the hive's build_roots.
+    let roots = format!(
+        "build_roots = [{:?}]\n",
+        context.path().display().to_string()
+    );
     let mut hive = HiveProc::start(HiveSpec {
         name: Some(&hive_name),
+        extra: &roots,
         ..Default::default()
     });
-    let api = JobApi::new(&hive.api().await);
+    let api = hive.job_api().await;
     let job = api.deploy("a", serde_json::to_value(&spec).unwrap()).await;
     let detail = wait_until(T, "the build inside its RUN step", || async {
         let j = api.job(job).await?;
@@ -136,7 +142,7 @@ async fn sigkill_during_a_long_build_resumes_with_one_container() {
     );
 
     hive.kill_and_restart(&[]);
-    let api = JobApi::new(&hive.api().await);
+    let api = hive.job_api().await;
     let done = api.done(job, T).await;
     let image_node = node(&done, "image");
     assert_eq!(

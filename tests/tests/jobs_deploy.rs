@@ -31,7 +31,7 @@ async fn setup(test: &str) -> Setup {
         name: Some(&hive_name),
         ..Default::default()
     });
-    let api = JobApi::new(&hive.api().await);
+    let api = hive.job_api().await;
     Setup {
         hive_name,
         hive,

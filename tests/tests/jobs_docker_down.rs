@@ -31,7 +31,7 @@ async fn docker_unreachable_is_a_clear_error_and_the_job_retries_once_it_is_back
         extra: &extra,
         ..Default::default()
     });
-    let api = JobApi::new(&hive.api().await);
+    let api = hive.job_api().await;
     let job = api.deploy("a", json!({ "image": image.reference })).await;
 
     // The node that first needs Docker fails with an error naming the
@@ -146,7 +146,8 @@ async fn a_damaged_job_database_stops_the_hive_and_is_left_untouched() {
         }
     })
     .await;
-    let api = JobApi::new(&format!("http://{}", addr.trim()));
+    let _ = addr;
+    let api = JobApi::new(&state.join("hive.sock").display().to_string());
     let (code, jobs) = api.get("/api/v1/jobs").await;
     assert_eq!(code, 200, "{jobs}");
     assert_eq!(jobs["jobs"], json!([]));

@@ -105,7 +105,7 @@ impl Setup {
     async fn deploy_wait(&self, agent: &str, image: &str) -> (i32, String, String) {
         let spec = self.dir.path().join(format!("{agent}.json"));
         std::fs::write(&spec, json!({ "image": image }).to_string()).unwrap();
-        let api = self.hive.api().await;
+        let api = self.hive.socket().await;
         let out = tokio::process::Command::new(hive_bin())
             .args([
                 "deploy",
@@ -296,7 +296,7 @@ async fn a_moved_tag_is_picked_up_by_a_relock_and_never_by_a_reconcile() {
     assert_eq!(status["agents"]["app"]["image_digest"], d1.as_str());
 
     // An operator's relocking rebuild picks the moved tag up.
-    let api = s.hive.api().await;
+    let api = s.hive.socket().await;
     let out = tokio::process::Command::new(hive_bin())
         .args(["rebuild", "app", "--relock", "--wait"])
         .env("HYPERHIVE_API", &api)
@@ -374,7 +374,7 @@ async fn repeated_rebuilds_keep_the_current_and_previous_image_and_no_foreign_on
     let declaration = json!({ "schema": 1, "agents": { "app": { "image": image } } });
     let revision = kv.declare(&s.hive_name, &declaration.to_string()).await;
     kv.converged(&s.hive_name, revision, T).await;
-    let api = s.hive.api().await;
+    let api = s.hive.socket().await;
     let hive = |args: &'static [&'static str]| {
         let api = api.clone();
         async move {

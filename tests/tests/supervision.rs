@@ -157,7 +157,7 @@ async fn a_dead_event_listener_or_wanted_watch_is_named_restarted_and_works_agai
         DeployReply::Queued { job } => job,
         other => panic!("deploy refused: {other:?}"),
     };
-    let api = hyperhive_tests::jobs::JobApi::new(&h.api().await);
+    let api = h.job_api().await;
     let done = api.done(job as i64, T).await;
     assert_eq!(done["state"], "done", "{done}");
 

@@ -1,5 +1,6 @@
-//! The API served on a real loopback socket, with the operator verbs as its
-//! client; the container runtime is the in-memory fake.
+//! The API served on a real loopback socket and a real Unix socket, with
+//! the operator verbs as its client (on the Unix socket); the container
+//! runtime is the in-memory fake.
 
 use std::sync::atomic::Ordering;
 
@@ -17,6 +18,8 @@ const HIVE: &str = "alpha";
 struct Server {
     _dir: tempfile::TempDir,
     base: String,
+    /// The same router on a Unix socket, as the daemon serves it.
+    socket: std::path::PathBuf,
     http: reqwest::Client,
     state: ApiState<FakeRuntime>,
     _stop: ShutdownTrigger,
@@ -59,6 +62,13 @@ async fn serve(with_worker: bool) -> Server {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let app = router(state.clone());
+    let socket = dir.path().join("hive.sock");
+    let unix = crate::access::bind_socket(&socket, None).unwrap();
+    tokio::spawn(crate::access::serve_socket(
+        unix,
+        app.clone(),
+        shutdown.clone(),
+    ));
     let mut done = shutdown;
     tokio::spawn(async move {
         axum::serve(listener, app)
@@ -69,6 +79,7 @@ async fn serve(with_worker: bool) -> Server {
     Server {
         _dir: dir,
         base,
+        socket,
         http: reqwest::Client::new(),
         state,
         _stop: stop,
@@ -76,6 +87,11 @@ async fn serve(with_worker: bool) -> Server {
 }
 
 impl Server {
+    /// The operator verbs' client, on the socket.
+    fn client(&self) -> crate::client::ApiClient {
+        crate::client::ApiClient::new(crate::client::Endpoint::Socket(self.socket.clone()))
+    }
+
     async fn post(&self, path: &str, body: &str) -> (u16, serde_json::Value) {
         let resp = self
             .http
@@ -276,7 +292,7 @@ async fn the_operator_verbs_drive_a_deploy_to_the_end() {
         relock: false,
         wait: true,
     };
-    assert_eq!(ops::run(deploy, &s.base, false).await, 0);
+    assert_eq!(ops::run(deploy, s.client(), false).await, 0);
     let c = s
         .state
         .runtime
@@ -288,7 +304,7 @@ async fn the_operator_verbs_drive_a_deploy_to_the_end() {
         agent: AgentName::new("declared").unwrap(),
         wait: true,
     };
-    assert_eq!(ops::run(stop, &s.base, true).await, 0);
+    assert_eq!(ops::run(stop, s.client(), true).await, 0);
     assert!(
         !s.state
             .runtime
@@ -307,7 +323,7 @@ async fn the_operator_verbs_drive_a_deploy_to_the_end() {
     ] {
         for json in [false, true] {
             assert_eq!(
-                ops::run(listing.clone(), &s.base, json).await,
+                ops::run(listing.clone(), s.client(), json).await,
                 0,
                 "{listing:?}"
             );
@@ -330,7 +346,7 @@ async fn the_operator_verbs_drive_a_deploy_to_the_end() {
         agent: AgentName::new("ghost").unwrap(),
         wait: false,
     };
-    assert_eq!(ops::run(refused, &s.base, false).await, 1);
+    assert_eq!(ops::run(refused, s.client(), false).await, 1);
     let spec_file = s._dir.path().join("spec.json");
     std::fs::write(&spec_file, r#"{"image": "local/not-in-registry:1"}"#).unwrap();
     let failing = ops::Command::Deploy {
@@ -339,16 +355,19 @@ async fn the_operator_verbs_drive_a_deploy_to_the_end() {
         relock: false,
         wait: true,
     };
-    assert_eq!(ops::run(failing, &s.base, false).await, 1);
+    assert_eq!(ops::run(failing, s.client(), false).await, 1);
     let missing_spec = ops::Command::Deploy {
         agent: AgentName::new("x").unwrap(),
         spec: Some("/nonexistent/spec.json".into()),
         relock: false,
         wait: false,
     };
-    assert_eq!(ops::run(missing_spec, &s.base, false).await, 1);
+    assert_eq!(ops::run(missing_spec, s.client(), false).await, 1);
     let nobody = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let dead = format!("http://{}", nobody.local_addr().unwrap());
     drop(nobody);
-    assert_eq!(ops::run(ops::Command::Agents, &dead, false).await, 1);
+    for dead in [dead, s._dir.path().join("no.sock").display().to_string()] {
+        let client = crate::client::ApiClient::new(crate::client::Endpoint::parse(&dead));
+        assert_eq!(ops::run(ops::Command::Agents, client, false).await, 1);
+    }
 }

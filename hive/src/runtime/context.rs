@@ -1,5 +1,7 @@
 //! Build contexts: a directory on the hive, or a git repository the hive
-//! checks out with the `git` CLI; either is packed into a tar for Docker.
+//! checks out with the `git` CLI; either is streamed to Docker as a tar
+//! ([`stream_tar`]), chunk by chunk and under a size cap, never held in
+//! memory. Which directories may be contexts is [`super::confine`]'s rule.
 //!
 //! Checkouts live under the hive's state directory (never inside an agent's
 //! state directory, which is mounted into its container) and are reused: a
@@ -170,45 +172,187 @@ pub async fn checkout(
     Ok(commit)
 }
 
-/// Pack a directory into an uncompressed tar, leaving out a top-level
-/// `.git`. Symlinks are stored as symlinks.
-pub fn tar_directory(dir: &Path) -> Result<Vec<u8>, RuntimeError> {
+/// Bytes per chunk sent to Docker.
+const CHUNK: usize = 64 * 1024;
+
+/// A tar of a context directory on its way to Docker: `body` yields its
+/// chunks as a blocking thread writes them (a few chunks in flight, never
+/// the whole context in memory); `producer` says how the tar ended.
+pub struct TarStream {
+    pub body: futures_util::stream::BoxStream<'static, Result<hyper::body::Bytes, io::Error>>,
+    pub producer: tokio::task::JoinHandle<TarEnd>,
+}
+
+/// How a streamed tar ended.
+#[derive(Debug)]
+pub enum TarEnd {
+    /// Every byte was handed over.
+    Sent(u64),
+    /// Docker stopped reading (its own error explains why).
+    DockerGone,
+    /// The context failed: over the cap, or a file could not be read.
+    Failed(RuntimeError),
+}
+
+/// Start streaming `dir` as a tar of at most `max_bytes`.
+pub fn stream_tar(dir: PathBuf, max_bytes: u64) -> TarStream {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<hyper::body::Bytes, io::Error>>(4);
+    let producer = tokio::task::spawn_blocking(move || {
+        let writer = ChunkWriter {
+            tx: tx.clone(),
+            buf: Vec::with_capacity(CHUNK),
+            written: 0,
+            max_bytes,
+            stop: None,
+        };
+        let end = match tar_into(&dir, writer).and_then(|w| w.finish(&dir)) {
+            Ok(n) => return TarEnd::Sent(n),
+            Err((_, Some(Stop::ReceiverGone))) => return TarEnd::DockerGone,
+            Err((_, Some(Stop::TooLarge))) => RuntimeError::ContextTooLarge {
+                context: dir.display().to_string(),
+                max_bytes,
+            },
+            Err((e, None)) => e,
+        };
+        // Ends the request body with an error, so Docker never builds from
+        // a truncated context.
+        let _ = tx.blocking_send(Err(io::Error::other(end.to_string())));
+        TarEnd::Failed(end)
+    });
+    let body = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    TarStream {
+        body: Box::pin(body),
+        producer,
+    }
+}
+
+/// Why the chunk writer refused more bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    TooLarge,
+    ReceiverGone,
+}
+
+struct ChunkWriter {
+    tx: tokio::sync::mpsc::Sender<Result<hyper::body::Bytes, io::Error>>,
+    buf: Vec<u8>,
+    written: u64,
+    max_bytes: u64,
+    /// Set when a write is refused; the tar crate wraps the io error, so
+    /// the reason is kept here.
+    stop: Option<Stop>,
+}
+
+impl ChunkWriter {
+    fn send(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let chunk =
+            hyper::body::Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
+        self.tx.blocking_send(Ok(chunk)).map_err(|_| {
+            self.stop = Some(Stop::ReceiverGone);
+            io::Error::new(io::ErrorKind::BrokenPipe, "Docker stopped reading")
+        })
+    }
+
+    fn finish(mut self, dir: &Path) -> Result<u64, (RuntimeError, Option<Stop>)> {
+        let written = self.written;
+        self.send().map_err(|e| {
+            let err = RuntimeError::Context {
+                context: dir.display().to_string(),
+                reason: e.to_string(),
+            };
+            (err, self.stop)
+        })?;
+        Ok(written)
+    }
+}
+
+impl io::Write for ChunkWriter {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        if self.written + data.len() as u64 > self.max_bytes {
+            self.stop = Some(Stop::TooLarge);
+            return Err(io::Error::other("the build context is over its size cap"));
+        }
+        self.written += data.len() as u64;
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= CHUNK {
+            self.send()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Write `dir` as an uncompressed tar into `out`, leaving out a top-level
+/// `.git`. Symlinks are stored as symlinks, never followed. On failure,
+/// the error and the writer's own reason for stopping, when it had one.
+fn tar_into<W: io::Write + StopReason>(
+    dir: &Path,
+    out: W,
+) -> Result<W, (RuntimeError, Option<Stop>)> {
     let err = |e: io::Error| RuntimeError::Context {
         context: dir.display().to_string(),
         reason: e.to_string(),
     };
     if !dir.is_dir() {
-        return Err(RuntimeError::Context {
+        let e = RuntimeError::Context {
             context: dir.display().to_string(),
             reason: "is not a directory".to_string(),
-        });
+        };
+        return Err((e, None));
     }
-    let mut builder = tar::Builder::new(Vec::new());
+    let mut builder = tar::Builder::new(out);
     builder.follow_symlinks(false);
+    if let Err(e) = walk(dir, &mut builder).and_then(|()| builder.finish()) {
+        let stop = builder.get_ref().stop_reason();
+        return Err((err(e), stop));
+    }
+    builder.into_inner().map_err(|e| (err(e), None))
+}
+
+/// What a writer knows about why it refused bytes.
+trait StopReason {
+    fn stop_reason(&self) -> Option<Stop>;
+}
+
+impl StopReason for ChunkWriter {
+    fn stop_reason(&self) -> Option<Stop> {
+        self.stop
+    }
+}
+
+impl StopReason for Vec<u8> {
+    fn stop_reason(&self) -> Option<Stop> {
+        None
+    }
+}
+
+fn walk<W: io::Write>(dir: &Path, builder: &mut tar::Builder<W>) -> io::Result<()> {
     let mut stack = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
-        let mut entries: Vec<_> = std::fs::read_dir(dir.join(&rel))
-            .map_err(err)?
-            .collect::<Result<_, _>>()
-            .map_err(err)?;
+        let mut entries: Vec<_> = std::fs::read_dir(dir.join(&rel))?.collect::<Result<_, _>>()?;
         entries.sort_by_key(|e| e.file_name());
         for entry in entries {
             let name = rel.join(entry.file_name());
             if rel.as_os_str().is_empty() && entry.file_name() == ".git" {
                 continue;
             }
-            let kind = entry.file_type().map_err(err)?;
-            if kind.is_dir() {
-                builder.append_dir(&name, entry.path()).map_err(err)?;
+            if entry.file_type()?.is_dir() {
+                builder.append_dir(&name, entry.path())?;
                 stack.push(name);
             } else {
-                builder
-                    .append_path_with_name(entry.path(), &name)
-                    .map_err(err)?;
+                builder.append_path_with_name(entry.path(), &name)?;
             }
         }
     }
-    builder.into_inner().map_err(err)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -289,7 +433,9 @@ mod tests {
         std::os::unix::fs::symlink("a.txt", dir.path().join("src/deep/link")).unwrap();
         std::fs::create_dir_all(dir.path().join(".git")).unwrap();
         std::fs::write(dir.path().join(".git/HEAD"), "ref").unwrap();
-        let bytes = tar_directory(dir.path()).unwrap();
+        let bytes = tar_into(dir.path(), Vec::new())
+            .map_err(|(e, _)| e)
+            .unwrap();
         let mut archive = tar::Archive::new(&bytes[..]);
         let mut names: Vec<String> = archive
             .entries()
@@ -308,10 +454,63 @@ mod tests {
             ]
         );
         let missing = dir.path().join("nope");
-        let msg = tar_directory(&missing).unwrap_err().to_string();
+        let msg = tar_into(&missing, Vec::new()).unwrap_err().0.to_string();
         assert!(
             msg.contains("nope") && msg.contains("not a directory"),
             "{msg}"
+        );
+    }
+
+    #[tokio::test]
+    async fn streamed_tar_is_chunked_and_capped() {
+        use futures_util::StreamExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("Dockerfile"), "FROM scratch\n").unwrap();
+        std::fs::write(dir.path().join("big"), vec![7u8; 300 * 1024]).unwrap();
+        let collect = |max: u64| {
+            let dir = dir.path().to_path_buf();
+            async move {
+                let mut tar = stream_tar(dir, max);
+                let mut bytes = Vec::new();
+                let mut chunks = 0;
+                let mut failed = None;
+                while let Some(item) = tar.body.next().await {
+                    match item {
+                        Ok(c) => {
+                            assert!(c.len() <= CHUNK + 10 * 1024, "{}", c.len());
+                            chunks += 1;
+                            bytes.extend_from_slice(&c);
+                        }
+                        Err(e) => failed = Some(e.to_string()),
+                    }
+                }
+                (bytes, chunks, failed, tar.producer.await.unwrap())
+            }
+        };
+        let (bytes, chunks, failed, end) = collect(1 << 30).await;
+        assert!(failed.is_none(), "{failed:?}");
+        assert!(chunks > 3, "{chunks}");
+        assert!(
+            matches!(end, TarEnd::Sent(n) if n == bytes.len() as u64),
+            "{end:?}"
+        );
+        let names: Vec<String> = tar::Archive::new(&bytes[..])
+            .entries()
+            .unwrap()
+            .map(|e| e.unwrap().path().unwrap().display().to_string())
+            .collect();
+        assert_eq!(names, vec!["Dockerfile", "big"]);
+
+        let (_, _, failed, end) = collect(100 * 1024).await;
+        let msg = match end {
+            TarEnd::Failed(e @ RuntimeError::ContextTooLarge { .. }) => e.to_string(),
+            other => panic!("{other:?}"),
+        };
+        assert!(msg.contains("build_context_max_bytes = 102400"), "{msg}");
+        assert!(msg.contains(&dir.path().display().to_string()), "{msg}");
+        assert!(
+            failed.unwrap().contains("102400"),
+            "the body ends in the error"
         );
     }
 

@@ -42,6 +42,8 @@ pub struct DockerRuntime {
     host: String,
     /// Made on first use; `None` again only if making it failed.
     client: Mutex<Option<Docker>>,
+    /// The largest build context streamed to Docker.
+    context_max_bytes: u64,
     /// Logins sent with pulls (`registry_auth_file`), if configured.
     registry_auth: Option<Arc<RegistryAuth>>,
     /// Image id -> repo digest, once found: an image id names fixed
@@ -76,6 +78,7 @@ impl DockerRuntime {
             hive,
             host,
             client: Mutex::new(None),
+            context_max_bytes: crate::config::DEFAULT_BUILD_CONTEXT_MAX_BYTES,
             registry_auth: None,
             digests: Mutex::new(HashMap::new()),
         }
@@ -123,6 +126,13 @@ impl DockerRuntime {
             message,
             login,
         }
+    }
+
+    /// Cap build contexts at `max_bytes` (the hive config's
+    /// `build_context_max_bytes`).
+    pub fn with_context_max_bytes(mut self, max_bytes: u64) -> DockerRuntime {
+        self.context_max_bytes = max_bytes;
+        self
     }
 
     /// Where this runtime looks for Docker.
@@ -415,14 +425,11 @@ impl ContainerRuntime for DockerRuntime {
         progress: ProgressFn<'_>,
     ) -> Result<(), RuntimeError> {
         let docker = self.client()?;
-        let dir = context_dir.to_path_buf();
-        let tar = tokio::task::spawn_blocking(move || context::tar_directory(&dir))
-            .await
-            .map_err(|e| RuntimeError::Context {
-                context: context_dir.display().to_string(),
-                reason: e.to_string(),
-            })??;
-        progress(&format!("sending build context ({} bytes)", tar.len()));
+        let tar = context::stream_tar(context_dir.to_path_buf(), self.context_max_bytes);
+        progress(&format!(
+            "streaming the build context (at most {} bytes)",
+            self.context_max_bytes
+        ));
         let options = BuildImageOptions {
             dockerfile: dockerfile.to_string(),
             t: Some(tag.to_string()),
@@ -431,7 +438,9 @@ impl ContainerRuntime for DockerRuntime {
             nocache: no_cache,
             ..Default::default()
         };
-        let mut stream = docker.build_image(options, None, Some(bollard::body_full(tar.into())));
+        let mut stream =
+            docker.build_image(options, None, Some(bollard::body_try_stream(tar.body)));
+        let mut built = Ok(());
         while let Some(item) = stream.next().await {
             match item {
                 Ok(info) => {
@@ -441,15 +450,29 @@ impl ContainerRuntime for DockerRuntime {
                     }
                 }
                 Err(BollardError::DockerStreamError { error }) => {
-                    return Err(RuntimeError::Build {
+                    built = Err(RuntimeError::Build {
                         tag: tag.to_string(),
                         message: error,
-                    })
+                    });
+                    break;
                 }
-                Err(e) => return Err(self.classify("build", tag, e)),
+                Err(e) => {
+                    built = Err(self.classify("build", tag, e));
+                    break;
+                }
             }
         }
-        Ok(())
+        drop(stream);
+        // The context's own failure (over the cap, unreadable) explains a
+        // failed build better than Docker's view of a cut-off upload.
+        match tar.producer.await {
+            Ok(context::TarEnd::Failed(e)) => Err(e),
+            Ok(context::TarEnd::Sent(_) | context::TarEnd::DockerGone) => built,
+            Err(e) => Err(RuntimeError::Context {
+                context: context_dir.display().to_string(),
+                reason: format!("the tar writer stopped: {e}"),
+            }),
+        }
     }
 
     async fn create(&self, spec: &ContainerSpec) -> Result<String, RuntimeError> {

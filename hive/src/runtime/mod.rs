@@ -17,10 +17,11 @@
 //! registry hiccup is transient; a missing image, a failed build or a
 //! foreign container is not.
 //!
-//! Build contexts ([`context`]) are a directory on the hive or a git
-//! checkout the hive makes with the `git` CLI; either is sent to Docker as
-//! a tar.
+//! Build contexts ([`context`]) are a directory inside an allowed root
+//! ([`confine`]) or a git checkout the hive makes with the `git` CLI;
+//! either is streamed to Docker as a tar under a size cap.
 
+pub mod confine;
 pub mod context;
 mod docker;
 #[cfg(test)]
@@ -218,6 +219,11 @@ pub enum RuntimeError {
     Build { tag: String, message: String },
     #[error("build context {context}: {reason}")]
     Context { context: String, reason: String },
+    #[error(
+        "build context {context} is larger than build_context_max_bytes = {max_bytes} bytes; \
+         make the context smaller or raise build_context_max_bytes in the hive config"
+    )]
+    ContextTooLarge { context: String, max_bytes: u64 },
     #[error("`git {args}` failed: {reason}")]
     Git { args: String, reason: String },
     #[error("Docker {op} {target} failed: {source}")]

@@ -588,7 +588,7 @@ async fn a_failed_remove_stays_journalled_and_blocks_the_agent_until_replayed() 
 #[tokio::test(start_paused = true)]
 async fn build_contexts_are_built_and_tagged_by_spec() {
     let mut h = Harness::new(FakeRuntime::new(HIVE));
-    let ctx = h.state_dir.join("ctx");
+    let ctx = h.state_dir.join("knowledge/ctx");
     std::fs::create_dir_all(&ctx).unwrap();
     std::fs::write(ctx.join("Dockerfile"), "FROM scratch\n").unwrap();
     h.start();
@@ -623,6 +623,23 @@ async fn build_contexts_are_built_and_tagged_by_spec() {
     let error = view.error.unwrap();
     assert!(error.contains("build context relative/ctx"), "{error}");
     assert_eq!(view.nodes[2].attempts, 1, "not retried");
+
+    // The state dir outside the knowledge checkout is never a context.
+    let inside = h.state_dir.join("agents");
+    std::fs::create_dir_all(&inside).unwrap();
+    let bad = AgentSpec {
+        build: Some(BuildSpec {
+            context: inside.display().to_string(),
+            git_ref: None,
+            dockerfile: None,
+        }),
+        ..Default::default()
+    };
+    let job = h.deploy("d", bad).await;
+    let view = h.finished(job).await;
+    assert_eq!(view.state, JobState::Failed);
+    let error = view.error.unwrap();
+    assert!(error.contains("hive's state dir"), "{error}");
     h.stop().await;
 }
 

@@ -1,0 +1,220 @@
+//! # Which directories a build context may name
+//!
+//! A build context is read in full by the hive and handed to Docker, so a
+//! spec that could name any directory could copy any file the hive can
+//! read into an image: the hive's own state dir holds its xkey seed and
+//! every agent's credentials. A context may therefore name only a path
+//! inside an allowed root:
+//!
+//! - the knowledge checkout (`<state>/knowledge`);
+//! - the hive's own clones of git contexts (`<state>/builds/<agent>`);
+//! - the directories the operator lists in `build_roots` (none by default).
+//!
+//! Refused, each with an error naming the path and the rule: a `..`
+//! component; a path whose real location (symlinks resolved) leaves every
+//! root; the state dir, anything that contains it, and anything inside it
+//! but outside the two roots above. A local git URL (`file://` or a plain
+//! path) is a directory the clone reads, so it is held to the same rules.
+//!
+//! Symlinks *inside* a context are sent to Docker as symlinks (never
+//! followed), and Docker resolves them inside the context, so they cannot
+//! reach out either.
+
+use std::path::{Component, Path, PathBuf};
+
+use super::RuntimeError;
+
+/// The roots a build context may lie in.
+#[derive(Debug, Clone)]
+pub struct BuildRoots {
+    /// The hive's state dir: never a context, and nothing in it is one but
+    /// the knowledge checkout and the hive's own clones.
+    pub state_dir: PathBuf,
+    /// `<state>/knowledge`.
+    pub knowledge: PathBuf,
+    /// `<state>/builds`, the parent of every per-agent clone.
+    pub builds: PathBuf,
+    /// From the hive config's `build_roots`.
+    pub configured: Vec<PathBuf>,
+}
+
+impl BuildRoots {
+    /// The roots for a hive with this state dir and `build_roots`.
+    pub fn new(state_dir: &Path, configured: Vec<PathBuf>) -> BuildRoots {
+        BuildRoots {
+            state_dir: state_dir.to_path_buf(),
+            knowledge: state_dir.join("knowledge"),
+            builds: state_dir.join("builds"),
+            configured,
+        }
+    }
+
+    /// The clone of `agent`'s git context.
+    pub fn clone_dir(&self, agent: &str) -> PathBuf {
+        self.builds.join(agent)
+    }
+
+    fn describe(&self) -> String {
+        let configured = if self.configured.is_empty() {
+            "none configured".to_string()
+        } else {
+            self.configured
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        format!(
+            "the knowledge checkout {}, the hive's clones under {}, or build_roots ({configured})",
+            self.knowledge.display(),
+            self.builds.display()
+        )
+    }
+}
+
+/// Check that `path` may be a build context; its real (canonical) path.
+pub fn confine(path: &Path, roots: &BuildRoots) -> Result<PathBuf, RuntimeError> {
+    let refuse = |reason: String| RuntimeError::Context {
+        context: path.display().to_string(),
+        reason,
+    };
+    if path.components().any(|c| c == Component::ParentDir) {
+        return Err(refuse(
+            "a build context must not contain '..' (rule: name the directory itself, inside an \
+             allowed root)"
+                .into(),
+        ));
+    }
+    let real = path
+        .canonicalize()
+        .map_err(|e| refuse(format!("cannot resolve it: {e}")))?;
+    let state = real_or_same(&roots.state_dir);
+    let knowledge = real_or_same(&roots.knowledge);
+    let builds = real_or_same(&roots.builds);
+    let in_state_roots = real.starts_with(&knowledge) || real.starts_with(&builds);
+    if state.starts_with(&real) || (real.starts_with(&state) && !in_state_roots) {
+        return Err(refuse(format!(
+            "it is or contains the hive's state dir {} (rule: the state dir holds the hive's \
+             keys and every agent's credentials, and is never a build context)",
+            roots.state_dir.display()
+        )));
+    }
+    let configured: Vec<PathBuf> = roots.configured.iter().map(|r| real_or_same(r)).collect();
+    if in_state_roots || configured.iter().any(|r| real.starts_with(r)) {
+        return Ok(real);
+    }
+    let lexically_inside = [&roots.knowledge, &roots.builds]
+        .into_iter()
+        .chain(roots.configured.iter())
+        .any(|r| path.starts_with(r));
+    if lexically_inside && real != path {
+        return Err(refuse(format!(
+            "it resolves to {}, outside every allowed root (rule: a symlink must not leave its \
+             root; allowed: {})",
+            real.display(),
+            roots.describe()
+        )));
+    }
+    Err(refuse(format!(
+        "it is outside every allowed root (rule: a build context must be inside {})",
+        roots.describe()
+    )))
+}
+
+/// The local directory a git URL reads, when it names one: `file://PATH`
+/// or a plain absolute path.
+pub fn local_git_path(url: &str) -> Option<PathBuf> {
+    if let Some(rest) = url.strip_prefix("file://") {
+        return Some(PathBuf::from(rest));
+    }
+    url.starts_with('/').then(|| PathBuf::from(url))
+}
+
+/// A root that does not exist (yet) cannot be resolved; compare as given.
+fn real_or_same(p: &Path) -> PathBuf {
+    p.canonicalize().unwrap_or_else(|_| p.to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixture {
+        _tmp: tempfile::TempDir,
+        base: PathBuf,
+        roots: BuildRoots,
+    }
+
+    fn fixture() -> Fixture {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().canonicalize().unwrap();
+        let state = base.join("state");
+        for d in [
+            "state/knowledge/ctx",
+            "state/builds/a",
+            "state/agents/a",
+            "srv/ok",
+            "secret",
+        ] {
+            std::fs::create_dir_all(base.join(d)).unwrap();
+        }
+        std::os::unix::fs::symlink(base.join("secret"), base.join("srv/escape")).unwrap();
+        std::os::unix::fs::symlink(base.join("srv/ok"), base.join("srv/inner")).unwrap();
+        std::os::unix::fs::symlink(&state, base.join("srv/state-link")).unwrap();
+        let roots = BuildRoots::new(&state, vec![base.join("srv")]);
+        Fixture {
+            _tmp: tmp,
+            base,
+            roots,
+        }
+    }
+
+    #[test]
+    fn contexts_inside_roots_pass() {
+        let f = fixture();
+        for rel in [
+            "state/knowledge/ctx",
+            "state/builds/a",
+            "srv/ok",
+            "srv",
+            "srv/inner",
+        ] {
+            let p = f.base.join(rel);
+            assert!(confine(&p, &f.roots).is_ok(), "{rel}");
+        }
+    }
+
+    #[test]
+    fn hostile_contexts_are_refused_naming_path_and_rule() {
+        let f = fixture();
+        let table = [
+            ("srv/ok/../../secret", "must not contain '..'"),
+            ("srv/escape", "a symlink must not leave its root"),
+            ("state", "hive's state dir"),
+            ("state/agents/a", "hive's state dir"),
+            ("srv/state-link", "hive's state dir"),
+            ("", "hive's state dir"),
+            ("secret", "outside every allowed root"),
+            ("nope", "cannot resolve"),
+        ];
+        for (rel, rule) in table {
+            let p = f.base.join(rel);
+            let msg = confine(&p, &f.roots).unwrap_err().to_string();
+            assert!(msg.contains(rule), "{rel}: {msg}");
+            assert!(msg.contains(&p.display().to_string()), "{rel}: {msg}");
+        }
+        let none = BuildRoots::new(&f.base.join("state"), vec![]);
+        let msg = confine(&f.base.join("srv/ok"), &none)
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("build_roots (none configured)"), "{msg}");
+    }
+
+    #[test]
+    fn local_git_urls_are_paths() {
+        assert_eq!(local_git_path("file:///srv/r"), Some("/srv/r".into()));
+        assert_eq!(local_git_path("/srv/r"), Some("/srv/r".into()));
+        assert_eq!(local_git_path("https://forge/x.git"), None);
+        assert_eq!(local_git_path("git@forge:x"), None);
+    }
+}

@@ -1,0 +1,148 @@
+//! A headless Chromium (Debian's `chromium`) driven over the Chrome
+//! DevTools Protocol: a websocket to `--remote-debugging-port`, commands
+//! sent with [`Page::call`], the live DOM read with `Runtime.evaluate`.
+//! Used by the dashboard test and by the browser-origin tests of the
+//! hive's API. Needs `chromium` (apt-get install -y chromium); fails
+//! loudly without it.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::{wait_until, Daemon};
+
+/// How long a browser step may take.
+const T: Duration = Duration::from_secs(30);
+
+pub const CHROMIUM: &str = "/usr/bin/chromium";
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// A headless Chromium page driven over CDP.
+pub struct Page {
+    _browser: Daemon,
+    _profile: tempfile::TempDir,
+    socket: Socket,
+    next_id: AtomicU64,
+}
+
+impl Page {
+    pub async fn launch(log: &Path) -> Page {
+        assert!(
+            Path::new(CHROMIUM).is_file(),
+            "{CHROMIUM} is missing: apt-get install -y chromium"
+        );
+        let profile = tempfile::Builder::new()
+            .prefix("hhtest-chromium-")
+            .tempdir()
+            .unwrap();
+        let user_data = format!("--user-data-dir={}", profile.path().display());
+        let browser = Daemon::spawn(
+            Path::new(CHROMIUM),
+            &[
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--remote-debugging-address=127.0.0.1",
+                "--remote-debugging-port=0",
+                &user_data,
+                "about:blank",
+            ],
+            &[],
+            log,
+        );
+        // Chromium writes the port it chose into the profile directory.
+        let port_file = profile.path().join("DevToolsActivePort");
+        let port = wait_until(T, "Chromium's DevTools port", || async {
+            let text = std::fs::read_to_string(&port_file).ok()?;
+            text.lines().next()?.trim().parse::<u16>().ok()
+        })
+        .await;
+        let targets: Value = wait_until(T, "Chromium's page target", || async {
+            let list: Value = reqwest::get(format!("http://127.0.0.1:{port}/json/list"))
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            list.as_array()?
+                .iter()
+                .any(|t| t["type"] == "page")
+                .then_some(list)
+        })
+        .await;
+        let ws = targets
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["type"] == "page")
+            .and_then(|t| t["webSocketDebuggerUrl"].as_str())
+            .expect("a page target with a websocket")
+            .to_string();
+        let (socket, _) = tokio_tungstenite::connect_async(ws.as_str()).await.unwrap();
+        Page {
+            _browser: browser,
+            _profile: profile,
+            socket,
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    /// Send one CDP command and return its result.
+    pub async fn call(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let msg = json!({ "id": id, "method": method, "params": params }).to_string();
+        self.socket.send(Message::text(msg)).await.unwrap();
+        loop {
+            let frame = tokio::time::timeout(T, self.socket.next())
+                .await
+                .expect("a CDP reply in time")
+                .expect("the CDP socket is open")
+                .unwrap();
+            let Message::Text(text) = frame else { continue };
+            let reply: Value = serde_json::from_str(text.as_str()).unwrap();
+            if reply["id"] == id {
+                assert!(reply.get("error").is_none(), "{method}: {reply}");
+                return reply["result"].clone();
+            }
+        }
+    }
+
+    /// Evaluate a JavaScript expression in the page; its value as JSON.
+    pub async fn eval(&mut self, expression: &str) -> Value {
+        let r = self
+            .call(
+                "Runtime.evaluate",
+                json!({ "expression": expression, "returnByValue": true }),
+            )
+            .await;
+        assert!(r.get("exceptionDetails").is_none(), "{expression}: {r}");
+        r["result"]["value"].clone()
+    }
+
+    /// Evaluate until the expression is truthy.
+    pub async fn wait_for(&mut self, what: &str, expression: &str) -> Value {
+        let deadline = std::time::Instant::now() + T;
+        loop {
+            let v = self.eval(expression).await;
+            if !(v.is_null() || v == false || v == "") {
+                return v;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {what}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+}

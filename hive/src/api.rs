@@ -200,6 +200,7 @@ impl AgentRow {
             image_digest: None,
             health: None,
             last_job: self.last_job.clone(),
+            retry: None,
         }
     }
 }

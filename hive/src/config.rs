@@ -30,6 +30,7 @@ pub struct FileConfig {
     pub publish_interval_secs: Option<u64>,
     pub reconcile_interval_secs: Option<u64>,
     pub orphan_grace_secs: Option<u64>,
+    pub agent_retry_base_secs: Option<u64>,
     pub trusted_controller_xkeys: Vec<String>,
     pub xkey_seed_file: Option<PathBuf>,
     pub knowledge_repo: Option<String>,
@@ -66,6 +67,9 @@ pub struct HiveConfig {
     pub publish_interval: Duration,
     pub reconcile_interval: Duration,
     pub orphan_grace: Duration,
+    /// The first retry of an agent whose job failed comes this long after
+    /// the failure; each further one twice as late, capped at an hour.
+    pub agent_retry_base: Duration,
     pub trusted_controller_xkeys: Vec<String>,
     pub xkey_seed_file: PathBuf,
     pub knowledge_repo: Option<String>,
@@ -333,6 +337,13 @@ pub fn load(
             p.display().to_string()
         ));
     }
+    let agent_retry_base = Interval {
+        field: "agent_retry_base_secs",
+        default: crate::retry::DEFAULT_BASE.as_secs(),
+        min: 1,
+        max: crate::retry::MAX_DELAY.as_secs(),
+    }
+    .read(file.agent_retry_base_secs, &mut problems);
 
     if !problems.is_empty() {
         return Err(ConfigErrors { problems });
@@ -350,6 +361,7 @@ pub fn load(
         publish_interval,
         reconcile_interval,
         orphan_grace,
+        agent_retry_base,
         trusted_controller_xkeys: file.trusted_controller_xkeys,
         xkey_seed_file,
         knowledge_repo: file.knowledge_repo.filter(|s| !s.trim().is_empty()),
@@ -440,6 +452,7 @@ mod tests {
             ("publish_interval_secs", MAX_PUBLISH_INTERVAL_SECS),
             ("reconcile_interval_secs", MAX_RECONCILE_INTERVAL_SECS),
             ("orphan_grace_secs", MAX_ORPHAN_GRACE_SECS),
+            ("agent_retry_base_secs", crate::retry::MAX_DELAY.as_secs()),
         ];
         for (field, max) in cases {
             let at = write(&format!("{field} = {max}\n"));

@@ -3,8 +3,15 @@
 //! and to whether a revision has converged.
 //!
 //! Rules that come from hard lessons:
-//! - Only the durable installed record drives retirement and orphan reaping;
-//!   what Docker happens to show is never a reason to delete.
+//! - Level-triggered: every round compares the *declaration* (not only the
+//!   installed record) with Docker, so a first deploy, rebuild or start that
+//!   failed is tried again; the per-agent backoff ([`crate::retry`]) decides
+//!   when.
+//! - Only the durable installed record and a valid declaration drive
+//!   retirement, and only the record drives orphan reaping; what Docker
+//!   happens to show is never a reason to delete by itself. What is removed
+//!   is what Docker shows with this hive's labels (by id), not whatever
+//!   holds the expected name.
 //! - "I could not look" is never "nothing is there": callers pass `None`
 //!   for an input they could not read, and the functions then decide nothing
 //!   destructive.
@@ -22,12 +29,24 @@ pub struct Installed {
     pub spec: String,
 }
 
-/// One container as Docker shows it (only ones with this hive's label).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// An agent's containers as Docker shows them (only ones with this hive's
+/// label). Normally one; a renamed copy makes two.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Seen {
+    /// The main container (the one with the expected name, else the first)
+    /// runs.
     pub running: bool,
-    /// The spec label on the container.
+    /// The spec label on the main container.
     pub spec: Option<String>,
+    /// Every container id with this agent's label.
+    pub ids: Vec<String>,
+}
+
+impl Seen {
+    /// More than one container carries this agent's label.
+    pub fn duplicated(&self) -> bool {
+        self.ids.len() > 1
+    }
 }
 
 /// A job to queue.
@@ -89,6 +108,9 @@ pub fn plan_declaration(
 /// Inputs to one reconciler round. `busy` holds agents with a pending or
 /// running job: the reconciler leaves them to that job.
 pub struct RoundInput<'a> {
+    /// The current valid declaration; `None` when none could be read, and
+    /// then only the installed record is repaired and nothing is retired.
+    pub declared: Option<&'a BTreeMap<AgentName, AgentSpec>>,
     pub installed: &'a BTreeMap<AgentName, Installed>,
     pub power: &'a BTreeMap<AgentName, Power>,
     pub seen: &'a BTreeMap<AgentName, Seen>,
@@ -98,30 +120,43 @@ pub struct RoundInput<'a> {
     pub orphans_past_grace: &'a BTreeSet<AgentName>,
 }
 
-/// Repair the drift between the installed record and Docker:
-/// missing container -> recreate; wanted up but stopped -> start; wanted
-/// down but running -> stop; spec label differs -> rebuild; orphan past its
-/// grace period -> reap.
+/// Close the gap between the declaration, the installed record and Docker,
+/// for every agent without a job in flight:
+/// - declared, not installed (a first deploy that failed): first deploy;
+/// - declared, installed with another spec (a rebuild that failed): rebuild;
+/// - installed, not in the declaration (a retire that failed): retire;
+/// - container missing, spec label differs, or more than one container
+///   with the agent's label: rebuild; wanted up but stopped, or down but
+///   running: reconcile;
+/// - orphan past its grace period: reap.
+///
+/// Without a declaration only the installed record is repaired.
 pub fn plan_round(input: &RoundInput<'_>) -> Vec<Action> {
     let mut out = Vec::new();
-    for (agent, inst) in input.installed {
-        if input.busy.contains(agent) {
-            continue;
-        }
-        let want = input.power.get(agent).copied().unwrap_or(Power::Up);
-        match input.seen.get(agent) {
-            None => out.push(Action::Rebuild {
-                agent: agent.clone(),
-                relock: false,
-            }),
-            Some(s) if s.spec.as_deref() != Some(inst.spec.as_str()) => out.push(Action::Rebuild {
-                agent: agent.clone(),
-                relock: false,
-            }),
-            Some(s) if s.running != (want == Power::Up) => {
-                out.push(Action::Reconcile(agent.clone()))
+    let idle = |a: &AgentName| !input.busy.contains(a);
+    match input.declared {
+        Some(declared) => {
+            for (agent, spec) in declared.iter().filter(|(a, _)| idle(a)) {
+                let rebuild = Action::Rebuild {
+                    agent: agent.clone(),
+                    relock: false,
+                };
+                match input.installed.get(agent) {
+                    None => out.push(Action::FirstDeploy(agent.clone())),
+                    Some(i) if i.spec != spec.spec_hash() => out.push(rebuild),
+                    Some(i) => out.extend(repair(input, agent, i)),
+                }
             }
-            Some(_) => {}
+            for agent in input.installed.keys().filter(|a| idle(a)) {
+                if !declared.contains_key(agent) {
+                    out.push(Action::Retire(agent.clone()));
+                }
+            }
+        }
+        None => {
+            for (agent, inst) in input.installed.iter().filter(|(a, _)| idle(a)) {
+                out.extend(repair(input, agent, inst));
+            }
         }
     }
     for agent in input.orphans_past_grace {
@@ -130,6 +165,21 @@ pub fn plan_round(input: &RoundInput<'_>) -> Vec<Action> {
         }
     }
     out
+}
+
+/// The repair an installed agent needs to match its record and power.
+fn repair(input: &RoundInput<'_>, agent: &AgentName, inst: &Installed) -> Option<Action> {
+    let want = input.power.get(agent).copied().unwrap_or(Power::Up);
+    let rebuild = Action::Rebuild {
+        agent: agent.clone(),
+        relock: false,
+    };
+    match input.seen.get(agent) {
+        None => Some(rebuild),
+        Some(s) if s.spec.as_deref() != Some(inst.spec.as_str()) || s.duplicated() => Some(rebuild),
+        Some(s) if s.running != (want == Power::Up) => Some(Action::Reconcile(agent.clone())),
+        Some(_) => None,
+    }
 }
 
 /// Labelled containers whose agent is not in the installed record.
@@ -166,6 +216,9 @@ pub fn convergence_gap(
         };
         if s.spec.as_deref() != Some(want_spec.as_str()) {
             return Some(format!("{agent} runs another spec"));
+        }
+        if s.duplicated() {
+            return Some(format!("{agent} has {} containers", s.ids.len()));
         }
         if installed.get(agent).map(|i| &i.spec) != Some(&want_spec) {
             return Some(format!(
@@ -301,6 +354,7 @@ mod tests {
                 Seen {
                     running,
                     spec: spec.map(str::to_string),
+                    ids: vec!["c1".into()],
                 },
             )]
             .into()
@@ -350,6 +404,7 @@ mod tests {
         ];
         for (name, seen, power, want) in cases {
             let got = plan_round(&RoundInput {
+                declared: None,
                 installed: &installed,
                 power,
                 seen: &seen,
@@ -361,6 +416,7 @@ mod tests {
         // An agent with a job in flight is left to that job.
         let busy: BTreeSet<_> = [a("web")].into();
         let got = plan_round(&RoundInput {
+            declared: None,
             installed: &installed,
             power: &up,
             seen: &BTreeMap::new(),
@@ -368,6 +424,118 @@ mod tests {
             orphans_past_grace: &none,
         });
         assert!(got.is_empty());
+    }
+
+    #[test]
+    fn rounds_compare_the_declaration_not_only_the_record() {
+        let (s1, s2) = (spec("img:1"), spec("img:2"));
+        let one = |running: bool, spec: &AgentSpec| Seen {
+            running,
+            spec: Some(spec.spec_hash()),
+            ids: vec!["c1".into()],
+        };
+        let rebuild = |n: &str| Action::Rebuild {
+            agent: a(n),
+            relock: false,
+        };
+        struct Case {
+            name: &'static str,
+            declared: Option<Vec<(&'static str, AgentSpec)>>,
+            installed: Vec<(&'static str, Installed)>,
+            seen: Vec<(&'static str, Seen)>,
+            busy: Vec<&'static str>,
+            want: Vec<Action>,
+        }
+        let cases = vec![
+            Case {
+                name: "a first deploy that failed is tried again",
+                declared: Some(vec![("web", s1.clone())]),
+                installed: vec![],
+                seen: vec![],
+                busy: vec![],
+                want: vec![Action::FirstDeploy(a("web"))],
+            },
+            Case {
+                name: "a rebuild that failed is tried again",
+                declared: Some(vec![("web", s2.clone())]),
+                installed: vec![("web", inst(&s1))],
+                seen: vec![("web", one(true, &s1))],
+                busy: vec![],
+                want: vec![rebuild("web")],
+            },
+            Case {
+                name: "a start that failed is tried again",
+                declared: Some(vec![("web", s1.clone())]),
+                installed: vec![("web", inst(&s1))],
+                seen: vec![("web", one(false, &s1))],
+                busy: vec![],
+                want: vec![Action::Reconcile(a("web"))],
+            },
+            Case {
+                name: "a retire that failed is tried again",
+                declared: Some(vec![]),
+                installed: vec![("old", inst(&s1))],
+                seen: vec![("old", one(true, &s1))],
+                busy: vec![],
+                want: vec![Action::Retire(a("old"))],
+            },
+            Case {
+                name: "a renamed copy next to the container is rebuilt away",
+                declared: Some(vec![("web", s1.clone())]),
+                installed: vec![("web", inst(&s1))],
+                seen: vec![(
+                    "web",
+                    Seen {
+                        ids: vec!["c1".into(), "c2".into()],
+                        ..one(true, &s1)
+                    },
+                )],
+                busy: vec![],
+                want: vec![rebuild("web")],
+            },
+            Case {
+                name: "as declared: nothing",
+                declared: Some(vec![("web", s1.clone())]),
+                installed: vec![("web", inst(&s1))],
+                seen: vec![("web", one(true, &s1))],
+                busy: vec![],
+                want: vec![],
+            },
+            Case {
+                name: "a job in flight is left alone",
+                declared: Some(vec![("web", s1.clone())]),
+                installed: vec![("old", inst(&s1))],
+                seen: vec![],
+                busy: vec!["web", "old"],
+                want: vec![],
+            },
+            Case {
+                name: "no declaration: the record is repaired, nothing retired or deployed",
+                declared: None,
+                installed: vec![("web", inst(&s1))],
+                seen: vec![],
+                busy: vec![],
+                want: vec![rebuild("web")],
+            },
+        ];
+        for c in cases {
+            let declared: Option<BTreeMap<_, _>> = c
+                .declared
+                .map(|d| d.into_iter().map(|(n, s)| (a(n), s)).collect());
+            let installed = c.installed.into_iter().map(|(n, i)| (a(n), i)).collect();
+            let seen = c.seen.into_iter().map(|(n, s)| (a(n), s)).collect();
+            let busy = c.busy.into_iter().map(a).collect();
+            let mut got = plan_round(&RoundInput {
+                declared: declared.as_ref(),
+                installed: &installed,
+                power: &BTreeMap::new(),
+                seen: &seen,
+                busy: &busy,
+                orphans_past_grace: &BTreeSet::new(),
+            });
+            got.sort();
+            assert_eq!(got, c.want, "{}", c.name);
+        }
     }
 
     #[test]
@@ -380,6 +548,7 @@ mod tests {
                 Seen {
                     running: true,
                     spec: Some(s1.spec_hash()),
+                    ..Default::default()
                 },
             ),
             (
@@ -387,6 +556,7 @@ mod tests {
                 Seen {
                     running: true,
                     spec: None,
+                    ..Default::default()
                 },
             ),
             (
@@ -394,6 +564,7 @@ mod tests {
                 Seen {
                     running: false,
                     spec: None,
+                    ..Default::default()
                 },
             ),
         ]
@@ -402,6 +573,7 @@ mod tests {
         let o = orphans(&installed, &seen, &busy);
         assert_eq!(o, [a("stray")].into());
         let got = plan_round(&RoundInput {
+            declared: None,
             installed: &installed,
             power: &BTreeMap::new(),
             seen: &seen,
@@ -422,6 +594,7 @@ mod tests {
             Seen {
                 running: true,
                 spec: Some(h.clone()),
+                ..Default::default()
             },
         )]
         .into();
@@ -445,6 +618,7 @@ mod tests {
             Seen {
                 running: true,
                 spec: Some("sha256:x".into()),
+                ..Default::default()
             },
         )]
         .into();
@@ -459,6 +633,7 @@ mod tests {
             Seen {
                 running: true,
                 spec: None,
+                ..Default::default()
             },
         );
         assert!(convergence_gap(&declared, &up, &extra, &installed, &done).is_some());

@@ -9,13 +9,23 @@
 //! 2. **apply** a new declaration (from the wanted task): plan against the
 //!    durable installed record ([`converge::plan_declaration`]) and queue the
 //!    jobs, remembering which jobs belong to the revision.
-//! 3. **reconcile**, at start and every `reconcile_interval`: repair drift
-//!    ([`converge::plan_round`]); a failing round backs off from the interval
+//! 3. **reconcile**, at start and every `reconcile_interval`: compare the
+//!    declaration, the installed record, Docker and the job store
+//!    ([`converge::plan_round`], level-triggered) and queue a job for every
+//!    agent that is not as declared and has no job in flight, so a first
+//!    deploy, rebuild, start or retire that failed is tried again. Each
+//!    agent backs off on its own ([`crate::retry`]: `retry_base`, 30 s,
+//!    doubling to an hour; reset on success, on a new revision and when an
+//!    operator queues a job). A failing round backs off from the interval
 //!    doubling to an hour and resets after a clean round. Orphans (labelled
-//!    containers not in the installed record) are reaped only after the grace
-//!    period, and never when the record cannot be read.
-//! 4. **report**: the agents' wanted and observed state, spec hashes and last
-//!    jobs go into [`Health`], and the revision becomes `converged_revision`
+//!    containers not in the installed record) are reaped only after the
+//!    grace period, and never when the record cannot be read; a retire that
+//!    finished while the same containers are still there is not queued
+//!    again.
+//! 4. **report**: the agents' wanted and observed state, spec hashes, last
+//!    jobs and retry state (failing step, attempts, next try) go into
+//!    [`Health`], every string from Docker made safe first
+//!    ([`crate::observe`]), and the revision becomes `converged_revision`
 //!    only when [`converge::convergence_gap`] finds nothing missing.
 //!
 //! It wakes on a new declaration, on job progress, on a short observation
@@ -26,13 +36,19 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use swarm_queue_client::{AgentName, AgentStatus, HiveName, JobSummary, Level, Observed, Power};
+use swarm_queue_client::{
+    AgentName, AgentStatus, HiveName, JobSummary, Level, Observed, Power, RetryStatus,
+};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::converge::{self, Action, Installed, JobOutcome, Seen};
-use crate::jobs::{now_ms, JobFilter, JobId, JobRequest, JobStore, JobView, StoreError};
+use crate::jobs::{
+    now_ms, JobFilter, JobId, JobRequest, JobState, JobStore, JobView, NodeState, StoreError,
+};
+use crate::observe;
 use crate::readiness::{keys, Health};
+use crate::retry::{Failure, Retries};
 use crate::runtime::ContainerRuntime;
 use crate::shutdown::Shutdown;
 use crate::wanted::{Wanted, WantedRx};
@@ -52,6 +68,9 @@ pub struct ConvergerDeps<R> {
     pub wanted: WantedRx,
     pub reconcile_interval: Duration,
     pub orphan_grace: Duration,
+    /// The first per-agent retry comes this long after a failed job
+    /// ([`crate::retry::DEFAULT_BASE`] unless configured).
+    pub retry_base: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -75,6 +94,15 @@ struct Converger<R> {
     orphan_first_seen: BTreeMap<AgentName, Instant>,
     next_round: Instant,
     backoff: Duration,
+    /// Per-agent backoff of failed jobs.
+    retries: Retries,
+    /// The newest job this converger queued per agent: any other job is an
+    /// operator's, whose outcome starts the backoff count again.
+    queued: BTreeMap<AgentName, JobId>,
+    /// Orphans a retire was queued for: the container ids and the job. The
+    /// same containers still there after that job finished are not queued
+    /// again.
+    reaped: BTreeMap<AgentName, (Vec<String>, JobId)>,
 }
 
 fn summary(job: &JobView) -> JobSummary {
@@ -89,6 +117,37 @@ fn summary(job: &JobView) -> JobSummary {
     }
 }
 
+/// What Docker shows for `name`, and its spec label made safe to publish.
+fn observed(observation: &Observation, name: &AgentName) -> (Observed, Option<String>) {
+    match observation {
+        None => (Observed::Unknown, None),
+        Some(seen) => match seen.get(name) {
+            None => (Observed::Missing, None),
+            Some(s) => (
+                if s.running {
+                    Observed::Running
+                } else {
+                    Observed::Stopped
+                },
+                s.spec.as_deref().map(observe::reported_spec),
+            ),
+        },
+    }
+}
+
+/// The failed node of a failed job: its op and error.
+fn failure(job: &JobView, ours: bool) -> Failure {
+    let node = job.nodes.iter().find(|n| n.state == NodeState::Failed);
+    Failure {
+        job: job.id,
+        step: node.map(|n| n.op.clone()),
+        error: node
+            .and_then(|n| n.error.clone())
+            .or_else(|| job.error.clone()),
+        ours,
+    }
+}
+
 impl<R: ContainerRuntime> Converger<R> {
     async fn observe(&self) -> Result<BTreeMap<AgentName, Seen>, PassError> {
         let containers = self
@@ -98,24 +157,79 @@ impl<R: ContainerRuntime> Converger<R> {
             .await
             .map_err(|e| PassError::Docker(crate::error_chain(&e)))?;
         self.report_images_and_health(&containers).await;
-        let mut seen = BTreeMap::new();
-        for c in containers {
-            if c.owner() != Some(self.deps.hive.as_str()) {
-                continue;
-            }
-            let Some(agent) = c.agent().and_then(|a| AgentName::new(a).ok()) else {
-                tracing::warn!(container = %c.name, "container with this hive's label but no valid agent label; leaving it alone");
-                continue;
-            };
-            seen.insert(
-                agent,
-                Seen {
-                    running: c.running,
-                    spec: c.spec_hash().map(str::to_string),
-                },
+        let observed = observe::group(&self.deps.hive, containers);
+        if observed.odd.is_empty() {
+            self.deps.health.clear(keys::ODD_CONTAINERS);
+        } else {
+            self.deps.health.raise(
+                keys::ODD_CONTAINERS,
+                Level::Warn,
+                format!(
+                    "{} container(s) carry this hive's label but cannot be placed, so the hive \
+                     leaves them alone: {}",
+                    observed.odd.len(),
+                    observed.odd.join("; ")
+                ),
             );
         }
-        Ok(seen)
+        Ok(observed.seen)
+    }
+
+    /// Learn from each agent's newest job: a failure backs it off, a success
+    /// or an operator's job in flight resets it.
+    fn note_jobs(&mut self, last: &BTreeMap<AgentName, JobView>, now: Instant) {
+        for (agent, job) in last {
+            let ours = self.queued.get(agent) == Some(&job.id);
+            match job.state {
+                JobState::Failed => self.retries.failed(agent, failure(job, ours), now),
+                JobState::Done => self.retries.reset(agent),
+                _ if !ours => self.retries.reset(agent),
+                _ => {}
+            }
+        }
+    }
+
+    /// Remember which containers a retire or reap was queued for.
+    fn note_removal(
+        &mut self,
+        action: &Action,
+        seen: Option<&BTreeMap<AgentName, Seen>>,
+        job: JobId,
+    ) {
+        if let (Action::Retire(agent) | Action::ReapOrphan(agent), Some(s)) =
+            (action, seen.and_then(|seen| seen.get(action.agent())))
+        {
+            self.reaped.insert(agent.clone(), (s.ids.clone(), job));
+        }
+    }
+
+    /// Drop a reap whose containers are the ones a finished retire was
+    /// already queued for: queueing it again would change nothing.
+    async fn fresh_reap(
+        &self,
+        action: &Action,
+        seen: &BTreeMap<AgentName, Seen>,
+    ) -> Result<bool, StoreError> {
+        let Action::ReapOrphan(agent) = action else {
+            return Ok(true);
+        };
+        let Some((ids, job)) = self.reaped.get(agent) else {
+            return Ok(true);
+        };
+        if seen.get(agent).map(|s| &s.ids) != Some(ids) {
+            return Ok(true);
+        }
+        let job = *job;
+        let state = match self.deps.store.call(move |s| s.job(job)).await {
+            Ok(j) => j.state,
+            Err(StoreError::NoSuchJob { .. }) => JobState::Done,
+            Err(e) => return Err(e),
+        };
+        if state == JobState::Done {
+            tracing::warn!(hive = %self.deps.hive, %agent, job = job.0, ?ids, "retire job finished but the same containers are still there; not queueing it again");
+            return Ok(false);
+        }
+        Ok(true)
     }
 
     /// Put the repo digest each agent's container runs, and its health,
@@ -214,13 +328,17 @@ impl<R: ContainerRuntime> Converger<R> {
         self.queue(agent, request).await.map(Some)
     }
 
-    async fn apply(&mut self, wanted: &Wanted) -> Result<(), PassError> {
+    async fn apply(&mut self, wanted: &Wanted, observation: &Observation) -> Result<(), PassError> {
         let installed = self.installed().await?;
         let actions = converge::plan_declaration(&wanted.declaration.agents, &installed);
         tracing::info!(hive = %self.deps.hive, revision = wanted.revision, actions = actions.len(), "applying declaration");
+        // A new revision: every agent may be tried at once.
+        self.retries.reset_all();
         let mut jobs = Vec::new();
         for action in &actions {
             if let Some(job) = self.carry_out(action, Some(wanted)).await? {
+                self.queued.insert(action.agent().clone(), job);
+                self.note_removal(action, observation.as_ref(), job);
                 jobs.push((action.agent().clone(), job));
             }
         }
@@ -254,21 +372,40 @@ impl<R: ContainerRuntime> Converger<R> {
             .filter(|(_, t)| now.duration_since(**t) >= self.deps.orphan_grace)
             .map(|(a, _)| a.clone())
             .collect();
-        let actions = converge::plan_round(&converge::RoundInput {
+        let last = self.deps.store.call(|s| s.last_jobs()).await?;
+        self.note_jobs(&last, now);
+        let needs = converge::plan_round(&converge::RoundInput {
+            declared: wanted.map(|w| &w.declaration.agents),
             installed: &installed,
             power: &power,
             seen,
             busy: &busy,
             orphans_past_grace: &past_grace,
         });
-        for action in &actions {
-            tracing::info!(hive = %self.deps.hive, agent = %action.agent(), ?action, "reconciler repair");
-            self.carry_out(action, wanted).await?;
+        // An agent that needs nothing and has nothing in flight is as
+        // declared: its failures are over.
+        let needing: BTreeSet<&AgentName> = needs.iter().map(Action::agent).collect();
+        self.retries
+            .retain(|a| needing.contains(a) || busy.contains(a));
+        let mut queued = 0;
+        for action in &needs {
+            let agent = action.agent();
+            if self.retries.waiting(agent, now) || !self.fresh_reap(action, seen).await? {
+                continue;
+            }
+            let attempt = self.retries.get(agent).map_or(0, |r| r.attempts) + 1;
+            tracing::info!(hive = %self.deps.hive, %agent, ?action, attempt, "reconciler queues a job");
+            if let Some(job) = self.carry_out(action, wanted).await? {
+                self.queued.insert(agent.clone(), job);
+                self.note_removal(action, Some(seen), job);
+                queued += 1;
+            }
         }
-        if !actions.is_empty() {
+        self.reaped.retain(|a, _| seen.contains_key(a));
+        if queued > 0 {
             self.deps.wake.notify_one();
         }
-        Ok(actions.len())
+        Ok(queued)
     }
 
     async fn report(
@@ -279,6 +416,9 @@ impl<R: ContainerRuntime> Converger<R> {
         let installed = self.deps.store.call(|s| s.installed_all()).await?;
         let power = self.deps.store.call(|s| s.all_power()).await?;
         let last = self.deps.store.call(|s| s.last_jobs()).await?;
+        // What the jobs did since the last round (a retry that succeeded)
+        // shows at once, not a round later.
+        self.note_jobs(&last, Instant::now());
         let declared = wanted.map(|w| &w.declaration.agents);
         let mut names: BTreeSet<AgentName> = installed.keys().cloned().collect();
         if let Some(d) = declared {
@@ -288,6 +428,7 @@ impl<R: ContainerRuntime> Converger<R> {
             names.extend(seen.keys().cloned());
         }
         let mut agents = BTreeMap::new();
+        let mut due = BTreeMap::new();
         for name in names {
             let spec_decl = declared.and_then(|d| d.get(&name));
             let wanted_power = power
@@ -295,81 +436,43 @@ impl<R: ContainerRuntime> Converger<R> {
                 .copied()
                 .or(spec_decl.and_then(|s| s.power))
                 .unwrap_or(Power::Up);
-            let (observed, spec) = match observation {
-                None => (Observed::Unknown, None),
-                Some(seen) => match seen.get(&name) {
-                    None => (Observed::Missing, None),
-                    Some(s) => (
-                        if s.running {
-                            Observed::Running
-                        } else {
-                            Observed::Stopped
-                        },
-                        s.spec.clone(),
-                    ),
-                },
+            let (observed, spec) = observed(observation, &name);
+            let retry = self.retries.get(&name).map(|r| {
+                due.insert(name.clone(), r.next_try);
+                RetryStatus {
+                    step: r.step.clone(),
+                    attempts: r.attempts,
+                    // Filled in from `due` when the status is taken.
+                    next_try_in_secs: 0,
+                    error: r.error.clone(),
+                }
+            });
+            let status = AgentStatus {
+                wanted: wanted_power,
+                observed,
+                spec,
+                declared_spec: spec_decl.map(|s| s.spec_hash()),
+                image_progress: None,
+                image_digest: None,
+                health: None,
+                last_job: last.get(&name).map(summary),
+                retry,
             };
-            agents.insert(
-                name.clone(),
-                AgentStatus {
-                    wanted: wanted_power,
-                    observed,
-                    spec,
-                    declared_spec: spec_decl.map(|s| s.spec_hash()),
-                    image_progress: None,
-                    image_digest: None,
-                    health: None,
-                    last_job: last.get(&name).map(summary),
-                },
-            );
+            agents.insert(name, status.sanitized());
         }
-        self.deps.health.set_agents(agents);
+        self.deps.health.set_agents(agents, due);
 
         if let (Some(w), Some(seen)) = (wanted, observation) {
             if self.applied == Some(w.revision) {
-                let mut outcomes = Vec::new();
-                for (agent, id) in &self.revision_jobs {
-                    let id = *id;
-                    let outcome = match self.deps.store.call(move |s| s.job(id)).await {
-                        Ok(j) => match j.state {
-                            crate::jobs::JobState::Done => JobOutcome::Done,
-                            crate::jobs::JobState::Failed => JobOutcome::Failed,
-                            _ => JobOutcome::Active,
-                        },
-                        // Pruned: its effect is judged from Docker below.
-                        Err(StoreError::NoSuchJob { .. }) => JobOutcome::Done,
-                        Err(e) => return Err(e.into()),
-                    };
-                    outcomes.push((agent.clone(), outcome));
-                }
                 let inst: BTreeMap<AgentName, Installed> = installed
                     .iter()
                     .map(|(a, i)| {
-                        (
-                            a.clone(),
-                            Installed {
-                                spec: i.spec_hash.clone(),
-                            },
-                        )
+                        let spec = i.spec_hash.clone();
+                        (a.clone(), Installed { spec })
                     })
                     .collect();
-                match converge::convergence_gap(
-                    &w.declaration.agents,
-                    &power,
-                    seen,
-                    &inst,
-                    &outcomes,
-                ) {
-                    None => {
-                        if self.converged != Some(w.revision) {
-                            tracing::info!(hive = %self.deps.hive, revision = w.revision, "converged");
-                        }
-                        self.converged = Some(w.revision);
-                    }
-                    Some(gap) => {
-                        tracing::debug!(hive = %self.deps.hive, revision = w.revision, %gap, "not converged yet")
-                    }
-                }
+                let outcomes = self.revision_outcomes(&last).await?;
+                self.judge(w, &power, seen, &inst, &outcomes);
             }
         }
         self.deps
@@ -378,10 +481,65 @@ impl<R: ContainerRuntime> Converger<R> {
         Ok(())
     }
 
-    async fn pass(&mut self) {
-        let wanted = self.deps.wanted.borrow().clone();
-        let observation: Observation = match self.observe().await {
+    /// How each job queued for the applied revision stands. A newer job of
+    /// the agent (a retry, an operator's deploy) speaks for it instead of
+    /// the one that failed.
+    async fn revision_outcomes(
+        &self,
+        last: &BTreeMap<AgentName, JobView>,
+    ) -> Result<Vec<(AgentName, JobOutcome)>, PassError> {
+        let mut outcomes = Vec::new();
+        for (agent, id) in &self.revision_jobs {
+            let id = match last.get(agent) {
+                Some(newer) if newer.id.0 > id.0 => newer.id,
+                _ => *id,
+            };
+            let outcome = match self.deps.store.call(move |s| s.job(id)).await {
+                Ok(j) => match j.state {
+                    JobState::Done => JobOutcome::Done,
+                    JobState::Failed => JobOutcome::Failed,
+                    _ => JobOutcome::Active,
+                },
+                // Pruned: its effect is judged from Docker.
+                Err(StoreError::NoSuchJob { .. }) => JobOutcome::Done,
+                Err(e) => return Err(e.into()),
+            };
+            outcomes.push((agent.clone(), outcome));
+        }
+        Ok(outcomes)
+    }
+
+    /// Mark the revision converged when nothing is missing.
+    fn judge(
+        &mut self,
+        w: &Wanted,
+        power: &BTreeMap<AgentName, Power>,
+        seen: &BTreeMap<AgentName, Seen>,
+        installed: &BTreeMap<AgentName, Installed>,
+        outcomes: &[(AgentName, JobOutcome)],
+    ) {
+        match converge::convergence_gap(&w.declaration.agents, power, seen, installed, outcomes) {
+            None => {
+                if self.converged != Some(w.revision) {
+                    tracing::info!(hive = %self.deps.hive, revision = w.revision, "converged");
+                }
+                self.converged = Some(w.revision);
+            }
+            Some(gap) => {
+                tracing::debug!(hive = %self.deps.hive, revision = w.revision, %gap, "not converged yet")
+            }
+        }
+    }
+
+    /// Observe, raising or clearing the `docker` warning.
+    async fn look(&mut self) -> Observation {
+        match self.observe().await {
             Ok(seen) => {
+                if self.deps.health.has_warning(keys::DOCKER) {
+                    // Docker is back: look at everything now rather than
+                    // when the failed rounds' backoff ends.
+                    self.next_round = Instant::now();
+                }
                 self.deps.health.clear(keys::DOCKER);
                 Some(seen)
             }
@@ -396,14 +554,19 @@ impl<R: ContainerRuntime> Converger<R> {
                 );
                 None
             }
-        };
+        }
+    }
+
+    async fn pass(&mut self) {
+        let wanted = self.deps.wanted.borrow().clone();
+        let observation = self.look().await;
         // How the job store fared in this pass, when it was used: an error
         // (a full or read-only state dir) raises the `jobs` warning, and
         // only a pass that used it successfully clears it.
         let mut store: Option<Result<(), String>> = None;
         if let Some(w) = wanted.as_deref() {
             if self.applied != Some(w.revision) {
-                match self.apply(w).await {
+                match self.apply(w, &observation).await {
                     Ok(()) => store = Some(Ok(())),
                     Err(e) => {
                         tracing::warn!(hive = %self.deps.hive, revision = w.revision, error = %e, "cannot apply the declaration; will retry");
@@ -466,6 +629,7 @@ impl<R: ContainerRuntime> Converger<R> {
 /// Run until shutdown.
 pub async fn run<R: ContainerRuntime>(deps: ConvergerDeps<R>, mut shutdown: Shutdown) {
     let interval = deps.reconcile_interval;
+    let retry_base = deps.retry_base;
     let mut c = Converger {
         deps,
         applied: None,
@@ -474,6 +638,9 @@ pub async fn run<R: ContainerRuntime>(deps: ConvergerDeps<R>, mut shutdown: Shut
         orphan_first_seen: BTreeMap::new(),
         next_round: Instant::now(),
         backoff: interval,
+        retries: Retries::new(retry_base),
+        queued: BTreeMap::new(),
+        reaped: BTreeMap::new(),
     };
     let mut wanted = c.deps.wanted.clone();
     let health = c.deps.health.clone();
@@ -491,72 +658,5 @@ pub async fn run<R: ContainerRuntime>(deps: ConvergerDeps<R>, mut shutdown: Shut
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::atomic::Ordering;
-
-    use super::*;
-    use crate::runtime::fake::FakeRuntime;
-
-    fn converger(dir: &std::path::Path, interval: Duration) -> Converger<FakeRuntime> {
-        let hive = HiveName::new("alpha").unwrap();
-        let (_tx, rx) = tokio::sync::watch::channel(None);
-        Converger {
-            deps: ConvergerDeps {
-                store: JobStore::open(&dir.join("hive.db")).unwrap(),
-                runtime: Arc::new(FakeRuntime::new("alpha")),
-                hive: hive.clone(),
-                health: Arc::new(Health::new(Some(hive), None)),
-                wake: Arc::new(Notify::new()),
-                wanted: rx,
-                reconcile_interval: interval,
-                orphan_grace: Duration::from_secs(600),
-            },
-            applied: None,
-            revision_jobs: Vec::new(),
-            converged: None,
-            orphan_first_seen: BTreeMap::new(),
-            next_round: Instant::now(),
-            backoff: interval,
-        }
-    }
-
-    /// Run one pass once the next round is due, returning the gap to the
-    /// round after it.
-    async fn round_gap(c: &mut Converger<FakeRuntime>) -> Duration {
-        tokio::time::advance(c.next_round.saturating_duration_since(Instant::now())).await;
-        c.pass().await;
-        c.next_round.saturating_duration_since(Instant::now())
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn failing_rounds_back_off_doubling_to_an_hour_and_reset_after_a_clean_one() {
-        let dir = tempfile::tempdir().unwrap();
-        let interval = Duration::from_secs(30);
-        let mut c = converger(dir.path(), interval);
-        assert_eq!(round_gap(&mut c).await, interval, "a clean first round");
-
-        c.deps.runtime.unreachable.store(true, Ordering::SeqCst);
-        let mut gaps = Vec::new();
-        for _ in 0..10 {
-            gaps.push(round_gap(&mut c).await.as_secs());
-        }
-        assert_eq!(gaps, [60, 120, 240, 480, 960, 1920, 3600, 3600, 3600, 3600]);
-        let r = c.deps.health.snapshot().readiness;
-        assert!(!r.ready, "Docker unreachable makes the hive not ready");
-        let keys: Vec<_> = r.warnings.iter().map(|w| w.key.as_str()).collect();
-        assert!(keys.contains(&crate::readiness::keys::DOCKER), "{keys:?}");
-        assert!(
-            keys.contains(&crate::readiness::keys::RECONCILER),
-            "{keys:?}"
-        );
-
-        c.deps.runtime.unreachable.store(false, Ordering::SeqCst);
-        assert_eq!(
-            round_gap(&mut c).await,
-            interval,
-            "reset after a clean round"
-        );
-        let r = c.deps.health.snapshot().readiness;
-        assert!(r.ready && r.warnings.is_empty(), "{:?}", r.warnings);
-    }
-}
+#[path = "converger_tests.rs"]
+mod tests;

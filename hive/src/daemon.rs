@@ -293,7 +293,11 @@ fn start_container_side(
             side.wake.clone(),
             state.wanted_rx.clone(),
         );
-        let (reconcile_interval, orphan_grace) = (config.reconcile_interval, config.orphan_grace);
+        let (reconcile_interval, orphan_grace, retry_base) = (
+            config.reconcile_interval,
+            config.orphan_grace,
+            config.agent_retry_base,
+        );
         move || converger::ConvergerDeps {
             store: store.clone(),
             runtime: runtime.clone(),
@@ -303,6 +307,7 @@ fn start_container_side(
             wanted: wanted.clone(),
             reconcile_interval,
             orphan_grace,
+            retry_base,
         }
     };
     tasks.spawn("converger", Role::Essential, move |shutdown| {

@@ -20,6 +20,9 @@
 //! - [`jobs`]: the durable job DAG in SQLite (power intent, installed
 //!   agents, cleanup journal); [`runtime`]: the Docker runtime behind a
 //!   narrow trait; [`registry_auth`]: the registry logins pulls send.
+//!   narrow trait.
+//! - [`converge`] decides and [`converger`] does: declaration, Docker and
+//!   job store compared every round; [`retry`]: the per-agent backoff.
 //! - [`xkey`]: the hive's sealing key; [`systemd`]: sd_notify;
 //!   [`shutdown`]: the signal every task takes; [`test_hooks`]: hooks that
 //!   exist only with the `test-hooks` feature.
@@ -42,10 +45,12 @@ pub mod http;
 pub mod images;
 pub mod jobs;
 pub mod knowledge;
+pub mod observe;
 pub mod ops;
 pub mod publisher;
 pub mod readiness;
 pub mod registry_auth;
+pub mod retry;
 pub mod revision;
 pub mod runtime;
 pub mod shutdown;

@@ -38,6 +38,7 @@ pub mod keys {
     pub const KNOWLEDGE: &str = "knowledge";
     pub const JOBS: &str = "jobs";
     pub const AGENT_HEALTH: &str = "agent_health";
+    pub const ODD_CONTAINERS: &str = "odd_containers";
 }
 
 /// How many failed publishes in a row before the hive warns that the swarm
@@ -63,6 +64,10 @@ struct Inner {
     image_digests: BTreeMap<AgentName, String>,
     /// Docker's health status of each agent that has a health check.
     agent_health: BTreeMap<AgentName, String>,
+    /// When each backing-off agent's next try is due; turned into
+    /// `retry.next_try_in_secs` as of each snapshot, so the number is true
+    /// when it is published and a countdown alone never wakes the publisher.
+    retry_due: BTreeMap<AgentName, tokio::time::Instant>,
     converged_revision: Option<u64>,
     seen_revision: Option<u64>,
     job_outcomes: BTreeMap<(String, String), u64>,
@@ -182,8 +187,14 @@ impl Health {
         }
     }
 
-    pub fn set_agents(&self, agents: BTreeMap<AgentName, AgentStatus>) {
+    /// The agents' status, and when each backing-off agent is next tried.
+    pub fn set_agents(
+        &self,
+        agents: BTreeMap<AgentName, AgentStatus>,
+        retry_due: BTreeMap<AgentName, tokio::time::Instant>,
+    ) {
         let mut inner = self.lock();
+        inner.retry_due = retry_due;
         if inner.agents != agents {
             inner.agents = agents;
             drop(inner);
@@ -324,7 +335,7 @@ fn compute(hive: Option<HiveName>, xkey: Option<String>, inner: &Inner) -> Readi
         warnings,
         converged_revision: inner.converged_revision,
         seen_revision: inner.seen_revision,
-        agents: agents_with_progress(inner),
+        agents: agents(inner),
         xkey,
         version: env!("CARGO_PKG_VERSION").to_string(),
     }
@@ -345,6 +356,7 @@ fn agents_with_progress(inner: &Inner) -> BTreeMap<AgentName, AgentStatus> {
             image_digest: None,
             health: None,
             last_job: None,
+            retry: None,
         });
         entry.image_progress = Some(swarm_queue_client::limits::clip(progress, MAX_SHORT_LEN));
     }
@@ -357,6 +369,25 @@ fn agents_with_progress(inner: &Inner) -> BTreeMap<AgentName, AgentStatus> {
         }
     }
     agents.into_iter().take(MAX_AGENTS_PER_HIVE).collect()
+}
+
+/// The agents as published: at most the bound, every field made valid
+/// (a publish is refused only for a bug, never for what Docker showed), and
+/// each retry's countdown as of now.
+fn agents(inner: &Inner) -> BTreeMap<AgentName, AgentStatus> {
+    let now = tokio::time::Instant::now();
+    agents_with_progress(inner)
+        .into_iter()
+        .map(|(name, status)| {
+            let mut status = status.sanitized();
+            if let (Some(r), Some(due)) = (status.retry.as_mut(), inner.retry_due.get(&name)) {
+                // Rounded up: "in 0 s" only once it is due.
+                let left = due.saturating_duration_since(now);
+                r.next_try_in_secs = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+            }
+            (name, status)
+        })
+        .collect()
 }
 
 /// Prometheus text exposition of a snapshot.
@@ -492,6 +523,52 @@ mod tests {
         Health::new(Some(HiveName::new("alpha").unwrap()), None)
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn what_docker_showed_never_makes_the_status_unpublishable() {
+        use swarm_queue_client::{JobSummary, Observed, Power, RetryStatus};
+        let h = health();
+        let hostile = format!("sha256:{}\u{7}\n{}", "f".repeat(64), "x".repeat(4100));
+        let agent = AgentName::new("hostile").unwrap();
+        let status = AgentStatus {
+            wanted: Power::Up,
+            observed: Observed::Stopped,
+            spec: Some(hostile.clone()),
+            declared_spec: None,
+            image_progress: None,
+            image_digest: None,
+            health: None,
+            last_job: Some(JobSummary {
+                id: 1,
+                kind: "first_deploy".into(),
+                state: "failed".into(),
+                error: Some(hostile.clone()),
+            }),
+            retry: Some(RetryStatus {
+                step: Some(hostile.clone()),
+                attempts: 3,
+                next_try_in_secs: 0,
+                error: Some(hostile),
+            }),
+        };
+        let due = tokio::time::Instant::now() + std::time::Duration::from_millis(240_500);
+        h.set_agents(
+            [(agent.clone(), status)].into(),
+            [(agent.clone(), due)].into(),
+        );
+        let r = h.snapshot().readiness;
+        swarm_queue_client::encode(&r).expect("the status encodes");
+        let a = &r.agents[&agent];
+        assert!(a.spec.as_deref().unwrap().starts_with("sha256:fff"));
+        assert_eq!(
+            a.retry.as_ref().unwrap().next_try_in_secs,
+            241,
+            "rounded up"
+        );
+        tokio::time::advance(std::time::Duration::from_secs(300)).await;
+        let r = h.snapshot().readiness;
+        assert_eq!(r.agents[&agent].retry.as_ref().unwrap().next_try_in_secs, 0);
+    }
+
     #[test]
     fn pull_progress_shows_in_the_agents_entry_until_cleared() {
         let h = health();
@@ -513,19 +590,23 @@ mod tests {
     fn an_unhealthy_agent_degrades_the_hive_and_is_named() {
         let h = health();
         let a = |n: &str| AgentName::new(n).unwrap();
-        h.set_agents(BTreeMap::from([(
-            a("web"),
-            AgentStatus {
-                wanted: swarm_queue_client::Power::Up,
-                observed: swarm_queue_client::Observed::Running,
-                spec: None,
-                declared_spec: None,
-                image_progress: None,
-                image_digest: None,
-                health: None,
-                last_job: None,
-            },
-        )]));
+        h.set_agents(
+            BTreeMap::from([(
+                a("web"),
+                AgentStatus {
+                    wanted: swarm_queue_client::Power::Up,
+                    observed: swarm_queue_client::Observed::Running,
+                    spec: None,
+                    declared_spec: None,
+                    image_progress: None,
+                    image_digest: None,
+                    health: None,
+                    last_job: None,
+                    retry: None,
+                },
+            )]),
+            BTreeMap::new(),
+        );
         h.set_agent_health(BTreeMap::from([(a("web"), "starting".to_string())]));
         let r = h.snapshot().readiness;
         assert_eq!(r.state, HiveState::Ok);

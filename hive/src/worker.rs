@@ -41,7 +41,9 @@ use crate::readiness::Health;
 use crate::runtime::confine::{confine, local_git_path, BuildRoots};
 use crate::runtime::context::{self, ContextSource};
 use crate::runtime::pull_progress;
-use crate::runtime::{check_owner, Bind, ContainerRuntime, ContainerSpec, RuntimeError};
+use crate::runtime::{
+    check_owner, Bind, ContainerInfo, ContainerRuntime, ContainerSpec, RuntimeError,
+};
 use crate::shutdown::Shutdown;
 
 /// The least time between two pull-progress changes in Readiness.
@@ -518,19 +520,24 @@ async fn run_node<R: ContainerRuntime>(
             start(deps, agent, &name).await
         }
         Op::Stop => {
-            let was = deps
-                .runtime
-                .inspect(&name)
-                .await
-                .map_err(NodeError::runtime(format!("inspect {name}")))?;
-            deps.runtime
-                .stop(&name, deps.config.stop_timeout)
-                .await
-                .map_err(NodeError::runtime(format!("stop {name}")))?;
-            Ok(Some(match was {
-                Some(c) if c.running => "stopped".into(),
-                Some(_) => "was not running".into(),
-                None => "no container".into(),
+            let targets = agent_containers(deps, agent, &name).await?;
+            let mut stopped = 0;
+            for c in &targets {
+                deps.runtime
+                    .stop(&c.id, deps.config.stop_timeout)
+                    .await
+                    .map_err(NodeError::runtime(format!(
+                        "stop {} ({})",
+                        c.name,
+                        short_id(&c.id)
+                    )))?;
+                stopped += usize::from(c.running);
+            }
+            Ok(Some(match (targets.len(), stopped) {
+                (0, _) => "no container".into(),
+                (1, 1) => "stopped".into(),
+                (1, _) => "was not running".into(),
+                (n, s) => format!("{n} containers, {s} stopped"),
             }))
         }
         Op::Remove { forget } => {
@@ -608,21 +615,63 @@ async fn start<R: ContainerRuntime>(
     }
 }
 
-/// Remove the agent's container if there is one, journalling it by id first.
+/// The agent's containers as Docker shows them: every one with this hive's
+/// label and the agent's label (a renamed one too), and whatever holds the
+/// expected name (a foreign one there is refused by the caller's owner
+/// check, as before).
+async fn agent_containers<R: ContainerRuntime>(
+    deps: &WorkerDeps<R>,
+    agent: &AgentName,
+    name: &str,
+) -> Result<Vec<ContainerInfo>, NodeError> {
+    let mut found: Vec<ContainerInfo> = deps
+        .runtime
+        .list()
+        .await
+        .map_err(NodeError::runtime(format!(
+            "list the containers of {agent}"
+        )))?
+        .into_iter()
+        .filter(|c| c.owner() == Some(deps.hive.as_str()) && c.agent() == Some(agent.as_str()))
+        .collect();
+    if let Some(named) = deps
+        .runtime
+        .inspect(name)
+        .await
+        .map_err(NodeError::runtime(format!("inspect {name}")))?
+    {
+        if !found.iter().any(|c| c.id == named.id) {
+            found.push(named);
+        }
+    }
+    Ok(found)
+}
+
+/// Remove every container of the agent (see [`agent_containers`]),
+/// journalling each by id first.
 async fn remove<R: ContainerRuntime>(
     deps: &WorkerDeps<R>,
     agent: &AgentName,
     name: &str,
 ) -> Result<String, NodeError> {
-    let Some(info) = deps
-        .runtime
-        .inspect(name)
-        .await
-        .map_err(NodeError::runtime(format!("inspect {name}")))?
-    else {
+    let targets = agent_containers(deps, agent, name).await?;
+    if targets.is_empty() {
         return Ok("no container".into());
-    };
-    check_owner(&deps.hive, &info).map_err(NodeError::runtime(format!("remove {name}")))?;
+    }
+    let mut notes = Vec::new();
+    for info in &targets {
+        notes.push(remove_one(deps, agent, info).await?);
+    }
+    Ok(notes.join(", "))
+}
+
+async fn remove_one<R: ContainerRuntime>(
+    deps: &WorkerDeps<R>,
+    agent: &AgentName,
+    info: &ContainerInfo,
+) -> Result<String, NodeError> {
+    let name = &info.name;
+    check_owner(&deps.hive, info).map_err(NodeError::runtime(format!("remove {name}")))?;
     let action = CleanupAction::RemoveContainer {
         id: info.id.clone(),
         name: name.to_string(),

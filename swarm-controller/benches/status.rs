@@ -184,6 +184,7 @@ fn readiness_for(i: usize, rev: u64, generation: u64) -> Readiness {
                     .into(),
                     error: failed.then(|| "pull local/web: manifest unknown".to_string()),
                 }),
+                retry: None,
             };
             (name.clone(), status)
         })

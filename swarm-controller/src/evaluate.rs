@@ -28,6 +28,7 @@ use serde::Serialize;
 use swarm_queue_client::payload::readiness_matches_key;
 use swarm_queue_client::{
     decode, AgentName, Declaration, HiveName, HiveState, JobSummary, Observed, Power, Readiness,
+    RetryStatus,
 };
 use time::OffsetDateTime;
 
@@ -219,6 +220,10 @@ pub struct AgentRow {
     /// the agent has a health check.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub health: Option<String>,
+    /// While the hive backs off before trying the agent again: the failing
+    /// step, attempts, and seconds until the next try as of *now* (anchored
+    /// to the status entry's timestamp).
+    pub retry: Option<RetryStatus>,
     /// What is off about it, if anything.
     pub note: Option<String>,
 }
@@ -373,7 +378,7 @@ pub fn evaluate(i: Inputs<'_>) -> HiveRow {
                     .collect()
             })
             .unwrap_or_default(),
-        agents: agent_rows(declared, readiness),
+        agents: agent_rows(declared, readiness, age.unwrap_or_default()),
         problems,
         stale_at,
     }
@@ -423,6 +428,29 @@ fn observed_matches(wanted: Power, observed: Observed) -> Option<bool> {
 fn short_hash(h: &str) -> &str {
     let end = "sha256:".len() + 12;
     h.get(..end).unwrap_or(h)
+}
+
+/// "failed at image, retrying in 4m00s (attempt 5): image local/x:1 is not
+/// available". The hive counts `next_try_in_secs` from when it wrote the
+/// status, so the countdown here is anchored to the entry's own timestamp:
+/// `age` is how old that entry is by the reader's clock.
+pub fn retry_text(r: &RetryStatus, age: Duration) -> String {
+    let left = r.next_try_in_secs.saturating_sub(age.as_secs());
+    let when = if left == 0 {
+        "retry due now".to_string()
+    } else {
+        format!("retrying in {}", human_age(Duration::from_secs(left)))
+    };
+    let mut s = match &r.step {
+        Some(step) => format!("failed at {step}, {when}"),
+        None => format!("failed, {when}"),
+    };
+    s.push_str(&format!(" (attempt {})", r.attempts));
+    if let Some(e) = &r.error {
+        s.push_str(": ");
+        s.push_str(e);
+    }
+    s
 }
 
 fn job_text(agent: &str, job: &JobSummary) -> String {
@@ -529,10 +557,19 @@ fn convergence(
         let job_is_current = a.declared_spec.as_deref().is_none_or(|d| d == hash);
         if let Some(job) = &a.last_job {
             if job.state == "failed" && job_is_current {
+                let text = match &a.retry {
+                    Some(r) => format!(
+                        "{agent}: job {} ({}) {}",
+                        job.id,
+                        job.kind,
+                        retry_text(r, age.unwrap_or_default())
+                    ),
+                    None => job_text(agent.as_str(), job),
+                };
                 if in_place {
-                    failed_in_place.push(job_text(agent.as_str(), job));
+                    failed_in_place.push(text);
                 } else {
-                    failed.push(job_text(agent.as_str(), job));
+                    failed.push(text);
                 }
             } else if job.state == "pending" || job.state == "running" {
                 working.push(job_text(agent.as_str(), job));
@@ -650,7 +687,11 @@ fn convergence(
     )
 }
 
-fn agent_rows(declared: Option<&Declared>, readiness: Option<&Readiness>) -> Vec<AgentRow> {
+fn agent_rows(
+    declared: Option<&Declared>,
+    readiness: Option<&Readiness>,
+    age: Duration,
+) -> Vec<AgentRow> {
     let mut names: Vec<&AgentName> = Vec::new();
     if let Some(d) = declared {
         names.extend(d.spec_hashes.keys());
@@ -681,6 +722,9 @@ fn agent_rows(declared: Option<&Declared>, readiness: Option<&Readiness>) -> Vec
                     if spec_matches == Some(false) {
                         off.push("spec differs from the declaration".to_string());
                     }
+                    if let Some(r) = &a.retry {
+                        off.push(retry_text(r, age));
+                    }
                     (!off.is_empty()).then(|| off.join(", "))
                 }
                 (None, None) => None,
@@ -695,6 +739,10 @@ fn agent_rows(declared: Option<&Declared>, readiness: Option<&Readiness>) -> Vec
                 last_job: report.and_then(|a| a.last_job.clone()),
                 image_digest: report.and_then(|a| a.image_digest.clone()),
                 health: report.and_then(|a| a.health.clone()),
+                retry: report.and_then(|a| a.retry.clone()).map(|mut r| {
+                    r.next_try_in_secs = r.next_try_in_secs.saturating_sub(age.as_secs());
+                    r
+                }),
                 note,
             }
         })
@@ -753,6 +801,7 @@ mod tests {
                 state: state.into(),
                 error: error.map(str::to_string),
             }),
+            retry: None,
         }
     }
 
@@ -1294,6 +1343,42 @@ mod tests {
             .as_deref()
             .unwrap()
             .contains("not declared"));
+    }
+
+    #[test]
+    fn retry_countdown_is_anchored_to_the_entry_timestamp() {
+        let r = RetryStatus {
+            step: Some("image".into()),
+            attempts: 5,
+            next_try_in_secs: 300,
+            error: Some("image local/x:1 is not available".into()),
+        };
+        assert_eq!(
+            retry_text(&r, Duration::from_secs(60)),
+            "failed at image, retrying in 4m00s (attempt 5): image local/x:1 is not available"
+        );
+        assert!(
+            retry_text(&r, Duration::from_secs(400)).starts_with("failed at image, retry due now")
+        );
+
+        // A failed agent with a retry: the reason says so.
+        let mut status = agent("img:1", Observed::Missing, Some(("failed", Some("boom"))));
+        status.retry = Some(r);
+        let d = declaration(&[("web", "img:1")]);
+        let mut ready = ok_hive(3, 2);
+        ready.agents.insert(AgentName::new("web").unwrap(), status);
+        let row = run(true, Some(&status_at(60, ready)), Some(&wanted(3, d)));
+        assert_eq!(row.convergence, Convergence::Failed, "{}", row.reason);
+        assert!(
+            row.reason.contains(
+                "web: job 7 (first_deploy) failed at image, retrying in 4m00s (attempt 5)"
+            ),
+            "{}",
+            row.reason
+        );
+        let web = row.agents.iter().find(|a| a.name == "web").unwrap();
+        assert_eq!(web.retry.as_ref().unwrap().next_try_in_secs, 240);
+        assert!(web.note.as_deref().unwrap().contains("retrying in 4m00s"));
     }
 
     #[test]

@@ -45,5 +45,5 @@ pub use names::{AccountName, AgentName, HiveName, NameError};
 pub use payload::{
     decode, encode, encode_pretty, AgentSpec, AgentStatus, BuildSpec, CredentialNotice,
     Declaration, DecodeError, Decoded, DeployReply, DeployRequest, EncodeError, HealthSpec,
-    HiveState, JobSummary, Level, Observed, Payload, Power, Readiness, Warning,
+    HiveState, JobSummary, Level, Observed, Payload, Power, Readiness, RetryStatus, Warning,
 };

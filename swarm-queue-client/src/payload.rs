@@ -200,6 +200,49 @@ pub fn sanitize_message(message: &str) -> String {
     clip_message(&cleaned)
 }
 
+/// Make a short field read from outside (a Docker label, a container name)
+/// safe to carry: control characters become `?` and the length is clipped
+/// to [`MAX_SHORT_LEN`], so odd input can never make a payload invalid.
+pub fn sanitize_short(value: &str) -> String {
+    let cleaned: String = value
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    crate::limits::clip(&cleaned, MAX_SHORT_LEN)
+}
+
+impl AgentStatus {
+    /// The same status with every free-form field made valid: a publish is
+    /// refused only for a bug, never because of what Docker showed.
+    pub fn sanitized(mut self) -> AgentStatus {
+        let short = |v: &mut Option<String>| {
+            if let Some(s) = v.as_mut() {
+                *s = sanitize_short(s);
+            }
+        };
+        let long = |v: &mut Option<String>| {
+            if let Some(s) = v.as_mut() {
+                *s = sanitize_message(s);
+            }
+        };
+        short(&mut self.spec);
+        short(&mut self.declared_spec);
+        short(&mut self.image_progress);
+        short(&mut self.image_digest);
+        short(&mut self.health);
+        if let Some(j) = self.last_job.as_mut() {
+            j.kind = sanitize_short(&j.kind);
+            j.state = sanitize_short(&j.state);
+            long(&mut j.error);
+        }
+        if let Some(r) = self.retry.as_mut() {
+            short(&mut r.step);
+            long(&mut r.error);
+        }
+        self
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Declaration: hyperhive-wanted/<hive>
 
@@ -564,6 +607,29 @@ pub struct AgentStatus {
     /// `unhealthy`; absent when the container has no health check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<String>,
+    /// Present while the agent is not as declared, its last job failed and
+    /// the hive is backing off before it tries again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryStatus>,
+}
+
+/// An agent the hive keeps trying to bring to its declared state.
+///
+/// No timestamps ("nothing stamps its own time"): `next_try_in_secs` counts
+/// from the moment the status was written, so a reader adds it to the KV
+/// entry's own timestamp to learn when the next try is due.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryStatus {
+    /// The node that failed last (`image`, `create`, `start`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    /// Failed jobs in a row for this agent (1 after the first failure).
+    pub attempts: u32,
+    /// Seconds from this status's write until the next try; 0 when due.
+    pub next_try_in_secs: u64,
+    /// Why the last try failed (≤ `MAX_MESSAGE_LEN` bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// A hive's readiness, published under its own key. No timestamps: the KV
@@ -627,6 +693,14 @@ impl Payload for Readiness {
                 )?;
                 if let Some(e) = &job.error {
                     check_text(&format!("agents.{name}.last_job.error"), e, MAX_MESSAGE_LEN)?;
+                }
+            }
+            if let Some(r) = &a.retry {
+                if let Some(step) = &r.step {
+                    check_text(&format!("agents.{name}.retry.step"), step, MAX_SHORT_LEN)?;
+                }
+                if let Some(e) = &r.error {
+                    check_text(&format!("agents.{name}.retry.error"), e, MAX_MESSAGE_LEN)?;
                 }
             }
         }

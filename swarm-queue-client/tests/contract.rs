@@ -285,6 +285,12 @@ fn largest_readiness() -> Readiness {
                         state: worst(MAX_SHORT_LEN),
                         error: Some(worst(MAX_MESSAGE_LEN)),
                     }),
+                    retry: Some(RetryStatus {
+                        step: Some(worst(MAX_SHORT_LEN)),
+                        attempts: u32::MAX,
+                        next_try_in_secs: u64::MAX,
+                        error: Some(worst(MAX_MESSAGE_LEN)),
+                    }),
                 },
             )
         })

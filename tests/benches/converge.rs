@@ -157,6 +157,7 @@ async fn main() {
             wanted: rx,
             reconcile_interval: Duration::from_secs(3600),
             orphan_grace: Duration::from_secs(3600),
+            retry_base: hive::retry::DEFAULT_BASE,
         },
         shutdown.clone(),
     ));

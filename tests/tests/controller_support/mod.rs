@@ -229,6 +229,7 @@ pub fn agent_status(
             state: state.into(),
             error: error.map(str::to_string),
         }),
+        retry: None,
     }
 }
 

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use hyperhive_tests::docker::{docker, ContainerGuard, NamedContainerGuard, TestImage};
 use hyperhive_tests::hive::{warning_keys, HiveProc, HiveSpec};
-use hyperhive_tests::jobs::JobApi;
 use hyperhive_tests::kv::{container, containers_of, Swarm};
 use hyperhive_tests::{controller_bin, unique_name, wait_until, NatsServer};
 use serde_json::{json, Value};
@@ -345,7 +344,7 @@ async fn a_renamed_container_of_a_retired_agent_is_removed_once() {
         ..Default::default()
     });
     first_status(&kv, &hive).await;
-    let api = JobApi::new(&h.api().await);
+    let api = h.job_api().await;
     let r1 = kv
         .declare(
             &hive,

@@ -42,6 +42,8 @@ install_deps() {
   # nats-py: a NATS client this project did not write, used by tests to read
   # what the daemons publish.
   python3 -c 'import nats' 2>/dev/null || { say "installing nats-py (PyPI)"; pip_install nats-py; }
+  # nkeys: nats-py's nkey sign-in, for reading the nkey-only demo server.
+  python3 -c 'import nkeys' 2>/dev/null || { say "installing nkeys (PyPI)"; pip_install nkeys; }
   if ! command -v cargo >/dev/null 2>&1; then
     echo "cargo is missing: install a current Rust toolchain (rustup), then run this again" >&2
     exit 1

@@ -42,6 +42,12 @@ impl Page {
             .tempdir()
             .unwrap();
         let user_data = format!("--user-data-dir={}", profile.path().display());
+        // Chromium's own temporary files (its singleton socket and lock)
+        // go inside the profile, which is removed after the browser is
+        // killed: a killed Chromium cannot remove them itself.
+        let tmp = profile.path().join("tmp");
+        std::fs::create_dir(&tmp).unwrap();
+        let tmp = tmp.display().to_string();
         let browser = Daemon::spawn(
             Path::new(CHROMIUM),
             &[
@@ -58,7 +64,7 @@ impl Page {
                 &user_data,
                 "about:blank",
             ],
-            &[],
+            &[("TMPDIR", &tmp)],
             log,
         );
         // Chromium writes the port it chose into the profile directory.

@@ -109,7 +109,11 @@ async fn a_wanted_bucket_made_again_is_taken_as_the_truth() {
     );
     // Handled, so a note (info), not a degradation: the controller can
     // count the hive converged on the new bucket's revision.
-    assert_eq!(r["state"], "ok", "{r}");
+    let level = r["warnings"]
+        .as_array()
+        .and_then(|w| w.iter().find(|w| w["key"] == "wanted_reset"))
+        .map(|w| w["level"].clone());
+    assert_eq!(level, Some(json!("info")), "{r}");
 
     // The doorbell keeps working: the next declaration is applied too.
     let r2 = swarm.declare(&hive, &decl(&img.reference, "5")).await;

@@ -163,11 +163,22 @@ async fn api_and_events_push_one_row_per_update() {
     assert!(page.contains("EventSource"), "dashboard page served");
 }
 
+/// Wait until the server has processed every SUB this client sent. A flush
+/// only writes them out, and the controller publishes on a connection of
+/// its own, which the server may serve first; a request answered on this
+/// connection comes after them.
+async fn server_has_our_subscriptions(client: &async_nats::Client) {
+    tokio::time::timeout(T, client.request("$JS.API.INFO", Bytes::new()))
+        .await
+        .expect("the server answers within T")
+        .expect("a round trip to the server");
+}
+
 /// Records every deploy request on any hive and answers it.
 async fn deploy_recorder(env: &Env) -> Arc<Mutex<Vec<(String, String)>>> {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let mut sub = env.client.subscribe(all_deploy_subjects()).await.unwrap();
-    env.client.flush().await.unwrap();
+    server_has_our_subscriptions(&env.client).await;
     let client = env.client.clone();
     let record = seen.clone();
     tokio::spawn(async move {
@@ -263,7 +274,7 @@ async fn webhook_verifies_signatures_and_publishes_knowledge_or_deploys() {
 
     // Good signatures from each forge: a push to the knowledge repo.
     let mut knowledge = env.client.subscribe("hyperhive.knowledge").await.unwrap();
-    env.client.flush().await.unwrap();
+    server_has_our_subscriptions(&env.client).await;
     let sig = sign(body.as_bytes(), b"s3cret-hook");
     for (header, value, event) in [
         (

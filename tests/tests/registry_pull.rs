@@ -429,4 +429,23 @@ async fn repeated_rebuilds_keep_the_current_and_previous_image_and_no_foreign_on
         "an image the hive did not pull was removed"
     );
     println!("{}", hive(&["images"]).await);
+
+    // Retired: no declared agent and no container uses its images any
+    // more, so both go; the image the hive never pulled stays.
+    let empty = json!({ "schema": 1, "agents": {} });
+    let revision = kv.declare(&s.hive_name, &empty.to_string()).await;
+    kv.converged(&s.hive_name, revision, T).await;
+    let (ids, _) = wait_until(T, "the retired agent's images removed", || async {
+        let (ids, size) = local_images_of(&repo);
+        ids.is_empty().then_some((ids, size))
+    })
+    .await;
+    println!("after retire: {} images of {repo}", ids.len());
+    assert!(
+        image_present(&foreign.reference),
+        "an image the hive did not pull was removed at retire"
+    );
+    let listing = hive(&["images", "--json"]).await;
+    let view: Value = serde_json::from_str(&listing).unwrap();
+    assert_eq!(view["images"].as_array().unwrap().len(), 0, "{listing}");
 }

@@ -221,7 +221,7 @@ async fn oracle_no_false_claims_and_full_convergence_under_faults() {
     .await;
     let c = lock(&w.shared.counts);
     let mean_ms = c.sample_time.as_millis() / u128::from(c.samples.max(1));
-    println!(
+    let figures = format!(
         "FIGURES: oracle mode={mode} seed={seed} faults={} skipped={skipped} samples={} rows={} unavailable={} ambiguous={} mean_sample_ms={mean_ms} false_fresh={} false_converged={} stale_while_up={} final_converged={} elapsed_s={}",
         records.len(),
         c.samples,
@@ -234,10 +234,13 @@ async fn oracle_no_false_claims_and_full_convergence_under_faults() {
         final_truth.is_some(),
         w.shared.t0.elapsed().as_secs()
     );
-    println!(
-        "FIGURES: oracle time_to_truth worst per kind: {}",
+    let figures = format!(
+        "{figures}\nFIGURES: oracle time_to_truth worst per kind: {}\n",
         worst_per_kind(&records)
     );
+    // Straight to the process's stderr, past the test harness's capture, so
+    // the figures show in every run (CI's included), passing or not.
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), figures.as_bytes());
     for e in &c.examples {
         println!("false claim: {e}");
     }

@@ -37,6 +37,56 @@ pub fn require_docker() {
     );
 }
 
+/// A root filesystem in a temporary directory: Debian's static busybox and
+/// a link for each applet the tests' containers run.
+pub fn busybox_rootfs() -> tempfile::TempDir {
+    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).is_file())
+        .expect("busybox-static is not installed (apt-get install busybox-static)");
+    let root = tempfile::Builder::new()
+        .prefix("hhtest-rootfs-")
+        .tempdir()
+        .unwrap();
+    let bin = root.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::copy(busybox, bin.join("busybox")).unwrap();
+    for applet in [
+        "sh", "sleep", "echo", "cat", "ls", "true", "false", "env", "touch", "mkdir",
+    ] {
+        std::os::unix::fs::symlink("busybox", bin.join(applet)).unwrap();
+    }
+    root
+}
+
+/// `docker import` the tree at `root` as `reference`, with `sleep 3600` as
+/// its command; the new image's id.
+pub fn import_rootfs(root: &std::path::Path, reference: &str) -> String {
+    let tarball = root.with_extension("tar");
+    let status = Command::new("tar")
+        .arg("-C")
+        .arg(root)
+        .arg("-cf")
+        .arg(&tarball)
+        .arg(".")
+        .status()
+        .expect("tar");
+    assert!(
+        status.success(),
+        "tar of the rootfs {} failed",
+        root.display()
+    );
+    let id = docker(&[
+        "import",
+        "--change",
+        "CMD [\"/bin/sleep\", \"3600\"]",
+        &tarball.display().to_string(),
+        reference,
+    ]);
+    let _ = std::fs::remove_file(&tarball);
+    id
+}
+
 /// A busybox image built from `/bin/busybox` (Debian's busybox-static)
 /// through `docker import`; removed on drop.
 pub struct TestImage {
@@ -46,42 +96,9 @@ pub struct TestImage {
 impl TestImage {
     pub fn busybox(tag: &str) -> Self {
         require_docker();
-        let busybox = ["/bin/busybox", "/usr/bin/busybox"]
-            .into_iter()
-            .find(|p| std::path::Path::new(p).is_file())
-            .expect("busybox-static is not installed (apt-get install busybox-static)");
-        let root = tempfile::Builder::new()
-            .prefix("hhtest-rootfs-")
-            .tempdir()
-            .unwrap();
-        let bin = root.path().join("bin");
-        std::fs::create_dir_all(&bin).unwrap();
-        std::fs::copy(busybox, bin.join("busybox")).unwrap();
-        for applet in [
-            "sh", "sleep", "echo", "cat", "ls", "true", "env", "touch", "mkdir",
-        ] {
-            std::os::unix::fs::symlink("busybox", bin.join(applet)).unwrap();
-        }
+        let root = busybox_rootfs();
         let reference = format!("{}:latest", crate::unique_name(tag));
-        let tarball = root.path().with_extension("tar");
-        let status = Command::new("tar")
-            .arg("-C")
-            .arg(root.path())
-            .arg("-cf")
-            .arg(&tarball)
-            .arg(".")
-            .status()
-            .expect("tar");
-        assert!(status.success(), "tar of the busybox rootfs failed");
-        let status = Command::new("docker")
-            .args(["import", "--change", "CMD [\"/bin/sleep\", \"3600\"]"])
-            .arg(&tarball)
-            .arg(&reference)
-            .stdout(std::process::Stdio::null())
-            .status()
-            .expect("docker import");
-        let _ = std::fs::remove_file(&tarball);
-        assert!(status.success(), "docker import of busybox rootfs failed");
+        import_rootfs(root.path(), &reference);
         TestImage { reference }
     }
 }

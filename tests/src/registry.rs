@@ -130,44 +130,13 @@ impl Registry {
     /// and the digest the registry gave it.
     pub fn push_new_image(&self, repo: &str, tag: &str, blob_bytes: usize) -> Pushed {
         let reference = format!("{}/{repo}:{tag}", self.host());
-        let root = tempfile::Builder::new()
-            .prefix("hhtest-rootfs-")
-            .tempdir()
-            .unwrap();
-        let bin = root.path().join("bin");
-        std::fs::create_dir_all(&bin).unwrap();
-        let busybox = ["/bin/busybox", "/usr/bin/busybox"]
-            .into_iter()
-            .find(|p| Path::new(p).is_file())
-            .expect("busybox-static is not installed (apt-get install busybox-static)");
-        std::fs::copy(busybox, bin.join("busybox")).unwrap();
-        for applet in ["sh", "sleep", "echo", "cat", "true", "false", "touch"] {
-            std::os::unix::fs::symlink("busybox", bin.join(applet)).unwrap();
-        }
+        let root = crate::docker::busybox_rootfs();
         let mut blob = vec![0u8; blob_bytes];
         std::fs::File::open("/dev/urandom")
             .and_then(|mut f| f.read_exact(&mut blob))
             .unwrap();
         std::fs::write(root.path().join("blob"), blob).unwrap();
-        let tarball = root.path().with_extension("tar");
-        let ok = Command::new("tar")
-            .arg("-C")
-            .arg(root.path())
-            .arg("-cf")
-            .arg(&tarball)
-            .arg(".")
-            .status()
-            .expect("tar")
-            .success();
-        assert!(ok, "tar of the rootfs failed");
-        let imported = crate::docker::docker(&[
-            "import",
-            "--change",
-            "CMD [\"/bin/sleep\", \"3600\"]",
-            &tarball.display().to_string(),
-            &reference,
-        ]);
-        let _ = std::fs::remove_file(&tarball);
+        let imported = crate::docker::import_rootfs(root.path(), &reference);
         let out = self.docker_logged_in(&["push", &reference]);
         // `1: digest: sha256:… size: 527`
         let digest = out

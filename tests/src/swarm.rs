@@ -117,19 +117,8 @@ impl TestSwarm {
         let image = TestImage::busybox(spec.test);
         let containers = names.iter().map(|n| ContainerGuard::new(n)).collect();
 
-        let mut roster = String::new();
-        for n in &names {
-            roster.push_str(&format!("[hives.{n:?}]\n"));
-        }
-        let controller_config = dir.path().join("controller.toml");
-        std::fs::write(
-            &controller_config,
-            format!(
-                "stale_after_secs = {}\n[nats]\nurl = {url:?}\n{roster}",
-                spec.stale_after_secs
-            ),
-        )
-        .expect("write controller config");
+        let controller_config =
+            write_controller_config(dir.path(), &names, spec.stale_after_secs, &url);
 
         let mut tables = String::new();
         if spec.cluster {
@@ -270,4 +259,25 @@ impl TestSwarm {
             .and_then(|rows| rows.iter().find(|r| r["name"] == name))
             .unwrap_or_else(|| panic!("no row for {name} in {report:#}"))
     }
+}
+
+/// Write `<dir>/controller.toml`: NATS at `url`, `stale_after_secs`, and a
+/// roster of `names`; its path.
+pub fn write_controller_config(
+    dir: &std::path::Path,
+    names: &[String],
+    stale_after_secs: u64,
+    url: &str,
+) -> std::path::PathBuf {
+    let mut roster = String::new();
+    for n in names {
+        roster.push_str(&format!("[hives.{n:?}]\n"));
+    }
+    let path = dir.join("controller.toml");
+    std::fs::write(
+        &path,
+        format!("stale_after_secs = {stale_after_secs}\n[nats]\nurl = {url:?}\n{roster}"),
+    )
+    .expect("write controller config");
+    path
 }

@@ -83,20 +83,12 @@ impl World {
             .prefix("hhtest-oracle-")
             .tempdir()
             .expect("temp dir");
-        let mut roster = String::new();
-        for n in &names {
-            roster.push_str(&format!("[hives.{n:?}]\n"));
-        }
-        let controller_config = dir.path().join("controller.toml");
-        std::fs::write(
-            &controller_config,
-            format!(
-                "stale_after_secs = {}\n[nats]\nurl = {:?}\n{roster}",
-                STALE_AFTER.as_secs(),
-                nats.url()
-            ),
-        )
-        .expect("controller config");
+        let controller_config = crate::swarm::write_controller_config(
+            dir.path(),
+            &names,
+            STALE_AFTER.as_secs(),
+            &nats.url(),
+        );
         let mut dockerds = Vec::new();
         let mut hives = Vec::new();
         let mut truths = Vec::new();

@@ -220,7 +220,7 @@ impl<R: ContainerRuntime> Converger<R> {
             return Ok(true);
         }
         let job = *job;
-        let state = match self.deps.store.call(move |s| s.job(job)).await {
+        let state = match self.deps.store.job(job).await {
             Ok(j) => j.state,
             Err(StoreError::NoSuchJob { .. }) => JobState::Done,
             Err(e) => return Err(e),
@@ -257,7 +257,7 @@ impl<R: ContainerRuntime> Converger<R> {
     }
 
     async fn installed(&self) -> Result<BTreeMap<AgentName, Installed>, StoreError> {
-        let all = self.deps.store.call(|s| s.installed_all()).await?;
+        let all = self.deps.store.installed_all().await?;
         Ok(all
             .into_iter()
             .map(|(a, i)| (a, Installed { spec: i.spec_hash }))
@@ -265,11 +265,7 @@ impl<R: ContainerRuntime> Converger<R> {
     }
 
     async fn busy(&self) -> Result<BTreeSet<AgentName>, StoreError> {
-        let jobs = self
-            .deps
-            .store
-            .call(|s| s.jobs(&JobFilter::default()))
-            .await?;
+        let jobs = self.deps.store.jobs(JobFilter::default()).await?;
         Ok(jobs
             .into_iter()
             .filter(|j| !j.state.is_finished())
@@ -278,13 +274,8 @@ impl<R: ContainerRuntime> Converger<R> {
     }
 
     async fn queue(&self, agent: &AgentName, request: JobRequest) -> Result<JobId, StoreError> {
-        let a = agent.clone();
         let kind = request.kind();
-        let q = self
-            .deps
-            .store
-            .call(move |s| s.enqueue(&a, request, now_ms()))
-            .await?;
+        let q = self.deps.store.enqueue(agent, request, now_ms()).await?;
         tracing::info!(hive = %self.deps.hive, %agent, job = q.job.0, kind = kind.as_str(), coalesced = q.coalesced, "job queued");
         Ok(q.job)
     }
@@ -308,13 +299,10 @@ impl<R: ContainerRuntime> Converger<R> {
                 // declared one.
                 let spec = match spec() {
                     Some(s) => s,
-                    None => {
-                        let a = agent.clone();
-                        match self.deps.store.call(move |s| s.installed(&a)).await? {
-                            Some(i) => i.spec,
-                            None => return Ok(None),
-                        }
-                    }
+                    None => match self.deps.store.installed(agent).await? {
+                        Some(i) => i.spec,
+                        None => return Ok(None),
+                    },
                 };
                 JobRequest::Rebuild {
                     spec,
@@ -355,7 +343,7 @@ impl<R: ContainerRuntime> Converger<R> {
     ) -> Result<usize, PassError> {
         // Without a readable record nothing is reaped or repaired.
         let installed = self.installed().await?;
-        let power = self.deps.store.call(|s| s.all_power()).await?;
+        let power = self.deps.store.all_power().await?;
         let busy = self.busy().await?;
         let now = Instant::now();
         let orphans = converge::orphans(&installed, seen, &busy);
@@ -372,7 +360,7 @@ impl<R: ContainerRuntime> Converger<R> {
             .filter(|(_, t)| now.duration_since(**t) >= self.deps.orphan_grace)
             .map(|(a, _)| a.clone())
             .collect();
-        let last = self.deps.store.call(|s| s.last_jobs()).await?;
+        let last = self.deps.store.last_jobs().await?;
         self.note_jobs(&last, now);
         let needs = converge::plan_round(&converge::RoundInput {
             declared: wanted.map(|w| &w.declaration.agents),
@@ -413,9 +401,9 @@ impl<R: ContainerRuntime> Converger<R> {
         observation: &Observation,
         wanted: Option<&Wanted>,
     ) -> Result<(), PassError> {
-        let installed = self.deps.store.call(|s| s.installed_all()).await?;
-        let power = self.deps.store.call(|s| s.all_power()).await?;
-        let last = self.deps.store.call(|s| s.last_jobs()).await?;
+        let installed = self.deps.store.installed_all().await?;
+        let power = self.deps.store.all_power().await?;
+        let last = self.deps.store.last_jobs().await?;
         // What the jobs did since the last round (a retry that succeeded)
         // shows at once, not a round later.
         self.note_jobs(&last, Instant::now());
@@ -494,7 +482,7 @@ impl<R: ContainerRuntime> Converger<R> {
                 Some(newer) if newer.id.0 > id.0 => newer.id,
                 _ => *id,
             };
-            let outcome = match self.deps.store.call(move |s| s.job(id)).await {
+            let outcome = match self.deps.store.job(id).await {
                 Ok(j) => match j.state {
                     JobState::Done => JobOutcome::Done,
                     JobState::Failed => JobOutcome::Failed,

@@ -40,7 +40,7 @@ use tokio::sync::Notify;
 
 use crate::jobs::{
     now_ms, AgentRecords, DeployRequest, Enqueued, JobFilter, JobId, JobKind, JobStore, JobView,
-    StoreError,
+    ParseError, StoreError,
 };
 use crate::runtime::ContainerRuntime;
 
@@ -343,7 +343,7 @@ async fn show_job<R: ContainerRuntime>(
 ) -> Result<Json<JobView>, ApiError> {
     let id: JobId = id
         .parse()
-        .map_err(|e: String| ApiError::new(StatusCode::BAD_REQUEST, e))?;
+        .map_err(|e: ParseError| ApiError::new(StatusCode::BAD_REQUEST, e.to_string()))?;
     Ok(Json(state.store.job(id).await?))
 }
 

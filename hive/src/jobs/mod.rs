@@ -102,8 +102,8 @@ pub mod schema;
 pub mod store;
 pub mod templates;
 
-pub use dag::{Outcome, RetryPolicy};
-pub use model::{now_ms, JobId, JobKind, JobRequest, JobState, Millis, NodeState, Op};
+pub use dag::{Outcome, PlanError, RetryPolicy};
+pub use model::{now_ms, JobId, JobKind, JobRequest, JobState, Millis, NodeState, Op, ParseError};
 pub use store::{
     image_cleanup_plan, AgentRecords, Claim, CleanupAction, CleanupEntry, DeployRequest,
     Durability, Enqueued, InstalledAgent, JobFilter, JobStore, JobView, NodeView, OwnedImage,

@@ -44,8 +44,7 @@ impl Store {
         action: &CleanupAction,
         now: Millis,
     ) -> Result<i64, StoreError> {
-        let json = serde_json::to_string(action)
-            .map_err(|e| self.decode_err("cleanup action")(e.to_string()))?;
+        let json = serde_json::to_string(action).map_err(self.decode_err("cleanup action"))?;
         self.conn
             .execute(
                 "INSERT INTO cleanup (agent, action, created_at_ms) VALUES (?1, ?2, ?3)",
@@ -101,10 +100,9 @@ impl Store {
             .map(|(id, agent, action, attempts, last_error)| {
                 Ok(CleanupEntry {
                     id,
-                    agent: AgentName::new(agent)
-                        .map_err(|e| self.decode_err("agent name")(e.to_string()))?,
+                    agent: AgentName::new(agent).map_err(self.decode_err("agent name"))?,
                     action: serde_json::from_str(&action)
-                        .map_err(|e| self.decode_err("cleanup action")(e.to_string()))?,
+                        .map_err(self.decode_err("cleanup action"))?,
                     attempts,
                     last_error,
                 })

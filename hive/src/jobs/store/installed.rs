@@ -33,8 +33,7 @@ impl Store {
     /// writes it before it creates the container, so a container the hive
     /// made is never missing from the record.
     pub fn record_installed(&mut self, rec: &InstalledAgent) -> Result<(), StoreError> {
-        let spec = serde_json::to_string(&rec.spec)
-            .map_err(|e| self.decode_err("agent spec")(e.to_string()))?;
+        let spec = serde_json::to_string(&rec.spec).map_err(self.decode_err("agent spec"))?;
         self.conn
             .execute(
                 "INSERT INTO installed (agent, spec_hash, spec, image, revision, updated_at_ms)
@@ -117,11 +116,9 @@ impl Store {
         rows.into_iter()
             .map(|(agent, spec_hash, spec, image, revision, updated)| {
                 Ok(InstalledAgent {
-                    agent: AgentName::new(agent)
-                        .map_err(|e| self.decode_err("agent name")(e.to_string()))?,
+                    agent: AgentName::new(agent).map_err(self.decode_err("agent name"))?,
                     spec_hash,
-                    spec: serde_json::from_str(&spec)
-                        .map_err(|e| self.decode_err("agent spec")(e.to_string()))?,
+                    spec: serde_json::from_str(&spec).map_err(self.decode_err("agent spec"))?,
                     image,
                     revision: revision.map(|r| r as u64),
                     updated_at_ms: updated,

@@ -230,8 +230,7 @@ impl Store {
         for (id, agent, kind, state, error, created, finished) in rows {
             out.push(JobView {
                 id: JobId(id),
-                agent: AgentName::new(agent)
-                    .map_err(|e| self.decode_err("agent name")(e.to_string()))?,
+                agent: AgentName::new(agent).map_err(self.decode_err("agent name"))?,
                 kind: JobKind::from_str(&kind).map_err(self.decode_err("job kind"))?,
                 state: JobState::from_str(&state).map_err(self.decode_err("job state"))?,
                 error,
@@ -275,8 +274,7 @@ impl Store {
                     Ok(NodeView {
                         seq,
                         op,
-                        deps: serde_json::from_str(&deps)
-                            .map_err(|e| self.decode_err("node deps")(e.to_string()))?,
+                        deps: serde_json::from_str(&deps).map_err(self.decode_err("node deps"))?,
                         retry_at_ms: (state == NodeState::Ready && not_before > 0)
                             .then_some(not_before),
                         state,
@@ -363,10 +361,10 @@ pub(super) fn enqueue_tx(
     // A pending job has never run a node, so re-planning it loses nothing
     // and makes its nodes match the merged request (a relock, say).
     let plan = templates::plan(&request);
-    dag::check_plan(&plan).map_err(|reason| StoreError::Decode {
+    dag::check_plan(&plan).map_err(|e| StoreError::Decode {
         path: path.to_path_buf(),
         what: "job plan",
-        reason,
+        reason: e.to_string(),
     })?;
     let mut insert = tx
         .prepare_cached(

@@ -293,11 +293,14 @@ impl Store {
         }
     }
 
-    fn decode_err(&self, what: &'static str) -> impl Fn(String) -> StoreError + '_ {
+    fn decode_err<E: std::fmt::Display>(
+        &self,
+        what: &'static str,
+    ) -> impl Fn(E) -> StoreError + '_ {
         move |reason| StoreError::Decode {
             path: self.path.clone(),
             what,
-            reason,
+            reason: reason.to_string(),
         }
     }
 

@@ -222,7 +222,8 @@ fn node_facts(tx: &Transaction<'_>, path: &Path, job: JobId) -> Result<Vec<NodeF
                 seq,
                 deps: serde_json::from_str(&deps)
                     .map_err(|e| decode("node deps", e.to_string()))?,
-                state: NodeState::from_str(&state).map_err(|e| decode("node state", e))?,
+                state: NodeState::from_str(&state)
+                    .map_err(|e| decode("node state", e.to_string()))?,
                 attempts,
             })
         })

@@ -12,7 +12,7 @@ use swarm_queue_client::{AgentName, Power};
 
 use super::jobs::{enqueue_tx, is_installed_or_coming};
 use super::{sql_at, Enqueued, Store, StoreError};
-use crate::jobs::model::{JobRequest, Millis};
+use crate::jobs::model::{JobRequest, Millis, ParseError};
 
 impl Store {
     /// Record an operator's start or stop and queue the reconcile that
@@ -69,7 +69,7 @@ impl Store {
         rows.into_iter()
             .map(|(a, w)| {
                 Ok((
-                    AgentName::new(a).map_err(|e| self.decode_err("agent name")(e.to_string()))?,
+                    AgentName::new(a).map_err(self.decode_err("agent name"))?,
                     parse_power(&w).map_err(self.decode_err("power intent"))?,
                 ))
             })
@@ -104,10 +104,13 @@ pub(super) fn seed_power_tx(
     Ok(())
 }
 
-fn parse_power(s: &str) -> Result<Power, String> {
+fn parse_power(s: &str) -> Result<Power, ParseError> {
     match s {
         "up" => Ok(Power::Up),
         "down" => Ok(Power::Down),
-        other => Err(format!("unknown power {other:?}")),
+        other => Err(ParseError::Unknown {
+            what: "power",
+            value: other.to_string(),
+        }),
     }
 }

@@ -7,11 +7,11 @@
 //!    decides nothing destructive: "I could not look" is never "nothing is
 //!    there".
 //! 2. **apply** a new declaration (from the wanted task): plan against the
-//!    durable installed record ([`converge::plan_declaration`]) and queue the
+//!    durable installed record ([`plan::plan_declaration`]) and queue the
 //!    jobs, remembering which jobs belong to the revision.
 //! 3. **reconcile**, at start and every `reconcile_interval`: compare the
 //!    declaration, the installed record, Docker and the job store
-//!    ([`converge::plan_round`], level-triggered) and queue a job for every
+//!    ([`plan::plan_round`], level-triggered) and queue a job for every
 //!    agent that is not as declared and has no job in flight, so a first
 //!    deploy, rebuild, start or retire that failed is tried again. Each
 //!    agent backs off on its own ([`crate::retry`]: `retry_base`, 30 s,
@@ -26,10 +26,10 @@
 //!    jobs and retry state (failing step, attempts, next try) go into
 //!    [`Health`], every string from Docker made safe first
 //!    ([`crate::observe`]), and the revision becomes `converged_revision`
-//!    only when [`converge::convergence_gap`] finds nothing missing.
+//!    only when [`plan::convergence_gap`] finds nothing missing.
 //!
 //! It wakes on a new declaration, on job progress, on a short observation
-//! timer and on shutdown. Deciding is in [`crate::converge`]; this module
+//! timer and on shutdown. Deciding is in [`crate::plan`]; this module
 //! only reads inputs and queues what was decided.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -42,11 +42,11 @@ use swarm_queue_client::{
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::converge::{self, Action, Installed, JobOutcome, Seen};
 use crate::jobs::{
     now_ms, JobFilter, JobId, JobRequest, JobState, JobStore, JobView, NodeState, StoreError,
 };
 use crate::observe;
+use crate::plan::{self, Action, Installed, JobOutcome, Seen};
 use crate::readiness::{keys, Health};
 use crate::retry::{Failure, Retries};
 use crate::runtime::ContainerRuntime;
@@ -318,7 +318,7 @@ impl<R: ContainerRuntime> Converger<R> {
 
     async fn apply(&mut self, wanted: &Wanted, observation: &Observation) -> Result<(), PassError> {
         let installed = self.installed().await?;
-        let actions = converge::plan_declaration(&wanted.declaration.agents, &installed);
+        let actions = plan::plan_declaration(&wanted.declaration.agents, &installed);
         tracing::info!(hive = %self.deps.hive, revision = wanted.revision, actions = actions.len(), "applying declaration");
         // A new revision: every agent may be tried at once.
         self.retries.reset_all();
@@ -346,7 +346,7 @@ impl<R: ContainerRuntime> Converger<R> {
         let power = self.deps.store.all_power().await?;
         let busy = self.busy().await?;
         let now = Instant::now();
-        let orphans = converge::orphans(&installed, seen, &busy);
+        let orphans = plan::orphans(&installed, seen, &busy);
         self.orphan_first_seen.retain(|a, _| orphans.contains(a));
         for o in &orphans {
             self.orphan_first_seen.entry(o.clone()).or_insert_with(|| {
@@ -362,7 +362,7 @@ impl<R: ContainerRuntime> Converger<R> {
             .collect();
         let last = self.deps.store.last_jobs().await?;
         self.note_jobs(&last, now);
-        let needs = converge::plan_round(&converge::RoundInput {
+        let needs = plan::plan_round(&plan::RoundInput {
             declared: wanted.map(|w| &w.declaration.agents),
             installed: &installed,
             power: &power,
@@ -506,7 +506,7 @@ impl<R: ContainerRuntime> Converger<R> {
         installed: &BTreeMap<AgentName, Installed>,
         outcomes: &[(AgentName, JobOutcome)],
     ) {
-        match converge::convergence_gap(&w.declaration.agents, power, seen, installed, outcomes) {
+        match plan::convergence_gap(&w.declaration.agents, power, seen, installed, outcomes) {
             None => {
                 if self.converged != Some(w.revision) {
                     tracing::info!(hive = %self.deps.hive, revision = w.revision, "converged");

@@ -38,7 +38,10 @@ use swarm_queue_client::{
 };
 use tokio::sync::Notify;
 
-use crate::jobs::{now_ms, Enqueued, JobFilter, JobId, JobKind, JobStore, JobView, StoreError};
+use crate::jobs::{
+    now_ms, AgentRecords, DeployRequest, Enqueued, JobFilter, JobId, JobKind, JobStore, JobView,
+    ParseError, StoreError,
+};
 use crate::runtime::ContainerRuntime;
 
 /// Finds an agent's spec (and the declaration revision it came from) in
@@ -222,9 +225,11 @@ pub async fn agents_view<R: ContainerRuntime>(
     runtime: &R,
     hive: &HiveName,
 ) -> Result<AgentsView, StoreError> {
-    let (installed, power, last) = store
-        .call(|s| Ok((s.installed_all()?, s.all_power()?, s.last_jobs()?)))
-        .await?;
+    let AgentRecords {
+        installed,
+        power,
+        last_jobs: last,
+    } = store.agent_records().await?;
     let (containers, docker_error) = match runtime.list().await {
         Ok(list) => (Some(list), None),
         Err(e) => (None, Some(crate::error_chain(&e))),
@@ -308,7 +313,7 @@ async fn list_jobs<R: ContainerRuntime>(
 ) -> Result<Json<JobsView>, ApiError> {
     let agent = q.agent.as_deref().map(parse_agent).transpose()?;
     let filter = JobFilter { all: q.all, agent };
-    let jobs = state.store.call(move |s| s.jobs(&filter)).await?;
+    let jobs = state.store.jobs(filter).await?;
     Ok(Json(JobsView { jobs }))
 }
 
@@ -321,10 +326,7 @@ pub struct ImagesView {
 async fn list_images<R: ContainerRuntime>(
     State(state): State<ApiState<R>>,
 ) -> Result<Json<ImagesView>, ApiError> {
-    let (owned, installed) = state
-        .store
-        .call(|s| Ok((s.images()?, s.installed_all()?)))
-        .await?;
+    let (owned, installed) = state.store.images_and_installed().await?;
     let installed = installed.into_keys().map(|a| a.to_string()).collect();
     // Without Docker, "in use" is unknown; show the records as they are.
     let in_use = match state.runtime.list().await {
@@ -341,8 +343,8 @@ async fn show_job<R: ContainerRuntime>(
 ) -> Result<Json<JobView>, ApiError> {
     let id: JobId = id
         .parse()
-        .map_err(|e: String| ApiError::new(StatusCode::BAD_REQUEST, e))?;
-    Ok(Json(state.store.call(move |s| s.job(id)).await?))
+        .map_err(|e: ParseError| ApiError::new(StatusCode::BAD_REQUEST, e.to_string()))?;
+    Ok(Json(state.store.job(id).await?))
 }
 
 /// Body of a deploy: an explicit spec overrides the declaration.
@@ -391,8 +393,7 @@ async fn spec_for<R>(
     if let Some(found) = (state.declared)(agent) {
         return Ok(found);
     }
-    let a = agent.clone();
-    match state.store.call(move |s| s.installed(&a)).await? {
+    match state.store.installed(agent).await? {
         Some(rec) => Ok((rec.spec, rec.revision)),
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -414,11 +415,12 @@ async fn deploy<R: ContainerRuntime>(
     let agent = parse_agent(&agent)?;
     let body: DeployBody = parse_body(&body, "deploy")?;
     let (spec, revision) = spec_for(&state, &agent, body.spec, body.revision).await?;
-    let a = agent.clone();
-    let q = state
-        .store
-        .call(move |s| s.request_deploy(&a, spec, revision, body.relock, now_ms()))
-        .await?;
+    let deploy = DeployRequest {
+        spec,
+        revision,
+        relock: body.relock,
+    };
+    let q = state.store.request_deploy(&agent, deploy, now_ms()).await?;
     Ok(queued(&state, agent, q))
 }
 
@@ -429,22 +431,17 @@ async fn rebuild<R: ContainerRuntime>(
 ) -> Result<Response, ApiError> {
     let agent = parse_agent(&agent)?;
     let body: RebuildBody = parse_body(&body, "rebuild")?;
-    let a = agent.clone();
-    let installed = state.store.call(move |s| s.installed(&a)).await?;
+    let installed = state.store.installed(&agent).await?;
     if installed.is_none() {
         return Err(StoreError::NotInstalled { agent }.into());
     }
     let (spec, revision) = spec_for(&state, &agent, None, None).await?;
-    let a = agent.clone();
     let request = crate::jobs::JobRequest::Rebuild {
         spec,
         relock: body.relock,
         revision,
     };
-    let q = state
-        .store
-        .call(move |s| s.enqueue(&a, request, now_ms()))
-        .await?;
+    let q = state.store.enqueue(&agent, request, now_ms()).await?;
     Ok(queued(&state, agent, q))
 }
 
@@ -454,11 +451,7 @@ async fn set_power<R: ContainerRuntime>(
     power: Power,
 ) -> Result<Response, ApiError> {
     let agent = parse_agent(&agent)?;
-    let a = agent.clone();
-    let q = state
-        .store
-        .call(move |s| s.set_power(&a, power, now_ms()))
-        .await?;
+    let q = state.store.set_power(&agent, power, now_ms()).await?;
     Ok(queued(&state, agent, q))
 }
 
@@ -481,11 +474,7 @@ async fn retire<R: ContainerRuntime>(
     Path(agent): Path<String>,
 ) -> Result<Response, ApiError> {
     let agent = parse_agent(&agent)?;
-    let a = agent.clone();
-    let q = state
-        .store
-        .call(move |s| s.request_removal(&a, false, now_ms()))
-        .await?;
+    let q = state.store.request_retire(&agent, now_ms()).await?;
     Ok(queued(&state, agent, q))
 }
 
@@ -505,11 +494,7 @@ async fn purge<R: ContainerRuntime>(
             ),
         ));
     }
-    let a = agent.clone();
-    let q = state
-        .store
-        .call(move |s| s.request_removal(&a, true, now_ms()))
-        .await?;
+    let q = state.store.request_purge(&agent, now_ms()).await?;
     Ok(queued(&state, agent, q))
 }
 

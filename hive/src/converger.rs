@@ -7,11 +7,11 @@
 //!    decides nothing destructive: "I could not look" is never "nothing is
 //!    there".
 //! 2. **apply** a new declaration (from the wanted task): plan against the
-//!    durable installed record ([`converge::plan_declaration`]) and queue the
+//!    durable installed record ([`plan::plan_declaration`]) and queue the
 //!    jobs, remembering which jobs belong to the revision.
 //! 3. **reconcile**, at start and every `reconcile_interval`: compare the
 //!    declaration, the installed record, Docker and the job store
-//!    ([`converge::plan_round`], level-triggered) and queue a job for every
+//!    ([`plan::plan_round`], level-triggered) and queue a job for every
 //!    agent that is not as declared and has no job in flight, so a first
 //!    deploy, rebuild, start or retire that failed is tried again. Each
 //!    agent backs off on its own ([`crate::retry`]: `retry_base`, 30 s,
@@ -26,10 +26,10 @@
 //!    jobs and retry state (failing step, attempts, next try) go into
 //!    [`Health`], every string from Docker made safe first
 //!    ([`crate::observe`]), and the revision becomes `converged_revision`
-//!    only when [`converge::convergence_gap`] finds nothing missing.
+//!    only when [`plan::convergence_gap`] finds nothing missing.
 //!
 //! It wakes on a new declaration, on job progress, on a short observation
-//! timer and on shutdown. Deciding is in [`crate::converge`]; this module
+//! timer and on shutdown. Deciding is in [`crate::plan`]; this module
 //! only reads inputs and queues what was decided.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -42,11 +42,11 @@ use swarm_queue_client::{
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::converge::{self, Action, Installed, JobOutcome, Seen};
 use crate::jobs::{
     now_ms, JobFilter, JobId, JobRequest, JobState, JobStore, JobView, NodeState, StoreError,
 };
 use crate::observe;
+use crate::plan::{self, Action, Installed, JobOutcome, Seen};
 use crate::readiness::{keys, Health};
 use crate::retry::{Failure, Retries};
 use crate::runtime::ContainerRuntime;
@@ -230,7 +230,7 @@ impl<R: ContainerRuntime> Converger<R> {
             return Ok(true);
         }
         let job = *job;
-        let state = match self.deps.store.call(move |s| s.job(job)).await {
+        let state = match self.deps.store.job(job).await {
             Ok(j) => j.state,
             Err(StoreError::NoSuchJob { .. }) => JobState::Done,
             Err(e) => return Err(e),
@@ -267,7 +267,7 @@ impl<R: ContainerRuntime> Converger<R> {
     }
 
     async fn installed(&self) -> Result<BTreeMap<AgentName, Installed>, StoreError> {
-        let all = self.deps.store.call(|s| s.installed_all()).await?;
+        let all = self.deps.store.installed_all().await?;
         Ok(all
             .into_iter()
             .map(|(a, i)| (a, Installed { spec: i.spec_hash }))
@@ -275,11 +275,7 @@ impl<R: ContainerRuntime> Converger<R> {
     }
 
     async fn busy(&self) -> Result<BTreeSet<AgentName>, StoreError> {
-        let jobs = self
-            .deps
-            .store
-            .call(|s| s.jobs(&JobFilter::default()))
-            .await?;
+        let jobs = self.deps.store.jobs(JobFilter::default()).await?;
         Ok(jobs
             .into_iter()
             .filter(|j| !j.state.is_finished())
@@ -288,13 +284,8 @@ impl<R: ContainerRuntime> Converger<R> {
     }
 
     async fn queue(&self, agent: &AgentName, request: JobRequest) -> Result<JobId, StoreError> {
-        let a = agent.clone();
         let kind = request.kind();
-        let q = self
-            .deps
-            .store
-            .call(move |s| s.enqueue(&a, request, now_ms()))
-            .await?;
+        let q = self.deps.store.enqueue(agent, request, now_ms()).await?;
         tracing::info!(hive = %self.deps.hive, %agent, job = q.job.0, kind = kind.as_str(), coalesced = q.coalesced, "job queued");
         Ok(q.job)
     }
@@ -318,13 +309,10 @@ impl<R: ContainerRuntime> Converger<R> {
                 // declared one.
                 let spec = match spec() {
                     Some(s) => s,
-                    None => {
-                        let a = agent.clone();
-                        match self.deps.store.call(move |s| s.installed(&a)).await? {
-                            Some(i) => i.spec,
-                            None => return Ok(None),
-                        }
-                    }
+                    None => match self.deps.store.installed(agent).await? {
+                        Some(i) => i.spec,
+                        None => return Ok(None),
+                    },
                 };
                 JobRequest::Rebuild {
                     spec,
@@ -340,7 +328,7 @@ impl<R: ContainerRuntime> Converger<R> {
 
     async fn apply(&mut self, wanted: &Wanted, observation: &Observation) -> Result<(), PassError> {
         let installed = self.installed().await?;
-        let actions = converge::plan_declaration(&wanted.declaration.agents, &installed);
+        let actions = plan::plan_declaration(&wanted.declaration.agents, &installed);
         tracing::info!(hive = %self.deps.hive, revision = wanted.revision, actions = actions.len(), "applying declaration");
         // A new revision: every agent may be tried at once.
         self.retries.reset_all();
@@ -373,10 +361,10 @@ impl<R: ContainerRuntime> Converger<R> {
     ) -> Result<usize, PassError> {
         // Without a readable record nothing is reaped or repaired.
         let installed = self.installed().await?;
-        let power = self.deps.store.call(|s| s.all_power()).await?;
+        let power = self.deps.store.all_power().await?;
         let busy = self.busy().await?;
         let now = Instant::now();
-        let orphans = converge::orphans(&installed, seen, &busy);
+        let orphans = plan::orphans(&installed, seen, &busy);
         self.orphan_first_seen.retain(|a, _| orphans.contains(a));
         for o in &orphans {
             self.orphan_first_seen.entry(o.clone()).or_insert_with(|| {
@@ -390,9 +378,9 @@ impl<R: ContainerRuntime> Converger<R> {
             .filter(|(_, t)| now.duration_since(**t) >= self.deps.orphan_grace)
             .map(|(a, _)| a.clone())
             .collect();
-        let last = self.deps.store.call(|s| s.last_jobs()).await?;
+        let last = self.deps.store.last_jobs().await?;
         self.note_jobs(&last, now);
-        let needs = converge::plan_round(&converge::RoundInput {
+        let needs = plan::plan_round(&plan::RoundInput {
             declared: wanted.map(|w| &w.declaration.agents),
             installed: &installed,
             power: &power,
@@ -431,9 +419,9 @@ impl<R: ContainerRuntime> Converger<R> {
         observation: &Observation,
         wanted: Option<&Wanted>,
     ) -> Result<(), PassError> {
-        let installed = self.deps.store.call(|s| s.installed_all()).await?;
-        let power = self.deps.store.call(|s| s.all_power()).await?;
-        let last = self.deps.store.call(|s| s.last_jobs()).await?;
+        let installed = self.deps.store.installed_all().await?;
+        let power = self.deps.store.all_power().await?;
+        let last = self.deps.store.last_jobs().await?;
         // What the jobs did since the last round (a retry that succeeded)
         // shows at once, not a round later.
         self.note_jobs(&last, Instant::now());
@@ -512,7 +500,7 @@ impl<R: ContainerRuntime> Converger<R> {
                 Some(newer) if newer.id.0 > id.0 => newer.id,
                 _ => *id,
             };
-            let outcome = match self.deps.store.call(move |s| s.job(id)).await {
+            let outcome = match self.deps.store.job(id).await {
                 Ok(j) => match j.state {
                     JobState::Done => JobOutcome::Done,
                     JobState::Failed => JobOutcome::Failed,
@@ -536,7 +524,7 @@ impl<R: ContainerRuntime> Converger<R> {
         installed: &BTreeMap<AgentName, Installed>,
         outcomes: &[(AgentName, JobOutcome)],
     ) {
-        match converge::convergence_gap(&w.declaration.agents, power, seen, installed, outcomes) {
+        match plan::convergence_gap(&w.declaration.agents, power, seen, installed, outcomes) {
             None => {
                 if self.converged != Some(message_id(w)) {
                     tracing::info!(hive = %self.deps.hive, revision = w.revision, "converged");

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use swarm_queue_client::{AgentName, HiveName};
 use tokio::sync::Notify;
 
-use crate::jobs::{now_ms, JobStore, StoreError};
+use crate::jobs::{now_ms, DeployRequest, JobStore, StoreError};
 use crate::wanted::WantedRx;
 
 /// Why a deploy request was refused. The message goes back to the
@@ -66,11 +66,14 @@ impl Deployer {
                 revision: current.revision,
             });
         };
-        let revision = current.revision;
-        let a = agent.clone();
+        let deploy = DeployRequest {
+            spec,
+            revision: Some(current.revision),
+            relock: true,
+        };
         let queued = self
             .store
-            .call(move |s| s.request_deploy(&a, spec, Some(revision), true, now_ms()))
+            .request_deploy(&agent, deploy, now_ms())
             .await
             .map_err(|source| DeployError::Store {
                 hive,
@@ -129,10 +132,7 @@ mod tests {
             "{e}"
         );
         let job = d.deploy(name("mail")).await.unwrap();
-        let jobs = store
-            .call(|s| s.jobs(&crate::jobs::JobFilter::default()))
-            .await
-            .unwrap();
+        let jobs = store.jobs(Default::default()).await.unwrap();
         assert_eq!(jobs.len(), 1);
         assert_eq!((jobs[0].id.0 as u64, jobs[0].agent.as_str()), (job, "mail"));
     }

@@ -46,7 +46,7 @@ pub async fn record<R: ContainerRuntime>(
         how: how.to_string(),
         recorded_at_ms: now_ms(),
     };
-    store.call(move |s| s.record_image(&image)).await?;
+    store.record_image(image).await?;
     Ok(())
 }
 
@@ -55,13 +55,8 @@ pub async fn clean<R: ContainerRuntime>(
     store: &JobStore,
     runtime: &R,
 ) -> Result<Vec<String>, ImageError> {
-    let owned = store.call(|s| s.images()).await?;
-    let installed: BTreeSet<String> = store
-        .call(|s| s.installed_all())
-        .await?
-        .into_keys()
-        .map(|a| a.to_string())
-        .collect();
+    let (owned, installed) = store.images_and_installed().await?;
+    let installed: BTreeSet<String> = installed.into_keys().map(|a| a.to_string()).collect();
     let in_use: BTreeSet<String> = runtime
         .list()
         .await?
@@ -72,8 +67,7 @@ pub async fn clean<R: ContainerRuntime>(
     for image_id in image_cleanup_plan(&owned, &installed, &in_use) {
         if runtime.remove_image(&image_id).await? {
             tracing::info!(image = %image_id, "removed an image no agent needs");
-            let id = image_id.clone();
-            store.call(move |s| s.forget_image(&id)).await?;
+            store.forget_image(&image_id).await?;
             removed.push(image_id);
         } else {
             tracing::info!(image = %image_id, "image still in use; kept");

@@ -21,7 +21,7 @@
 //!   agents, cleanup journal); [`runtime`]: the Docker runtime behind a
 //!   narrow trait; [`registry_auth`]: the registry logins pulls send.
 //!   narrow trait.
-//! - [`converge`] decides and [`converger`] does: declaration, Docker and
+//! - [`plan`] decides and [`converger`] does: declaration, Docker and
 //!   job store compared every round; [`retry`]: the per-agent backoff.
 //! - [`xkey`]: the hive's sealing key; [`systemd`]: sd_notify;
 //!   [`shutdown`]: the signal every task takes; [`test_hooks`]: hooks that
@@ -35,7 +35,6 @@ pub mod api;
 pub mod cli;
 pub mod client;
 pub mod config;
-pub mod converge;
 pub mod converger;
 pub mod credentials;
 pub mod daemon;
@@ -47,6 +46,7 @@ pub mod jobs;
 pub mod knowledge;
 pub mod observe;
 pub mod ops;
+pub mod plan;
 pub mod publisher;
 pub mod readiness;
 pub mod registry_auth;

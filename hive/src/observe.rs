@@ -16,7 +16,7 @@ use swarm_queue_client::containers::container_name;
 use swarm_queue_client::payload::sanitize_short;
 use swarm_queue_client::{AgentName, HiveName};
 
-use crate::converge::Seen;
+use crate::plan::Seen;
 use crate::runtime::ContainerInfo;
 
 /// Docker's containers with this hive's label, grouped by agent.

@@ -218,7 +218,7 @@ pub async fn run<R: ContainerRuntime>(deps: WorkerDeps<R>, mut shutdown: Shutdow
     let clock = Clock::start();
     let span = tracing::info_span!("job_worker", hive = %deps.hive);
     async move {
-        match deps.store.call(|s| s.recover()).await {
+        match deps.store.recover().await {
             Ok(0) => {}
             Ok(n) => tracing::info!(nodes = n, "resuming nodes cut off by the previous run"),
             Err(e) => tracing::error!(error = %crate::error_chain(&e), "cannot recover running nodes"),
@@ -229,9 +229,7 @@ pub async fn run<R: ContainerRuntime>(deps: WorkerDeps<R>, mut shutdown: Shutdow
         loop {
             replay_idle_cleanups(&deps, &in_flight).await;
             if last_prune.is_none_or(|t| t.elapsed() > Duration::from_secs(3600)) {
-                let retention = deps.config.retention;
-                let now = clock.now();
-                match deps.store.call(move |s| s.prune(now, retention)).await {
+                match deps.store.prune(clock.now(), deps.config.retention).await {
                     Ok(0) => {}
                     Ok(n) => tracing::info!(jobs = n, "pruned finished jobs"),
                     Err(e) => {
@@ -241,12 +239,8 @@ pub async fn run<R: ContainerRuntime>(deps: WorkerDeps<R>, mut shutdown: Shutdow
                 last_prune = Some(tokio::time::Instant::now());
             }
             while running.len() < deps.config.max_parallel.max(1) {
-                let (hold, now) = (deps.config.hold_before.clone(), clock.now());
-                match deps
-                    .store
-                    .call(move |s| s.claim(now, hold.as_deref()))
-                    .await
-                {
+                let hold = deps.config.hold_before.as_deref();
+                match deps.store.claim(clock.now(), hold).await {
                     Ok(Some(claim)) => {
                         let deps = Arc::clone(&deps);
                         let in_flight = Arc::clone(&in_flight);
@@ -265,12 +259,7 @@ pub async fn run<R: ContainerRuntime>(deps: WorkerDeps<R>, mut shutdown: Shutdow
                 }
             }
             let now = clock.now();
-            let next_retry = deps
-                .store
-                .call(move |s| s.next_retry_at(now))
-                .await
-                .ok()
-                .flatten();
+            let next_retry = deps.store.next_retry_at(now).await.ok().flatten();
             let sleep = next_retry
                 .map(|at| Duration::from_millis(at.saturating_sub(now).max(1) as u64))
                 .unwrap_or(deps.config.idle_poll)
@@ -344,7 +333,7 @@ async fn execute<R: ContainerRuntime>(deps: &WorkerDeps<R>, clock: Clock, claim:
             let outcome = outcome.clone();
             match deps
                 .store
-                .call(move |s| s.finish(job, seq, outcome, &policy, clock.now()))
+                .finish(job, seq, outcome, policy, clock.now())
                 .await
             {
                 Ok(Some(state)) => {
@@ -387,7 +376,7 @@ async fn replay_idle_cleanups<R: ContainerRuntime>(
     deps: &WorkerDeps<R>,
     in_flight: &Mutex<BTreeSet<AgentName>>,
 ) {
-    let entries = match deps.store.call(|s| s.pending_cleanups(None)).await {
+    let entries = match deps.store.pending_cleanups().await {
         Ok(e) => e,
         Err(e) => {
             tracing::warn!(error = %crate::error_chain(&e), "cannot read the cleanup journal");
@@ -411,11 +400,7 @@ async fn replay_cleanups<R: ContainerRuntime>(
     deps: &WorkerDeps<R>,
     agent: &AgentName,
 ) -> Result<(), NodeError> {
-    let who = agent.clone();
-    let entries = deps
-        .store
-        .call(move |s| s.pending_cleanups(Some(&who)))
-        .await?;
+    let entries = deps.store.pending_cleanups_of(agent).await?;
     let mut failed = Vec::new();
     for entry in entries {
         let result = match &entry.action {
@@ -433,12 +418,12 @@ async fn replay_cleanups<R: ContainerRuntime>(
         match result {
             Ok(()) => {
                 tracing::info!(agent = %agent, action = ?entry.action, "journalled cleanup done");
-                deps.store.call(move |s| s.cleanup_done(id)).await?;
+                deps.store.cleanup_done(id).await?;
             }
             Err(e) => {
                 let msg = crate::error_chain(&e);
                 failed.push(msg.clone());
-                deps.store.call(move |s| s.cleanup_failed(id, &msg)).await?;
+                deps.store.cleanup_failed(id, msg).await?;
             }
         }
     }
@@ -495,10 +480,8 @@ async fn run_node<R: ContainerRuntime>(
     let store = &deps.store;
     match claim.op {
         Op::SeedPower => {
-            let (a, seed) = (agent.clone(), default_power(need_spec(claim)?));
-            let power = store
-                .call(move |s| s.seed_power(&a, seed, now_ms()))
-                .await?;
+            let seed = default_power(need_spec(claim)?);
+            let power = store.seed_power(agent, seed, now_ms()).await?;
             Ok(Some(format!("power intent is {power}")))
         }
         Op::StateDir => {
@@ -509,8 +492,7 @@ async fn run_node<R: ContainerRuntime>(
         Op::Image { relock } => ensure_image(deps, claim, need_spec(claim)?, relock).await,
         Op::Create => create(deps, claim, need_spec(claim)?, &name).await,
         Op::Start => {
-            let a = agent.clone();
-            let recorded = store.call(move |s| s.power(&a)).await?;
+            let recorded = store.power(agent).await?;
             let wanted = recorded
                 .or(claim.request.spec().map(default_power))
                 .unwrap_or(Power::Up);
@@ -543,14 +525,12 @@ async fn run_node<R: ContainerRuntime>(
         Op::Remove { forget } => {
             let note = remove(deps, agent, &name).await?;
             if forget {
-                let a = agent.clone();
-                store.call(move |s| s.forget_agent(&a)).await?;
+                store.forget_agent(agent).await?;
             }
             Ok(Some(note))
         }
         Op::Reconcile => {
-            let a = agent.clone();
-            let wanted = store.call(move |s| s.power(&a)).await?.unwrap_or(Power::Up);
+            let wanted = store.power(agent).await?.unwrap_or(Power::Up);
             let info = deps
                 .runtime
                 .inspect(&name)
@@ -580,18 +560,12 @@ async fn run_node<R: ContainerRuntime>(
                 agent_dir(&deps.state_dir, agent),
                 checkout_dir(&deps.state_dir, agent),
             ] {
-                let (a, action) = (
-                    agent.clone(),
-                    CleanupAction::DeleteDir { path: dir.clone() },
-                );
-                let id = store
-                    .call(move |s| s.journal_cleanup(&a, &action, now_ms()))
-                    .await?;
+                let action = CleanupAction::DeleteDir { path: dir.clone() };
+                let id = store.journal_cleanup(agent, action, now_ms()).await?;
                 delete_dir(&dir).await?;
-                store.call(move |s| s.cleanup_done(id)).await?;
+                store.cleanup_done(id).await?;
             }
-            let a = agent.clone();
-            store.call(move |s| s.forget_agent(&a)).await?;
+            store.forget_agent(agent).await?;
             Ok(Some(format!(
                 "deleted {}",
                 agent_dir(&deps.state_dir, agent).display()
@@ -676,22 +650,16 @@ async fn remove_one<R: ContainerRuntime>(
         id: info.id.clone(),
         name: name.to_string(),
     };
-    let a = agent.clone();
-    let entry = deps
-        .store
-        .call(move |s| s.journal_cleanup(&a, &action, now_ms()))
-        .await?;
+    let entry = deps.store.journal_cleanup(agent, action, now_ms()).await?;
     match deps.runtime.remove(&info.id).await {
         Ok(()) => {
-            deps.store.call(move |s| s.cleanup_done(entry)).await?;
+            deps.store.cleanup_done(entry).await?;
             Ok(format!("removed {}", short_id(&info.id)))
         }
         Err(e) => {
             let err = NodeError::runtime(format!("remove {name}"))(e);
             let msg = crate::error_chain(&err);
-            deps.store
-                .call(move |s| s.cleanup_failed(entry, &msg))
-                .await?;
+            deps.store.cleanup_failed(entry, msg).await?;
             Err(err)
         }
     }
@@ -737,9 +705,7 @@ async fn create<R: ContainerRuntime>(
         revision: claim.request.revision(),
         updated_at_ms: now_ms(),
     };
-    deps.store
-        .call(move |s| s.record_installed(&record))
-        .await?;
+    deps.store.record_installed(record).await?;
     if let Some(info) = existing {
         return Ok(Some(format!(
             "container {} already exists with this spec",
@@ -832,7 +798,7 @@ async fn ensure_image<R: ContainerRuntime>(
                     next_publish = now + PULL_PROGRESS_EVERY;
                 }
             }
-            let _ = store.call(move |s| s.set_detail(job, seq, &line)).await;
+            let _ = store.set_detail(job, seq, line).await;
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
         if let Some(h) = &health {

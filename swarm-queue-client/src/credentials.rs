@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::limits::{MAX_SECRET_BYTES, SCHEMA_VERSION};
-use crate::payload::Payload;
+use crate::payload::{InvalidField, Payload};
 
 pub use nkeys::XKey;
 
@@ -36,16 +36,16 @@ impl Payload for CredentialEnvelope {
     fn schema(&self) -> u32 {
         self.schema
     }
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), InvalidField> {
         if !self.sender.starts_with('X') || self.sender.len() > 80 {
-            return Err("sender is not a public xkey (X…)".into());
+            return Err(InvalidField::NotAPublicXKey);
         }
         // Sealing adds a header, nonce and tag; hex doubles it.
         if self.sealed.len() > 2 * (MAX_SECRET_BYTES + 256) {
-            return Err(format!(
-                "sealed value is {} hex characters, over the limit for a {MAX_SECRET_BYTES}-byte secret",
-                self.sealed.len()
-            ));
+            return Err(InvalidField::SealedTooLong {
+                len: self.sealed.len(),
+                max_secret: MAX_SECRET_BYTES,
+            });
         }
         Ok(())
     }

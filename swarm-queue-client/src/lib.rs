@@ -48,5 +48,6 @@ pub use names::{AccountName, AgentName, HiveName, NameError};
 pub use payload::{
     decode, encode, encode_pretty, AgentSpec, AgentStatus, BuildSpec, CredentialNotice,
     Declaration, DecodeError, Decoded, DeployReply, DeployRequest, EncodeError, HealthSpec,
-    HiveState, JobSummary, Level, Observed, Payload, Power, Readiness, RetryStatus, Warning,
+    HiveState, InvalidField, JobSummary, Level, Observed, Payload, Power, Readiness, RetryStatus,
+    Warning,
 };

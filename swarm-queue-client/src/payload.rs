@@ -46,7 +46,52 @@ pub enum DecodeError {
     #[error("{what} has schema 0; schema versions start at 1")]
     ZeroSchema { what: &'static str },
     #[error("{what} is not valid: {reason}")]
-    Invalid { what: &'static str, reason: String },
+    Invalid {
+        what: &'static str,
+        reason: InvalidField,
+    },
+}
+
+/// A bound or rule a payload breaks that serde cannot express. Each variant
+/// names the field (`agents.web.env key`, `warnings`) and what was wrong.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum InvalidField {
+    #[error("{field} is {len} bytes, over the {max}-byte limit")]
+    TooLong {
+        field: String,
+        len: usize,
+        max: usize,
+    },
+    #[error("{field} contains a control character")]
+    ControlCharacter { field: String },
+    #[error("{field} has {count} entries, over the limit of {max}")]
+    TooMany {
+        field: String,
+        count: usize,
+        max: usize,
+    },
+    #[error("{field} is empty")]
+    Empty { field: String },
+    #[error("{field} is empty; give the program and its arguments")]
+    EmptyCommand { field: String },
+    #[error("{field} = {value}: it must be between 1 and {max}")]
+    NotBetweenOneAnd { field: String, value: u64, max: u64 },
+    #[error("{field} is {value}; it must be {allowed}")]
+    OutOfRange {
+        field: String,
+        value: String,
+        allowed: String,
+    },
+    #[error("{field} has neither image nor build; give one of them")]
+    NoImageOrBuild { field: String },
+    #[error("{field} {value:?} is not an image reference")]
+    NotAnImageReference { field: String, value: String },
+    #[error("{field} {value:?} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")]
+    NotAnEnvName { field: String, value: String },
+    #[error("sender is not a public xkey (X…)")]
+    NotAPublicXKey,
+    #[error("sealed value is {len} hex characters, over the limit for a {max_secret}-byte secret")]
+    SealedTooLong { len: usize, max_secret: usize },
 }
 
 /// A payload that may not be written because it breaks a bound or rule.
@@ -71,7 +116,7 @@ pub trait Payload: Serialize + DeserializeOwned {
     const WHAT: &'static str;
     fn schema(&self) -> u32;
     /// Check every bound and rule that serde cannot express.
-    fn validate(&self) -> Result<(), String>;
+    fn validate(&self) -> Result<(), InvalidField>;
 }
 
 #[derive(Deserialize)]
@@ -134,7 +179,7 @@ pub fn encode<T: Payload>(value: &T) -> Result<Vec<u8>, EncodeError> {
     if value.schema() == 0 {
         return Err(err("schema 0 is not a schema version".into()));
     }
-    value.validate().map_err(err)?;
+    value.validate().map_err(|e| err(e.to_string()))?;
     let bytes = serde_json::to_vec(value).map_err(|e| err(e.to_string()))?;
     if bytes.len() > MAX_VALUE_BYTES {
         return Err(err(format!(
@@ -163,29 +208,34 @@ pub fn encode_pretty<T: Payload>(value: &T) -> Result<Vec<u8>, EncodeError> {
 // ---------------------------------------------------------------------------
 // Small checks shared by the validators.
 
-fn check_len(field: &str, value: &str, max: usize) -> Result<(), String> {
+fn check_len(field: &str, value: &str, max: usize) -> Result<(), InvalidField> {
     if value.len() > max {
-        return Err(format!(
-            "{field} is {} bytes, over the {max}-byte limit",
-            value.len()
-        ));
+        return Err(InvalidField::TooLong {
+            field: field.to_string(),
+            len: value.len(),
+            max,
+        });
     }
     Ok(())
 }
 
-fn check_text(field: &str, value: &str, max: usize) -> Result<(), String> {
+fn check_text(field: &str, value: &str, max: usize) -> Result<(), InvalidField> {
     check_len(field, value, max)?;
     if value.chars().any(char::is_control) {
-        return Err(format!("{field} contains a control character"));
+        return Err(InvalidField::ControlCharacter {
+            field: field.to_string(),
+        });
     }
     Ok(())
 }
 
-fn check_count(field: &str, count: usize, max: usize) -> Result<(), String> {
+fn check_count(field: &str, count: usize, max: usize) -> Result<(), InvalidField> {
     if count > max {
-        return Err(format!(
-            "{field} has {count} entries, over the limit of {max}"
-        ));
+        return Err(InvalidField::TooMany {
+            field: field.to_string(),
+            count,
+            max,
+        });
     }
     Ok(())
 }
@@ -326,11 +376,11 @@ pub struct HealthSpec {
 pub const MAX_HEALTH_SECS: u64 = 3600;
 
 impl HealthSpec {
-    fn validate(&self, field: &str) -> Result<(), String> {
+    fn validate(&self, field: &str) -> Result<(), InvalidField> {
         if self.command.is_empty() {
-            return Err(format!(
-                "{field}.command is empty; give the program and its arguments"
-            ));
+            return Err(InvalidField::EmptyCommand {
+                field: format!("{field}.command"),
+            });
         }
         check_count(
             &format!("{field}.command"),
@@ -346,15 +396,19 @@ impl HealthSpec {
             ("start_period_secs", self.start_period_secs),
         ] {
             if let Some(v) = v.filter(|v| !(1..=MAX_HEALTH_SECS).contains(v)) {
-                return Err(format!(
-                    "{field}.{name} = {v}: it must be between 1 and {MAX_HEALTH_SECS}"
-                ));
+                return Err(InvalidField::NotBetweenOneAnd {
+                    field: format!("{field}.{name}"),
+                    value: v,
+                    max: MAX_HEALTH_SECS,
+                });
             }
         }
         if let Some(r) = self.retries.filter(|r| !(1..=100).contains(r)) {
-            return Err(format!(
-                "{field}.retries = {r}: it must be between 1 and 100"
-            ));
+            return Err(InvalidField::NotBetweenOneAnd {
+                field: format!("{field}.retries"),
+                value: u64::from(r),
+                max: 100,
+            });
         }
         Ok(())
     }
@@ -375,21 +429,21 @@ impl AgentSpec {
         format!("sha256:{}", hex::encode(Sha256::digest(&bytes)))
     }
 
-    pub fn validate(&self, agent: &AgentName) -> Result<(), String> {
+    pub fn validate(&self, agent: &AgentName) -> Result<(), InvalidField> {
         let f = |name: &str| format!("agents.{agent}.{name}");
         match (&self.image, &self.build) {
             (None, None) => {
-                return Err(format!(
-                    "agents.{agent} has neither image nor build; give one of them"
-                ))
+                return Err(InvalidField::NoImageOrBuild {
+                    field: format!("agents.{agent}"),
+                })
             }
             (Some(image), _) => {
                 check_text(&f("image"), image, MAX_IMAGE_LEN)?;
                 if image.trim().is_empty() || image.contains(char::is_whitespace) {
-                    return Err(format!(
-                        "{} {image:?} is not an image reference",
-                        f("image")
-                    ));
+                    return Err(InvalidField::NotAnImageReference {
+                        field: f("image"),
+                        value: image.clone(),
+                    });
                 }
             }
             _ => {}
@@ -397,7 +451,9 @@ impl AgentSpec {
         if let Some(build) = &self.build {
             check_text(&f("build.context"), &build.context, MAX_BUILD_FIELD_LEN)?;
             if build.context.trim().is_empty() {
-                return Err(format!("{} is empty", f("build.context")));
+                return Err(InvalidField::Empty {
+                    field: f("build.context"),
+                });
             }
             if let Some(r) = &build.git_ref {
                 check_text(&f("build.ref"), r, MAX_BUILD_FIELD_LEN)?;
@@ -424,27 +480,29 @@ impl AgentSpec {
                 .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
                 && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
             if !valid_key {
-                return Err(format!(
-                    "{} {k:?} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)",
-                    f("env key")
-                ));
+                return Err(InvalidField::NotAnEnvName {
+                    field: f("env key"),
+                    value: k.clone(),
+                });
             }
             check_text(&format!("{}.{k}", f("env")), v, MAX_ENV_VALUE_LEN)?;
         }
         if let Some(mb) = self.memory_mb {
             if !(MIN_MEMORY_MB..=MAX_MEMORY_MB).contains(&mb) {
-                return Err(format!(
-                    "{} is {mb}; it must be {MIN_MEMORY_MB} to {MAX_MEMORY_MB}",
-                    f("memory_mb")
-                ));
+                return Err(InvalidField::OutOfRange {
+                    field: f("memory_mb"),
+                    value: mb.to_string(),
+                    allowed: format!("{MIN_MEMORY_MB} to {MAX_MEMORY_MB}"),
+                });
             }
         }
         if let Some(cpus) = self.cpus {
             if !(cpus.is_finite() && cpus > 0.0 && cpus <= MAX_CPUS) {
-                return Err(format!(
-                    "{} is {cpus}; it must be above 0 and at most {MAX_CPUS}",
-                    f("cpus")
-                ));
+                return Err(InvalidField::OutOfRange {
+                    field: f("cpus"),
+                    value: cpus.to_string(),
+                    allowed: format!("above 0 and at most {MAX_CPUS}"),
+                });
             }
         }
         check_count(
@@ -479,7 +537,7 @@ impl Payload for Declaration {
     fn schema(&self) -> u32 {
         self.schema
     }
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), InvalidField> {
         check_count("agents", self.agents.len(), MAX_AGENTS_PER_HIVE)?;
         for (name, spec) in &self.agents {
             spec.validate(name)?;
@@ -661,7 +719,7 @@ impl Payload for Readiness {
     fn schema(&self) -> u32 {
         self.schema
     }
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), InvalidField> {
         check_count("warnings", self.warnings.len(), MAX_WARNINGS)?;
         for w in &self.warnings {
             check_text("warning key", &w.key, MAX_WARNING_KEY_LEN)?;
@@ -736,7 +794,7 @@ impl Payload for DeployRequest {
     fn schema(&self) -> u32 {
         self.schema
     }
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), InvalidField> {
         Ok(())
     }
 }
@@ -799,7 +857,7 @@ impl Payload for CredentialNotice {
     fn schema(&self) -> u32 {
         self.schema
     }
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), InvalidField> {
         Ok(())
     }
 }

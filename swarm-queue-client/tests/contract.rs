@@ -203,7 +203,7 @@ fn agent_spec_rules() {
         ),
     ];
     for (s, want) in cases {
-        let e = s.validate(&a).unwrap_err();
+        let e = s.validate(&a).unwrap_err().to_string();
         assert!(e.contains(want), "want {want:?} in {e:?}");
     }
     let build_only = AgentSpec {

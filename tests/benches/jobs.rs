@@ -22,7 +22,9 @@ use std::time::{Duration, Instant};
 
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
-use hive::jobs::{db_path, now_ms, Durability, JobRequest, JobStore, Outcome, RetryPolicy, Store};
+use hive::jobs::{
+    db_path, now_ms, DeployRequest, Durability, JobRequest, JobStore, Outcome, RetryPolicy, Store,
+};
 use hive::runtime::{ContainerSpec, DockerRuntime};
 use hive::worker::{self, WorkerConfig, WorkerDeps};
 use hyperhive_tests::docker::{ContainerGuard, TestImage};
@@ -234,14 +236,18 @@ async fn first_deploy_vs_bollard(mode: &Mode) {
         // Through the hive: queue, then poll the job until it is done.
         let a = AgentName::new(format!("via-hive-{i}")).expect("agent");
         let started = Instant::now();
-        let (who, s) = (a.clone(), spec.clone());
+        let deploy = DeployRequest {
+            spec: spec.clone(),
+            revision: None,
+            relock: false,
+        };
         let q = store
-            .call(move |st| st.request_deploy(&who, s, None, false, now_ms()))
+            .request_deploy(&a, deploy, now_ms())
             .await
             .expect("queue");
         wake.notify_one();
         loop {
-            let job = store.call(move |st| st.job(q.job)).await.expect("job");
+            let job = store.job(q.job).await.expect("job");
             if job.state.is_finished() {
                 assert_eq!(job.state.as_str(), "done", "{job:#?}");
                 break;

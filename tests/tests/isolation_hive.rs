@@ -248,10 +248,7 @@ async fn the_hive_tasks_work_under_the_hive_identity() {
     let DeployReply::Queued { job } = DeployReply::decode(&reply.payload).unwrap() else {
         panic!("deploy refused: {reply:?}");
     };
-    let queued = jobs
-        .call(|s| s.jobs(&hive::jobs::JobFilter::default()))
-        .await
-        .unwrap();
+    let queued = jobs.jobs(Default::default()).await.unwrap();
     assert_eq!(queued.len(), 1, "{queued:?}");
     assert_eq!((queued[0].id.0 as u64, &queued[0].agent), (job, &agent));
 

@@ -115,19 +115,29 @@ pub fn initial_states(plan: &[PlannedNode]) -> Vec<NodeState> {
 /// Check a plan is a DAG over its own nodes: every dependency names an
 /// earlier node. Templates are written by hand; this keeps a typo from
 /// becoming a job that can never finish.
-pub fn check_plan(plan: &[PlannedNode]) -> Result<(), String> {
+pub fn check_plan(plan: &[PlannedNode]) -> Result<(), PlanError> {
     if plan.is_empty() {
-        return Err("a job needs at least one node".into());
+        return Err(PlanError::Empty);
     }
     for (i, node) in plan.iter().enumerate() {
-        if let Some(bad) = node.deps.iter().find(|&&d| d as usize >= i) {
-            return Err(format!(
-                "node {i} ({}) depends on node {bad}, which does not come before it",
-                node.op
-            ));
+        if let Some(&bad) = node.deps.iter().find(|&&d| d as usize >= i) {
+            return Err(PlanError::DependsOnLater {
+                node: i,
+                op: node.op.to_string(),
+                dep: bad,
+            });
         }
     }
     Ok(())
+}
+
+/// A plan that is not a DAG over its own nodes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error("a job needs at least one node")]
+    Empty,
+    #[error("node {node} ({op}) depends on node {dep}, which does not come before it")]
+    DependsOnLater { node: usize, op: String, dep: u32 },
 }
 
 /// Apply one attempt's outcome for node `seq` of a job whose nodes are
@@ -462,6 +472,7 @@ mod tests {
         }];
         assert!(check_plan(&bad)
             .unwrap_err()
+            .to_string()
             .contains("node 0 (stop) depends on node 0"));
         assert!(check_plan(&[]).is_err());
     }

@@ -16,8 +16,9 @@
 //! - [`dag`]: what an outcome does to the rest of the job, and the retry
 //!   policy (pure, table-tested).
 //! - [`schema`]: the versioned schema and its migrations.
-//! - [`store`]: the SQLite file: jobs and nodes, power intent, the
-//!   installed-agents record, the cleanup journal.
+//! - [`store`]: the SQLite file, one module per table: jobs and nodes,
+//!   power intent, the installed-agents record, the cleanup journal, the
+//!   owned images; and [`JobStore`], its async handle.
 //!
 //! ## How a job moves
 //!
@@ -101,14 +102,12 @@ pub mod schema;
 pub mod store;
 pub mod templates;
 
-#[cfg(test)]
-mod store_tests;
-
-pub use dag::{Outcome, RetryPolicy};
-pub use model::{now_ms, JobId, JobKind, JobRequest, JobState, Millis, NodeState, Op};
+pub use dag::{Outcome, PlanError, RetryPolicy};
+pub use model::{now_ms, JobId, JobKind, JobRequest, JobState, Millis, NodeState, Op, ParseError};
 pub use store::{
-    image_cleanup_plan, Claim, CleanupAction, CleanupEntry, Durability, Enqueued, InstalledAgent,
-    JobFilter, JobStore, JobView, NodeView, OwnedImage, Store, StoreError,
+    image_cleanup_plan, AgentRecords, Claim, CleanupAction, CleanupEntry, DeployRequest,
+    Durability, Enqueued, InstalledAgent, JobFilter, JobStore, JobView, NodeView, OwnedImage,
+    Store, StoreError,
 };
 
 /// Where the job database lives under the hive's state directory.

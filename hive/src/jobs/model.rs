@@ -19,15 +19,27 @@ impl fmt::Display for JobId {
     }
 }
 
+/// A job id, kind or state that does not parse: from an operator's command
+/// line, or read back from the database.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    #[error("invalid job id {value:?}: a job id is a positive number")]
+    JobId { value: String },
+    #[error("unknown {what} {value:?}")]
+    Unknown { what: &'static str, value: String },
+}
+
 impl FromStr for JobId {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ParseError;
+    fn from_str(s: &str) -> Result<Self, ParseError> {
         s.trim_start_matches('#')
             .parse::<i64>()
             .ok()
             .filter(|n| *n > 0)
             .map(JobId)
-            .ok_or_else(|| format!("invalid job id {s:?}: a job id is a positive number"))
+            .ok_or_else(|| ParseError::JobId {
+                value: s.to_string(),
+            })
     }
 }
 
@@ -69,13 +81,14 @@ macro_rules! named_enum {
         }
 
         impl FromStr for $name {
-            type Err = String;
-            fn from_str(s: &str) -> Result<Self, String> {
+            type Err = ParseError;
+            fn from_str(s: &str) -> Result<Self, ParseError> {
                 match s {
                     $($text => Ok($name::$variant),)+
-                    other => Err(format!(
-                        "unknown {} {other:?}", stringify!($name)
-                    )),
+                    other => Err(ParseError::Unknown {
+                        what: stringify!($name),
+                        value: other.to_string(),
+                    }),
                 }
             }
         }

@@ -89,10 +89,9 @@ impl Harness {
     }
 
     async fn enqueue(&self, a: &str, request: JobRequest) -> Enqueued {
-        let a = agent(a);
         let q = self
             .store
-            .call(move |s| s.enqueue(&a, request, now_ms()))
+            .enqueue(&agent(a), request, now_ms())
             .await
             .unwrap();
         self.wake.notify_one();
@@ -112,7 +111,7 @@ impl Harness {
     }
 
     async fn job(&self, job: JobId) -> JobView {
-        self.store.call(move |s| s.job(job)).await.unwrap()
+        self.store.job(job).await.unwrap()
     }
 
     /// Wait (in paused time) until the job finishes.
@@ -166,12 +165,8 @@ async fn first_deploy_pulls_creates_and_starts_exactly_one_container() {
     assert!(h.state_dir.join("agents/mail").is_dir());
 
     let a = agent("mail");
-    let (installed, power) = h
-        .store
-        .call(move |st| Ok((st.installed(&a)?, st.power(&a)?)))
-        .await
-        .unwrap();
-    let installed = installed.unwrap();
+    let installed = h.store.installed(&a).await.unwrap().unwrap();
+    let power = h.store.power(&a).await.unwrap();
     assert_eq!(installed.spec_hash, s.spec_hash());
     assert_eq!(installed.image, IMAGE);
     assert_eq!(installed.revision, Some(1));
@@ -254,10 +249,9 @@ async fn power_intent_drives_start_and_stop() {
     assert!(!h.runtime.container(&h.name("a")).unwrap().running);
 
     for (power, running) in [(Power::Up, true), (Power::Down, false), (Power::Up, true)] {
-        let a = agent("a");
         let q = h
             .store
-            .call(move |s| s.set_power(&a, power, now_ms()))
+            .set_power(&agent("a"), power, now_ms())
             .await
             .unwrap();
         h.wake.notify_one();
@@ -287,17 +281,16 @@ async fn retire_keeps_data_and_purge_deletes_it() {
         h.state_dir.join("agents/a/data").is_file(),
         "retire keeps the state dir"
     );
-    let a = agent("a");
-    let installed = h.store.call(move |s| s.installed_all()).await.unwrap();
+    let installed = h.store.installed_all().await.unwrap();
     assert!(installed.is_empty());
-    let power = h.store.call(move |s| s.power(&a)).await.unwrap();
+    let power = h.store.power(&agent("a")).await.unwrap();
     assert_eq!(power, None);
 
     let q = h.enqueue("a", JobRequest::Purge).await;
     let view = h.finished(q.job).await;
     assert_eq!(view.state, JobState::Done, "{view:#?}");
     assert!(!h.state_dir.join("agents/a").exists());
-    let journal = h.store.call(|s| s.pending_cleanups(None)).await.unwrap();
+    let journal = h.store.pending_cleanups().await.unwrap();
     assert!(journal.is_empty());
     h.stop().await;
 }
@@ -379,17 +372,14 @@ async fn a_foreign_container_is_never_touched() {
         "{error}"
     );
     // Stopping or retiring another hive's container is refused too.
-    let b = agent("b");
     h.store
-        .call(move |s| {
-            s.record_installed(&InstalledAgent {
-                agent: b.clone(),
-                spec_hash: "sha256:x".into(),
-                spec: spec(IMAGE),
-                image: IMAGE.into(),
-                revision: None,
-                updated_at_ms: 0,
-            })
+        .record_installed(InstalledAgent {
+            agent: agent("b"),
+            spec_hash: "sha256:x".into(),
+            spec: spec(IMAGE),
+            image: IMAGE.into(),
+            revision: None,
+            updated_at_ms: 0,
         })
         .await
         .unwrap();
@@ -462,12 +452,7 @@ async fn a_node_cut_off_mid_create_runs_again_and_adopts_the_container() {
     // Drive the store by hand up to a claimed create, as a crashed worker
     // would leave it, and make the container as Docker would have.
     loop {
-        let c = h
-            .store
-            .call(|s| s.claim(now_ms(), None))
-            .await
-            .unwrap()
-            .unwrap();
+        let c = h.store.claim(now_ms(), None).await.unwrap().unwrap();
         if c.op == Op::Create {
             let container = ContainerSpec::for_agent(
                 &HiveName::new(HIVE).unwrap(),
@@ -481,16 +466,9 @@ async fn a_node_cut_off_mid_create_runs_again_and_adopts_the_container() {
             break;
         }
         let policy = config().retry;
+        let done = Outcome::Done { detail: None };
         h.store
-            .call(move |s| {
-                s.finish(
-                    c.job,
-                    c.seq,
-                    Outcome::Done { detail: None },
-                    &policy,
-                    now_ms(),
-                )
-            })
+            .finish(c.job, c.seq, done, policy, now_ms())
             .await
             .unwrap();
     }
@@ -514,8 +492,7 @@ async fn a_container_with_another_spec_is_not_adopted() {
     h.start();
     let job = h.deploy("a", spec(IMAGE)).await;
     h.finished(job).await;
-    let a = agent("a");
-    h.store.call(move |s| s.forget_agent(&a)).await.unwrap();
+    h.store.forget_agent(&agent("a")).await.unwrap();
     let job = h.deploy("a", spec("local/agent:2")).await;
     let view = h.finished(job).await;
     assert_eq!(view.state, JobState::Failed);
@@ -534,15 +511,12 @@ async fn the_cleanup_journal_is_replayed_before_the_agent_is_touched_again() {
     h.stop().await;
     // A remove was journalled and then cut off.
     let id = h.runtime.container(&h.name("a")).unwrap().id;
-    let (a, action) = (
-        agent("a"),
-        CleanupAction::RemoveContainer {
-            id: id.clone(),
-            name: h.name("a"),
-        },
-    );
+    let action = CleanupAction::RemoveContainer {
+        id: id.clone(),
+        name: h.name("a"),
+    };
     h.store
-        .call(move |s| s.journal_cleanup(&a, &action, now_ms()))
+        .journal_cleanup(&agent("a"), action, now_ms())
         .await
         .unwrap();
     h.start();
@@ -552,7 +526,7 @@ async fn the_cleanup_journal_is_replayed_before_the_agent_is_touched_again() {
         assert!(waited < 10_000, "journalled remove was not replayed");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let journal = h.store.call(|s| s.pending_cleanups(None)).await.unwrap();
+    let journal = h.store.pending_cleanups().await.unwrap();
     assert!(journal.is_empty());
     h.stop().await;
 }
@@ -580,7 +554,7 @@ async fn a_failed_remove_stays_journalled_and_blocks_the_agent_until_replayed() 
         "retried past the timeout: {view:#?}"
     );
     assert!(h.runtime.container(&h.name("a")).is_none());
-    let journal = h.store.call(|s| s.pending_cleanups(None)).await.unwrap();
+    let journal = h.store.pending_cleanups().await.unwrap();
     assert!(journal.is_empty(), "{journal:?}");
     h.stop().await;
 }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use swarm_queue_client::{AgentName, AgentSpec, Power};
 
-use super::*;
+use crate::jobs::*;
 
 fn agent(name: &str) -> AgentName {
     AgentName::new(name).unwrap()
@@ -14,6 +14,14 @@ fn spec(image: &str) -> AgentSpec {
     AgentSpec {
         image: Some(image.into()),
         ..Default::default()
+    }
+}
+
+fn deploy(image: &str, relock: bool) -> DeployRequest {
+    DeployRequest {
+        spec: spec(image),
+        revision: None,
+        relock,
     }
 }
 
@@ -400,11 +408,11 @@ fn deploy_decides_first_deploy_or_rebuild_in_one_transaction() {
     let (_dir, mut store) = open();
     let a = agent("a");
     let q1 = store
-        .request_deploy(&a, spec("local/x:1"), None, false, 0)
+        .request_deploy(&a, deploy("local/x:1", false), 0)
         .unwrap();
     assert_eq!(q1.kind, JobKind::FirstDeploy);
     let q = store
-        .request_deploy(&a, spec("local/x:1"), None, false, 1)
+        .request_deploy(&a, deploy("local/x:1", false), 1)
         .unwrap();
     assert_eq!(
         (q.kind, q.job, q.coalesced),
@@ -413,7 +421,7 @@ fn deploy_decides_first_deploy_or_rebuild_in_one_transaction() {
     // Once the first deploy has started, deploying again is a rebuild.
     store.claim(1, None).unwrap().unwrap();
     let q2 = store
-        .request_deploy(&a, spec("local/x:1"), None, false, 1)
+        .request_deploy(&a, deploy("local/x:1", false), 1)
         .unwrap();
     assert_eq!(
         (q2.kind, q2.coalesced),
@@ -431,7 +439,7 @@ fn deploy_decides_first_deploy_or_rebuild_in_one_transaction() {
         })
         .unwrap();
     let q3 = store
-        .request_deploy(&a, spec("local/x:2"), None, true, 3)
+        .request_deploy(&a, deploy("local/x:2", true), 3)
         .unwrap();
     assert_eq!(
         (q3.kind, q3.job, q3.coalesced),
@@ -589,12 +597,11 @@ fn finishing_a_node_that_is_not_running_is_refused() {
 async fn the_async_handle_runs_calls_off_the_runtime_threads() {
     let dir = tempfile::tempdir().unwrap();
     let store = JobStore::open(&db_path(dir.path())).unwrap();
-    let a = agent("a");
     let q = store
-        .call(move |s| s.enqueue(&a, JobRequest::Reconcile, 0))
+        .enqueue(&agent("a"), JobRequest::Reconcile, 0)
         .await
         .unwrap();
-    let job = store.call(move |s| s.job(q.job)).await.unwrap();
+    let job = store.job(q.job).await.unwrap();
     assert_eq!(job.kind, JobKind::Reconcile);
 }
 

@@ -1,0 +1,116 @@
+//! The operator's power intent per agent (table `power`).
+//!
+//! **Invariant:** an operator's start or stop wins over a declaration's
+//! default: seeding writes an intent only where none is recorded, and
+//! `set_power` writes it and queues the reconcile in one transaction.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use rusqlite::{params, Connection, OptionalExtension};
+use swarm_queue_client::{AgentName, Power};
+
+use super::jobs::{enqueue_tx, is_installed_or_coming};
+use super::{sql_at, Enqueued, Store, StoreError};
+use crate::jobs::model::{JobRequest, Millis, ParseError};
+
+impl Store {
+    /// Record an operator's start or stop and queue the reconcile that
+    /// carries it out, in one transaction.
+    pub fn set_power(
+        &mut self,
+        agent: &AgentName,
+        power: Power,
+        now: Millis,
+    ) -> Result<Enqueued, StoreError> {
+        let path = self.path.clone();
+        let tx = self.immediate("set power")?;
+        if !is_installed_or_coming(&tx, &path, agent)? {
+            return Err(StoreError::NotInstalled {
+                agent: agent.clone(),
+            });
+        }
+        tx.execute(
+            "INSERT INTO power (agent, wanted, updated_at_ms) VALUES (?1, ?2, ?3)
+             ON CONFLICT (agent) DO UPDATE SET wanted = ?2, updated_at_ms = ?3",
+            params![agent.as_str(), power.to_string(), now],
+        )
+        .map_err(sql_at(&path, "write power intent"))?;
+        let out = enqueue_tx(&tx, &path, agent, JobRequest::Reconcile, now)?;
+        tx.commit().map_err(sql_at(&path, "commit power"))?;
+        Ok(out)
+    }
+
+    pub fn power(&self, agent: &AgentName) -> Result<Option<Power>, StoreError> {
+        let wanted: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT wanted FROM power WHERE agent = ?1",
+                params![agent.as_str()],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.sql("read power intent"))?;
+        wanted
+            .map(|w| parse_power(&w).map_err(self.decode_err("power intent")))
+            .transpose()
+    }
+
+    pub fn all_power(&self) -> Result<BTreeMap<AgentName, Power>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT agent, wanted FROM power")
+            .map_err(self.sql("read power intents"))?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .map_err(self.sql("read power intents"))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(self.sql("read power intents"))?;
+        rows.into_iter()
+            .map(|(a, w)| {
+                Ok((
+                    AgentName::new(a).map_err(self.decode_err("agent name"))?,
+                    parse_power(&w).map_err(self.decode_err("power intent"))?,
+                ))
+            })
+            .collect()
+    }
+
+    /// Record `power` for `agent` unless an intent is already recorded: an
+    /// operator's earlier start or stop wins over a declaration's default.
+    pub fn seed_power(
+        &mut self,
+        agent: &AgentName,
+        power: Power,
+        now: Millis,
+    ) -> Result<Power, StoreError> {
+        seed_power_tx(&self.conn, &self.path, agent, power, now)?;
+        Ok(self.power(agent)?.unwrap_or(power))
+    }
+}
+
+pub(super) fn seed_power_tx(
+    conn: &Connection,
+    path: &Path,
+    agent: &AgentName,
+    power: Power,
+    now: Millis,
+) -> Result<(), StoreError> {
+    conn.execute(
+        "INSERT OR IGNORE INTO power (agent, wanted, updated_at_ms) VALUES (?1, ?2, ?3)",
+        params![agent.as_str(), power.to_string(), now],
+    )
+    .map_err(sql_at(path, "seed power intent"))?;
+    Ok(())
+}
+
+fn parse_power(s: &str) -> Result<Power, ParseError> {
+    match s {
+        "up" => Ok(Power::Up),
+        "down" => Ok(Power::Down),
+        other => Err(ParseError::Unknown {
+            what: "power",
+            value: other.to_string(),
+        }),
+    }
+}

@@ -43,9 +43,11 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::jobs::{
-    now_ms, JobFilter, JobId, JobRequest, JobState, JobStore, JobView, NodeState, StoreError,
+    now_ms, AgentRecords, JobFilter, JobId, JobRequest, JobState, JobStore, JobView, NodeState,
+    StoreError,
 };
 use crate::observe;
+use crate::perf;
 use crate::plan::{self, Action, Installed, JobOutcome, Seen};
 use crate::readiness::{keys, Health};
 use crate::retry::{Failure, Retries};
@@ -290,12 +292,45 @@ impl<R: ContainerRuntime> Converger<R> {
         Ok(q.job)
     }
 
+    /// Queue many requests in one transaction.
+    async fn queue_all(
+        &self,
+        requests: Vec<(AgentName, JobRequest)>,
+    ) -> Result<Vec<JobId>, StoreError> {
+        let kinds: Vec<_> = requests
+            .iter()
+            .map(|(a, r)| (a.clone(), r.kind()))
+            .collect();
+        let queued = self
+            .deps
+            .store
+            .call(move |s| s.enqueue_all(requests, now_ms()))
+            .await?;
+        for ((agent, kind), q) in kinds.iter().zip(&queued) {
+            tracing::info!(hive = %self.deps.hive, %agent, job = q.job.0, kind = kind.as_str(), coalesced = q.coalesced, "job queued");
+        }
+        Ok(queued.into_iter().map(|q| q.job).collect())
+    }
+
     /// Queue what a decided action needs. `wanted` gives specs for deploys.
     async fn carry_out(
         &self,
         action: &Action,
         wanted: Option<&Wanted>,
     ) -> Result<Option<JobId>, StoreError> {
+        match self.request_for(action, wanted).await? {
+            Some(request) => self.queue(action.agent(), request).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The job request a decided action needs; `None` when there is
+    /// nothing to deploy from.
+    async fn request_for(
+        &self,
+        action: &Action,
+        wanted: Option<&Wanted>,
+    ) -> Result<Option<JobRequest>, StoreError> {
         let agent = action.agent();
         let spec = || wanted.and_then(|w| w.declaration.agents.get(agent).cloned());
         let revision = wanted.map(|w| w.revision);
@@ -323,7 +358,7 @@ impl<R: ContainerRuntime> Converger<R> {
             Action::Retire(_) | Action::ReapOrphan(_) => JobRequest::Retire,
             Action::Reconcile(_) => JobRequest::Reconcile,
         };
-        self.queue(agent, request).await.map(Some)
+        Ok(Some(request))
     }
 
     async fn apply(&mut self, wanted: &Wanted, observation: &Observation) -> Result<(), PassError> {
@@ -332,13 +367,24 @@ impl<R: ContainerRuntime> Converger<R> {
         tracing::info!(hive = %self.deps.hive, revision = wanted.revision, actions = actions.len(), "applying declaration");
         // A new revision: every agent may be tried at once.
         self.retries.reset_all();
-        let mut jobs = Vec::new();
+        // Every job of the revision in one transaction: one fsync, not
+        // one per agent, before the worker is woken.
+        let mut planned = Vec::new();
         for action in &actions {
-            if let Some(job) = self.carry_out(action, Some(wanted)).await? {
-                self.queued.insert(action.agent().clone(), job);
-                self.note_removal(action, observation.as_ref(), job);
-                jobs.push((action.agent().clone(), job));
+            if let Some(request) = self.request_for(action, Some(wanted)).await? {
+                planned.push((action, request));
             }
+        }
+        let requests = planned
+            .iter()
+            .map(|(a, r)| (a.agent().clone(), r.clone()))
+            .collect();
+        let queued = self.queue_all(requests).await?;
+        let mut jobs = Vec::new();
+        for ((action, _), job) in planned.iter().zip(queued) {
+            self.queued.insert(action.agent().clone(), job);
+            self.note_removal(action, observation.as_ref(), job);
+            jobs.push((action.agent().clone(), job));
         }
         // What was converged belongs to another bucket when its number is
         // not below this one's: it says nothing about this declaration.
@@ -419,9 +465,13 @@ impl<R: ContainerRuntime> Converger<R> {
         observation: &Observation,
         wanted: Option<&Wanted>,
     ) -> Result<(), PassError> {
-        let installed = self.deps.store.installed_all().await?;
-        let power = self.deps.store.all_power().await?;
-        let last = self.deps.store.last_jobs().await?;
+        // One store call for all three: a pass runs after every finished
+        // job, and with many agents the store is busy with the worker.
+        let AgentRecords {
+            installed,
+            power,
+            last_jobs: last,
+        } = self.deps.store.agent_records().await?;
         // What the jobs did since the last round (a retry that succeeded)
         // shows at once, not a round later.
         self.note_jobs(&last, Instant::now());
@@ -494,24 +544,37 @@ impl<R: ContainerRuntime> Converger<R> {
         &self,
         last: &BTreeMap<AgentName, JobView>,
     ) -> Result<Vec<(AgentName, JobOutcome)>, PassError> {
-        let mut outcomes = Vec::new();
-        for (agent, id) in &self.revision_jobs {
-            let id = match last.get(agent) {
-                Some(newer) if newer.id.0 > id.0 => newer.id,
-                _ => *id,
-            };
-            let outcome = match self.deps.store.job(id).await {
-                Ok(j) => match j.state {
-                    JobState::Done => JobOutcome::Done,
-                    JobState::Failed => JobOutcome::Failed,
-                    _ => JobOutcome::Active,
-                },
-                // Pruned: its effect is judged from Docker.
-                Err(StoreError::NoSuchJob { .. }) => JobOutcome::Done,
-                Err(e) => return Err(e.into()),
-            };
-            outcomes.push((agent.clone(), outcome));
-        }
+        let ids: Vec<(AgentName, JobId)> = self
+            .revision_jobs
+            .iter()
+            .map(|(agent, id)| match last.get(agent) {
+                Some(newer) if newer.id.0 > id.0 => (agent.clone(), newer.id),
+                _ => (agent.clone(), *id),
+            })
+            .collect();
+        // Every job in one store call: one per agent would be a hundred
+        // calls in every pass while a hundred agents deploy.
+        let outcomes = self
+            .deps
+            .store
+            .call(move |s| {
+                let mut outcomes = Vec::with_capacity(ids.len());
+                for (agent, id) in ids {
+                    let outcome = match s.job(id) {
+                        Ok(j) => match j.state {
+                            JobState::Done => JobOutcome::Done,
+                            JobState::Failed => JobOutcome::Failed,
+                            _ => JobOutcome::Active,
+                        },
+                        // Pruned: its effect is judged from Docker.
+                        Err(StoreError::NoSuchJob { .. }) => JobOutcome::Done,
+                        Err(e) => return Err(e),
+                    };
+                    outcomes.push((agent, outcome));
+                }
+                Ok(outcomes)
+            })
+            .await?;
         Ok(outcomes)
     }
 
@@ -572,7 +635,10 @@ impl<R: ContainerRuntime> Converger<R> {
         let mut store: Option<Result<(), String>> = None;
         if let Some(w) = wanted.as_deref() {
             if self.applied != Some(message_id(w)) {
-                match self.apply(w, &observation).await {
+                match perf::ENQUEUE_REVISION
+                    .time(self.apply(w, &observation))
+                    .await
+                {
                     Ok(()) => store = Some(Ok(())),
                     Err(e) => {
                         tracing::warn!(hive = %self.deps.hive, revision = w.revision, error = %e, "cannot apply the declaration; will retry");
@@ -651,7 +717,7 @@ pub async fn run<R: ContainerRuntime>(deps: ConvergerDeps<R>, mut shutdown: Shut
     let mut wanted = c.deps.wanted.clone();
     let health = c.deps.health.clone();
     loop {
-        c.pass().await;
+        perf::CONVERGER_PASSES.time(c.pass()).await;
         let until_round = c.next_round.saturating_duration_since(Instant::now());
         tokio::select! {
             // All cancel-safe: watch::changed, Notify::notified, sleep.

@@ -37,7 +37,8 @@ async fn ready(State(health): State<Arc<Health>>) -> Response {
 }
 
 async fn metrics(State(health): State<Arc<Health>>) -> Response {
-    let text = render_metrics(&health.snapshot());
+    let mut text = render_metrics(&health.snapshot());
+    text.push_str(&crate::perf::render());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 

@@ -10,7 +10,8 @@
 //! - [`wanted`], [`credentials`]: this hive's keys, read by direct get on a
 //!   core-NATS doorbell (no JetStream consumer); [`revision`]: the rule for
 //!   a revision that went back (a bucket made again).
-//! - [`http`]: loopback `/health/ready`, `/health/live`, `/metrics`.
+//! - [`http`]: loopback `/health/ready`, `/health/live`, `/metrics`;
+//!   [`perf`]: counters of where the hive's own time goes, in `/metrics`.
 //! - [`access`]: who may reach the operator API ([`api`]): its Unix socket
 //!   (0660, group `hyperhive`), and the guarded TCP remote writes;
 //!   [`client`] speaks to either.
@@ -46,6 +47,7 @@ pub mod jobs;
 pub mod knowledge;
 pub mod observe;
 pub mod ops;
+pub mod perf;
 pub mod plan;
 pub mod publisher;
 pub mod readiness;

@@ -12,7 +12,13 @@
 //! `max_parallel` at a time) and runs each in its own tokio task inside a
 //! `job_node` span carrying hive, agent, job, node, op and attempt. The
 //! node's outcome goes back to the store, which decides what it means for
-//! the rest of the job. The worker never decides: it does.
+//! the rest of the job. The worker never decides: it does. The outcome is
+//! written together with the claim of the agent's next runnable node
+//! ([`Store::finish_and_claim`](crate::jobs::Store::finish_and_claim)),
+//! which then runs in the same task: a job's chain holds one slot from its
+//! first node to its last, as a hand-run create and start would, and pays
+//! one commit per node instead of two. After shutdown is requested a task
+//! only records its outcome and claims nothing more.
 //!
 //! Every node operation looks before it acts (see [`crate::jobs`]'s essay),
 //! so a node cut off by a crash or a shutdown simply runs again. On shutdown
@@ -35,8 +41,10 @@ use tracing::Instrument;
 
 use crate::jobs::model::default_power;
 use crate::jobs::{
-    now_ms, Claim, CleanupAction, InstalledAgent, JobStore, Op, Outcome, RetryPolicy, StoreError,
+    now_ms, Claim, CleanupAction, Finished, InstalledAgent, JobStore, Op, Outcome, RetryPolicy,
+    StoreError,
 };
+use crate::perf;
 use crate::readiness::Health;
 use crate::runtime::confine::{confine, local_git_path, BuildRoots};
 use crate::runtime::context::{self, ContextSource};
@@ -240,15 +248,26 @@ pub async fn run<R: ContainerRuntime>(deps: WorkerDeps<R>, mut shutdown: Shutdow
             }
             while running.len() < deps.config.max_parallel.max(1) {
                 let hold = deps.config.hold_before.as_deref();
-                match deps.store.claim(clock.now(), hold).await {
+                match perf::CLAIMS
+                    .time(deps.store.claim(clock.now(), hold))
+                    .await
+                {
                     Ok(Some(claim)) => {
                         let deps = Arc::clone(&deps);
                         let in_flight = Arc::clone(&in_flight);
+                        let shutdown = shutdown.clone();
                         lock(&in_flight).insert(claim.agent.clone());
                         running.spawn(async move {
                             let agent = claim.agent.clone();
-                            execute(&deps, clock, claim).await;
+                            // The agent's next node, claimed with this
+                            // one's outcome, runs in the same slot.
+                            let mut next = Some(claim);
+                            while let Some(claim) = next {
+                                let chain = !shutdown.is_requested();
+                                next = perf::NODES.time(execute(&deps, clock, claim, chain)).await;
+                            }
                             lock(&in_flight).remove(&agent);
+                            deps.wake.notify_one();
                         });
                     }
                     Ok(None) => break,
@@ -300,8 +319,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Run one claimed node and record its outcome.
-async fn execute<R: ContainerRuntime>(deps: &WorkerDeps<R>, clock: Clock, claim: Claim) {
+/// Run one claimed node and record its outcome; with `chain`, claim the
+/// agent's next runnable node in the same transaction and return it.
+async fn execute<R: ContainerRuntime>(
+    deps: &WorkerDeps<R>,
+    clock: Clock,
+    claim: Claim,
+    chain: bool,
+) -> Option<Claim> {
     let span = tracing::info_span!(
         "job_node",
         hive = %deps.hive,
@@ -325,49 +350,81 @@ async fn execute<R: ContainerRuntime>(deps: &WorkerDeps<R>, clock: Clock, claim:
                 Outcome::Failed { error, transient }
             }
         };
-        let (job, seq, policy) = (claim.job, claim.seq, deps.config.retry);
-        // A failed write is tried a few times: until the outcome is
-        // recorded the node stays `running` and holds its agent's queue
-        // (a restart would recover it, and run it once more).
-        for attempt in 1..=FINISH_ATTEMPTS {
-            let outcome = outcome.clone();
-            match deps
-                .store
-                .finish(job, seq, outcome, policy, clock.now())
-                .await
-            {
-                Ok(Some(state)) => {
-                    tracing::info!(state = %state, kind = %claim.request.kind(), "job finished");
-                    if let Some(h) = &deps.health {
-                        h.record_job_outcome(claim.request.kind().as_str(), state.as_str());
-                    }
-                    if state == crate::jobs::JobState::Done
-                        && matches!(
-                            claim.request.kind(),
-                            crate::jobs::JobKind::Rebuild
-                                | crate::jobs::JobKind::Retire
-                                | crate::jobs::JobKind::Purge
-                        )
-                    {
-                        if let Err(e) = crate::images::clean(&deps.store, deps.runtime.as_ref()).await {
-                            tracing::warn!(error = %crate::error_chain(&e), "image cleanup failed; the next one tries again");
-                        }
-                    }
-                    break;
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    tracing::error!(error = %crate::error_chain(&e), attempt, "cannot record the node outcome");
-                    if attempt < FINISH_ATTEMPTS {
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                    }
-                }
-            }
+        let (state, next) = record_outcome(deps, clock, &claim, outcome, chain).await;
+        if let Some(state) = state {
+            job_finished(deps, &claim, state).await;
         }
-        deps.wake.notify_one();
+        next
     }
     .instrument(span)
     .await
+}
+
+/// Write a node's outcome (and, with `chain`, claim the agent's next node
+/// in the same transaction). A failed write is tried a few times: until
+/// the outcome is recorded the node stays `running` and holds its agent's
+/// queue (a restart would recover it, and run it once more).
+async fn record_outcome<R: ContainerRuntime>(
+    deps: &WorkerDeps<R>,
+    clock: Clock,
+    claim: &Claim,
+    outcome: Outcome,
+    chain: bool,
+) -> (Option<crate::jobs::JobState>, Option<Claim>) {
+    let policy = deps.config.retry;
+    for attempt in 1..=FINISH_ATTEMPTS {
+        let done = Finished {
+            job: claim.job,
+            seq: claim.seq,
+            agent: claim.agent.clone(),
+            outcome: outcome.clone(),
+        };
+        let (hold, now) = (deps.config.hold_before.as_deref(), clock.now());
+        let recorded = if chain {
+            deps.store.finish_and_claim(done, policy, now, hold).await
+        } else {
+            deps.store
+                .finish(done.job, done.seq, done.outcome, policy, now)
+                .await
+                .map(|state| (state, None))
+        };
+        match recorded {
+            Ok(recorded) => return recorded,
+            Err(e) => {
+                tracing::error!(error = %crate::error_chain(&e), attempt, "cannot record the node outcome");
+                if attempt < FINISH_ATTEMPTS {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    }
+    (None, None)
+}
+
+/// A job ended: count it, and clean up images after a job that may have
+/// left one unused.
+async fn job_finished<R: ContainerRuntime>(
+    deps: &WorkerDeps<R>,
+    claim: &Claim,
+    state: crate::jobs::JobState,
+) {
+    let kind = claim.request.kind();
+    tracing::info!(state = %state, kind = %kind, "job finished");
+    if let Some(h) = &deps.health {
+        h.record_job_outcome(kind.as_str(), state.as_str());
+    }
+    if state == crate::jobs::JobState::Done
+        && matches!(
+            kind,
+            crate::jobs::JobKind::Rebuild
+                | crate::jobs::JobKind::Retire
+                | crate::jobs::JobKind::Purge
+        )
+    {
+        if let Err(e) = crate::images::clean(&deps.store, deps.runtime.as_ref()).await {
+            tracing::warn!(error = %crate::error_chain(&e), "image cleanup failed; the next one tries again");
+        }
+    }
 }
 
 /// Replay the journal for agents that have no node running. A replay that

@@ -17,7 +17,7 @@ const _: () = assert!(MAX_VALUE_BYTES < SERVER_MAX_PAYLOAD);
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// Agents one hive may declare (and report).
-pub const MAX_AGENTS_PER_HIVE: usize = 64;
+pub const MAX_AGENTS_PER_HIVE: usize = 128;
 /// Container image reference.
 pub const MAX_IMAGE_LEN: usize = 255;
 /// Arguments in a command.

@@ -224,7 +224,10 @@ fn too_many_agents_is_refused() {
         .map(|i| (agent(&format!("a{i}")), spec("img")))
         .collect();
     let e = encode(&Declaration::new(agents)).unwrap_err().to_string();
-    assert!(e.contains("agents has 65 entries"), "{e}");
+    assert!(
+        e.contains(&format!("agents has {} entries", MAX_AGENTS_PER_HIVE + 1)),
+        "{e}"
+    );
 }
 
 #[test]
@@ -276,9 +279,9 @@ fn largest_readiness() -> Readiness {
                     observed: Observed::Missing,
                     spec: Some(worst(MAX_SHORT_LEN)),
                     declared_spec: Some(worst(MAX_SHORT_LEN)),
-                    image_progress: None,
-                    image_digest: None,
-                    health: None,
+                    image_progress: Some(worst(MAX_SHORT_LEN)),
+                    image_digest: Some(worst(MAX_SHORT_LEN)),
+                    health: Some(worst(MAX_SHORT_LEN)),
                     last_job: Some(JobSummary {
                         id: u64::MAX,
                         kind: worst(MAX_SHORT_LEN),
@@ -317,16 +320,23 @@ fn largest_readiness() -> Readiness {
 
 #[test]
 fn largest_valid_readiness_fits_server_payload() {
+    // Every field of every one of MAX_AGENTS_PER_HIVE agents at its bound:
+    // the hive publishes pretty JSON when it fits and compact otherwise
+    // (`encode_pretty`), so the compact form is the one that must fit.
     let r = largest_readiness();
-    let bytes = encode_pretty(&r).expect("the largest readiness is valid");
+    assert_eq!(r.agents.len(), MAX_AGENTS_PER_HIVE);
+    let compact = encode(&r).expect("the largest readiness is valid and fits");
+    let published = encode_pretty(&r).expect("the largest readiness is valid");
     println!(
-        "largest valid readiness: {} bytes pretty, {} compact (limit {MAX_VALUE_BYTES}, server {SERVER_MAX_PAYLOAD})",
-        bytes.len(),
-        encode(&r).unwrap().len()
+        "largest valid readiness: {} agents, {} bytes compact, {} as published (limit {MAX_VALUE_BYTES}, server {SERVER_MAX_PAYLOAD})",
+        r.agents.len(),
+        compact.len(),
+        published.len()
     );
-    assert!(bytes.len() <= MAX_VALUE_BYTES);
-    assert!(bytes.len() < SERVER_MAX_PAYLOAD);
-    let back = decode::<Readiness>(&bytes).unwrap().value;
+    assert!(compact.len() <= MAX_VALUE_BYTES);
+    assert!(published.len() <= MAX_VALUE_BYTES);
+    assert!(published.len() < SERVER_MAX_PAYLOAD);
+    let back = decode::<Readiness>(&published).unwrap().value;
     assert_eq!(back, r);
 }
 
@@ -361,7 +371,7 @@ fn fat_spec() -> AgentSpec {
 
 #[test]
 fn largest_valid_declaration_fits_server_payload() {
-    // With every field at its own bound, 64 agents would not fit: the
+    // With every field at its own bound, the maximum of agents would not fit: the
     // value-bytes bound is what limits a declaration, and it is enforced.
     let all: BTreeMap<_, _> = (0..MAX_AGENTS_PER_HIVE)
         .map(|i| (agent(&format!("{i:0>63}")), fat_spec()))
@@ -387,11 +397,83 @@ fn largest_valid_declaration_fits_server_payload() {
     assert!(last_ok <= MAX_VALUE_BYTES);
     assert!(last_ok < SERVER_MAX_PAYLOAD);
 
-    // And 64 small agents are fine.
+    // And the maximum of small agents is fine.
     let small: BTreeMap<_, _> = (0..MAX_AGENTS_PER_HIVE)
         .map(|i| (agent(&format!("a{i}")), spec("registry.local/img:1")))
         .collect();
     encode(&Declaration::new(small)).unwrap();
+}
+
+/// A large agent as an operator would write one: a long registry path
+/// pinned by digest, a command line, a dozen settings in the environment,
+/// a few credentials, limits and a health check.
+fn realistic_large_spec(i: usize) -> AgentSpec {
+    AgentSpec {
+        image: Some(format!(
+            "registry.example.internal:5000/platform/agents/worker-{i}@sha256:{}",
+            "0123456789abcdef".repeat(4)
+        )),
+        build: None,
+        command: Some(
+            [
+                "/usr/local/bin/agent",
+                "--config=/state/agent.toml",
+                "--log-format=json",
+                "--listen=0.0.0.0:8080",
+                "--queue=hyperhive.work.agents.incoming",
+                "--max-in-flight=64",
+            ]
+            .map(String::from)
+            .to_vec(),
+        ),
+        env: (0..12)
+            .map(|k| {
+                (
+                    format!("AGENT_SETTING_{k}"),
+                    format!("value-{k}-for-agent-{i}-{}", "x".repeat(80)),
+                )
+            })
+            .collect(),
+        power: Some(Power::Up),
+        memory_mb: Some(2048),
+        cpus: Some(1.5),
+        credentials: (0..4)
+            .map(|k| AccountName::new(format!("account-{k}")).unwrap())
+            .collect(),
+        health: Some(HealthSpec {
+            command: ["/bin/sh", "-c", "wget -q -O- http://127.0.0.1:8080/healthz"]
+                .map(String::from)
+                .to_vec(),
+            interval_secs: Some(10),
+            timeout_secs: Some(3),
+            retries: Some(3),
+            start_period_secs: Some(30),
+        }),
+    }
+}
+
+#[test]
+fn declaration_of_the_most_agents_fits_value_bound() {
+    // The agent bound is usable: MAX_AGENTS_PER_HIVE realistic but large
+    // agents with 63-byte names encode under the value bound, and one more
+    // agent is refused by the count, not the size.
+    let agents: BTreeMap<_, _> = (0..MAX_AGENTS_PER_HIVE)
+        .map(|i| (agent(&format!("{i:0>63}")), realistic_large_spec(i)))
+        .collect();
+    let bytes = encode(&Declaration::new(agents.clone())).expect("fits the value bound");
+    println!(
+        "declaration of {MAX_AGENTS_PER_HIVE} realistic large agents: {} bytes ({} per agent; limit {MAX_VALUE_BYTES})",
+        bytes.len(),
+        bytes.len() / MAX_AGENTS_PER_HIVE
+    );
+    assert!(bytes.len() <= MAX_VALUE_BYTES);
+    let back = decode::<Declaration>(&bytes).unwrap().value;
+    assert_eq!(back.agents.len(), MAX_AGENTS_PER_HIVE);
+
+    let mut more = agents;
+    more.insert(agent("one-too-many"), realistic_large_spec(0));
+    let e = encode(&Declaration::new(more)).unwrap_err().to_string();
+    assert!(e.contains("entries"), "{e}");
 }
 
 #[test]

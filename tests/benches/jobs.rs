@@ -16,11 +16,9 @@
 //!    millisecond), against the same create + start done directly with
 //!    bollard, interleaved in the same run; the ratio of the medians.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
 use hive::jobs::{
     db_path, now_ms, DeployRequest, Durability, JobRequest, JobStore, Outcome, RetryPolicy, Store,
@@ -53,7 +51,7 @@ fn main() {
         }
     };
     println!("hyperhive job benchmark ({} mode)", mode.name);
-    println!("machine: {}", machine());
+    println!("machine: {}", hyperhive_tests::machine());
     println!();
     dag_throughput(&mode);
     println!();
@@ -63,17 +61,6 @@ fn main() {
         .build()
         .expect("tokio runtime");
     rt.block_on(first_deploy_vs_bollard(&mode));
-}
-
-fn machine() -> String {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
-    format!("{cpus} CPUs (nproc), {model}")
 }
 
 fn agent(i: usize) -> AgentName {
@@ -262,18 +249,7 @@ async fn first_deploy_vs_bollard(mode: &Mode) {
         std::fs::create_dir_all(&state).expect("state dir");
         let c = ContainerSpec::for_agent(&hive, &b, &spec, &image.reference, &state, vec![]);
         let started = Instant::now();
-        let body = ContainerCreateBody {
-            image: Some(c.image.clone()),
-            env: Some(c.env.clone()),
-            cmd: c.command.clone(),
-            labels: Some(c.labels.clone().into_iter().collect::<HashMap<_, _>>()),
-            host_config: Some(HostConfig {
-                binds: Some(c.binds.iter().map(|b| b.to_docker()).collect()),
-                init: Some(true),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
+        let body = hyperhive_tests::bare::create_body(&c);
         let created = docker
             .create_container(
                 Some(CreateContainerOptions {

@@ -14,12 +14,15 @@
 //! - [`docker`]: images built locally, containers
 //!   and images removed by label when the guard drops, and a socket proxy
 //!   to dockerd that lets a test make Docker "come back".
+//! - [`bare`]: the containers a hive makes, made directly through bollard:
+//!   the benchmarks' baseline.
 //! - [`jobs`]: a client of a hive's operator API, on its Unix socket.
 //! - [`browser`]: a headless Chromium driven over the DevTools protocol.
 //! - [`Daemon`]: a `hive` or `swarm-controller` process with its log
 //!   captured, killed by its own pid on drop.
 //! - [`wait_until`]: poll a condition with a deadline; tests never sleep.
 
+pub mod bare;
 pub mod browser;
 pub mod docker;
 pub mod hive;
@@ -86,4 +89,16 @@ pub fn unique_name(test: &str) -> String {
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     )
+}
+
+/// The machine a benchmark ran on, for its table: CPUs and model.
+pub fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("{cpus} CPUs (nproc), {model}")
 }

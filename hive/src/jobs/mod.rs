@@ -50,6 +50,18 @@
 //! reading, so two requests cannot both decide from the same stale state.
 //! The journal is in WAL mode.
 //!
+//! Two writes that always follow each other share one transaction, so one
+//! commit (one fsync) instead of two, and each keeps its own guarantee:
+//!
+//! - **A node's outcome and its agent's next claim**
+//!   ([`Store::finish_and_claim`]): the outcome is on disk before the next
+//!   node runs, and a crash after the commit leaves the next node `running`,
+//!   which recovery makes ready again, exactly as after a crash right after a
+//!   claim of its own.
+//! - **A declaration's jobs** ([`Store::enqueue_all`]): the converger queues
+//!   every job of a new revision in one transaction; none is queued unless
+//!   all are, and the worker is woken after the commit.
+//!
 //! `synchronous = FULL`. In WAL mode `NORMAL` survives a process crash but
 //! can lose the last commits on power loss. That is not good enough here:
 //! the cleanup journal's whole promise is "the intent is on disk before the
@@ -106,8 +118,8 @@ pub use dag::{Outcome, PlanError, RetryPolicy};
 pub use model::{now_ms, JobId, JobKind, JobRequest, JobState, Millis, NodeState, Op, ParseError};
 pub use store::{
     image_cleanup_plan, AgentRecords, Claim, CleanupAction, CleanupEntry, DeployRequest,
-    Durability, Enqueued, InstalledAgent, JobFilter, JobStore, JobView, NodeView, OwnedImage,
-    Store, StoreError,
+    Durability, Enqueued, Finished, InstalledAgent, JobFilter, JobStore, JobView, NodeView,
+    OwnedImage, Store, StoreError,
 };
 
 /// Where the job database lives under the hive's state directory.

@@ -23,6 +23,7 @@ use futures_util::StreamExt;
 use swarm_queue_client::containers::hive_label_filter;
 use swarm_queue_client::HiveName;
 
+use crate::perf;
 use crate::registry_auth::{registry_of, Login, RegistryAuth};
 
 use super::pull_progress::PullTally;
@@ -279,7 +280,10 @@ impl ContainerRuntime for DockerRuntime {
 
     async fn image_exists(&self, image: &str) -> Result<bool, RuntimeError> {
         let docker = self.client()?;
-        match docker.inspect_image(image).await {
+        match perf::DOCKER_IMAGE_INSPECT
+            .time(docker.inspect_image(image))
+            .await
+        {
             Ok(_) => Ok(true),
             Err(BollardError::DockerResponseServerError {
                 status_code: 404, ..
@@ -290,7 +294,10 @@ impl ContainerRuntime for DockerRuntime {
 
     async fn image_id(&self, image: &str) -> Result<Option<String>, RuntimeError> {
         let docker = self.client()?;
-        match docker.inspect_image(image).await {
+        match perf::DOCKER_IMAGE_INSPECT
+            .time(docker.inspect_image(image))
+            .await
+        {
             Ok(found) => Ok(found.id),
             Err(BollardError::DockerResponseServerError {
                 status_code: 404, ..
@@ -330,7 +337,10 @@ impl ContainerRuntime for DockerRuntime {
             return Ok(known.clone());
         }
         let docker = self.client()?;
-        let found = match docker.inspect_image(image_id).await {
+        let found = match perf::DOCKER_IMAGE_INSPECT
+            .time(docker.inspect_image(image_id))
+            .await
+        {
             Ok(found) => found,
             Err(BollardError::DockerResponseServerError {
                 status_code: 404, ..
@@ -500,8 +510,8 @@ impl ContainerRuntime for DockerRuntime {
             name: Some(spec.name.clone()),
             ..Default::default()
         };
-        let created = docker
-            .create_container(Some(options), body)
+        let created = perf::DOCKER_CREATE
+            .time(docker.create_container(Some(options), body))
             .await
             .map_err(|e| match self.classify("create", &spec.name, e) {
                 RuntimeError::NoSuchImage { message, .. } => RuntimeError::NoSuchImage {
@@ -524,8 +534,8 @@ impl ContainerRuntime for DockerRuntime {
             return Ok(());
         }
         let docker = self.client()?;
-        docker
-            .start_container(&info.id, None)
+        perf::DOCKER_START
+            .time(docker.start_container(&info.id, None))
             .await
             .map_err(|e| self.classify("start", container, e))
     }
@@ -542,7 +552,10 @@ impl ContainerRuntime for DockerRuntime {
             t: Some(timeout.as_secs().min(i32::MAX as u64) as i32),
             ..Default::default()
         };
-        match docker.stop_container(&info.id, Some(options)).await {
+        match perf::DOCKER_STOP
+            .time(docker.stop_container(&info.id, Some(options)))
+            .await
+        {
             // Gone between the inspect and the stop: as stopped as it gets.
             Err(BollardError::DockerResponseServerError {
                 status_code: 404, ..
@@ -560,7 +573,10 @@ impl ContainerRuntime for DockerRuntime {
             force: true,
             ..Default::default()
         };
-        match docker.remove_container(&info.id, Some(options)).await {
+        match perf::DOCKER_REMOVE
+            .time(docker.remove_container(&info.id, Some(options)))
+            .await
+        {
             Err(BollardError::DockerResponseServerError {
                 status_code: 404, ..
             }) => Ok(()),
@@ -570,8 +586,8 @@ impl ContainerRuntime for DockerRuntime {
 
     async fn inspect(&self, container: &str) -> Result<Option<ContainerInfo>, RuntimeError> {
         let docker = self.client()?;
-        let found = match docker
-            .inspect_container(container, None::<InspectContainerOptions>)
+        let found = match perf::DOCKER_INSPECT
+            .time(docker.inspect_container(container, None::<InspectContainerOptions>))
             .await
         {
             Ok(found) => found,
@@ -610,8 +626,8 @@ impl ContainerRuntime for DockerRuntime {
             filters: Some(filters),
             ..Default::default()
         };
-        let found = docker
-            .list_containers(Some(options))
+        let found = perf::DOCKER_LIST
+            .time(docker.list_containers(Some(options)))
             .await
             .map_err(|e| self.classify("list", self.hive.as_str(), e))?;
         Ok(found

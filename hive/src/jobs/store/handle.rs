@@ -17,11 +17,12 @@ use std::time::Duration;
 use swarm_queue_client::{AgentName, Power};
 
 use super::{
-    Claim, CleanupAction, CleanupEntry, DeployRequest, Enqueued, InstalledAgent, JobFilter,
-    JobView, OwnedImage, Store, StoreError,
+    Claim, CleanupAction, CleanupEntry, DeployRequest, Enqueued, Finished, InstalledAgent,
+    JobFilter, JobView, OwnedImage, Store, StoreError,
 };
 use crate::jobs::dag::{Outcome, RetryPolicy};
 use crate::jobs::model::{JobId, JobRequest, JobState, Millis};
+use crate::perf;
 
 /// The async, cloneable handle to one [`Store`], shared by the worker and
 /// the API. One connection behind a mutex: the hive's write rate is a few
@@ -84,6 +85,15 @@ impl JobStore {
     ) -> Result<Enqueued, StoreError> {
         let agent = agent.clone();
         self.call(move |s| s.enqueue(&agent, request, now)).await
+    }
+
+    /// See [`Store::enqueue_all`]: one transaction for all of them.
+    pub async fn enqueue_all(
+        &self,
+        requests: Vec<(AgentName, JobRequest)>,
+        now: Millis,
+    ) -> Result<Vec<Enqueued>, StoreError> {
+        self.call(move |s| s.enqueue_all(requests, now)).await
     }
 
     pub async fn request_deploy(
@@ -151,6 +161,19 @@ impl JobStore {
         now: Millis,
     ) -> Result<Option<JobState>, StoreError> {
         self.call(move |s| s.finish(job, seq, outcome, &policy, now))
+            .await
+    }
+
+    /// See [`Store::finish_and_claim`].
+    pub async fn finish_and_claim(
+        &self,
+        done: Finished,
+        policy: RetryPolicy,
+        now: Millis,
+        hold: Option<&str>,
+    ) -> Result<(Option<JobState>, Option<Claim>), StoreError> {
+        let hold = hold.map(str::to_string);
+        self.call(move |s| s.finish_and_claim(done, &policy, now, hold.as_deref()))
             .await
     }
 
@@ -296,12 +319,21 @@ impl JobStore {
         F: FnOnce(&mut Store) -> Result<R, StoreError> + Send + 'static,
     {
         let inner = Arc::clone(&self.inner);
+        let asked = std::time::Instant::now();
         tokio::task::spawn_blocking(move || {
             // A panic inside an earlier call cannot leave a transaction
             // open (rusqlite rolls back on drop), so the store behind a
             // poisoned lock is still consistent.
             let mut store = inner.lock().unwrap_or_else(|p| p.into_inner());
-            f(&mut store)
+            let held = std::time::Instant::now();
+            perf::STORE_WAIT.add(held - asked);
+            let changes = store.conn.total_changes();
+            let out = f(&mut store);
+            perf::STORE_CALLS.add(held.elapsed());
+            if store.conn.total_changes() != changes {
+                perf::STORE_WRITES.add(held.elapsed());
+            }
+            out
         })
         .await
         .map_err(|e| StoreError::Task(e.to_string()))?

@@ -101,6 +101,24 @@ impl Store {
         Ok(out)
     }
 
+    /// [`enqueue`](Self::enqueue) each request in order, all in one
+    /// transaction: one commit (one fsync) for a whole declaration's jobs,
+    /// and none of them is queued unless all are.
+    pub fn enqueue_all(
+        &mut self,
+        requests: Vec<(AgentName, JobRequest)>,
+        now: Millis,
+    ) -> Result<Vec<Enqueued>, StoreError> {
+        let path = self.path.clone();
+        let tx = self.immediate("enqueue jobs")?;
+        let mut out = Vec::with_capacity(requests.len());
+        for (agent, request) in requests {
+            out.push(enqueue_tx(&tx, &path, &agent, request, now)?);
+        }
+        tx.commit().map_err(sql_at(&path, "commit enqueue"))?;
+        Ok(out)
+    }
+
     /// "Deploy this agent": a first deploy when nothing is installed or on
     /// its way (joining a first deploy that has not started), otherwise a
     /// rebuild with the request's spec, re-resolving the image when it asks

@@ -44,7 +44,7 @@ pub use handle::{AgentRecords, JobStore};
 pub use images::{image_cleanup_plan, OwnedImage};
 pub use installed::InstalledAgent;
 pub use jobs::{DeployRequest, Enqueued, JobFilter, JobView, NodeView};
-pub use nodes::Claim;
+pub use nodes::{Claim, Finished};
 
 /// How hard each commit is pushed to disk. See the module essay in
 /// [`crate::jobs`] for why the hive ships [`Durability::Full`].

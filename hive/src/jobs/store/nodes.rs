@@ -30,6 +30,16 @@ pub struct Claim {
     pub request: JobRequest,
 }
 
+/// The outcome of a claimed node, for [`Store::finish_and_claim`].
+#[derive(Debug, Clone)]
+pub struct Finished {
+    pub job: JobId,
+    pub seq: u32,
+    /// The node's agent: the next claim is only of this agent.
+    pub agent: AgentName,
+    pub outcome: Outcome,
+}
+
 impl Store {
     /// Claim the next runnable node: ready, past its backoff, in the oldest
     /// unfinished job of its agent, and no other node of that agent running.
@@ -38,73 +48,11 @@ impl Store {
     pub fn claim(&mut self, now: Millis, hold: Option<&str>) -> Result<Option<Claim>, StoreError> {
         let path = self.path.clone();
         let tx = self.immediate("claim node")?;
-        // The plan is pinned: walk unfinished jobs oldest first (CROSS JOIN
-        // keeps jobs the outer loop, INDEXED BY its index) and look up each
-        // job's nodes by key (the unary `+` keeps SQLite from scanning every
-        // ready node instead). The first hit ends the walk, so a claim costs
-        // about the same with ten jobs queued or ten thousand.
-        let row = tx
-            .query_row(
-                "SELECT n.job_id, n.seq, n.op, n.attempts, j.agent, j.request
-                 FROM jobs j INDEXED BY jobs_unfinished
-                 CROSS JOIN nodes n ON n.job_id = j.id
-                 WHERE j.state IN ('pending', 'running')
-                   AND +n.state = 'ready' AND +n.not_before_ms <= ?1
-                   AND n.op_name IS NOT ?2
-                   AND NOT EXISTS (SELECT 1 FROM jobs h
-                                   WHERE h.agent = j.agent AND h.id < j.id
-                                     AND h.state IN ('pending', 'running'))
-                   AND NOT EXISTS (SELECT 1 FROM nodes r
-                                   WHERE r.job_id = j.id AND r.state = 'running')
-                 ORDER BY j.id, n.seq
-                 LIMIT 1",
-                params![now, hold],
-                |r| {
-                    Ok((
-                        r.get::<_, i64>(0)?,
-                        r.get::<_, u32>(1)?,
-                        r.get::<_, String>(2)?,
-                        r.get::<_, u32>(3)?,
-                        r.get::<_, String>(4)?,
-                        r.get::<_, String>(5)?,
-                    ))
-                },
-            )
-            .optional()
-            .map_err(sql_at(&path, "find a ready node"))?;
-        let Some((job, seq, op, attempts, agent, request)) = row else {
-            return Ok(None);
-        };
-        let decode = |what, e: String| StoreError::Decode {
-            path: path.clone(),
-            what,
-            reason: e,
-        };
-        let op: Op = serde_json::from_str(&op).map_err(|e| decode("node op", e.to_string()))?;
-        let agent = AgentName::new(agent).map_err(|e| decode("agent name", e.to_string()))?;
-        let request: JobRequest =
-            serde_json::from_str(&request).map_err(|e| decode("job request", e.to_string()))?;
-        tx.execute(
-            "UPDATE nodes SET state = 'running', attempts = attempts + 1, started_at_ms = ?3
-             WHERE job_id = ?1 AND seq = ?2",
-            params![job, seq, now],
-        )
-        .map_err(sql_at(&path, "mark node running"))?;
-        tx.execute(
-            "UPDATE jobs SET state = 'running', started_at_ms = COALESCE(started_at_ms, ?2)
-             WHERE id = ?1 AND state = 'pending'",
-            params![job, now],
-        )
-        .map_err(sql_at(&path, "mark job running"))?;
-        tx.commit().map_err(sql_at(&path, "commit claim"))?;
-        Ok(Some(Claim {
-            job: JobId(job),
-            seq,
-            op,
-            attempt: attempts + 1,
-            agent,
-            request,
-        }))
+        let claim = claim_tx(&tx, &path, now, hold, None)?;
+        if claim.is_some() {
+            tx.commit().map_err(sql_at(&path, "commit claim"))?;
+        }
+        Ok(claim)
     }
 
     /// Record the outcome of a claimed node and everything it implies for
@@ -120,27 +68,31 @@ impl Store {
     ) -> Result<Option<JobState>, StoreError> {
         let path = self.path.clone();
         let tx = self.immediate("record node outcome")?;
-        let facts = node_facts(&tx, &path, job)?;
-        match facts.iter().find(|n| n.seq == seq) {
-            Some(n) if n.state == NodeState::Running => {}
-            Some(_) => return Err(StoreError::NodeNotRunning { job, seq }),
-            None if facts.is_empty() => return Err(StoreError::NoSuchJob { job }),
-            None => return Err(StoreError::NodeNotRunning { job, seq }),
-        }
-        let transition = dag::on_outcome(&facts, seq, outcome, policy, now);
-        let op_names = node_op_names(&tx, &path, job)?;
-        for (s, change) in &transition.nodes {
-            apply_change(&tx, &path, job, *s, change, &op_names, now)?;
-        }
-        if let Some((state, error)) = &transition.job {
-            tx.execute(
-                "UPDATE jobs SET state = ?2, error = ?3, finished_at_ms = ?4 WHERE id = ?1",
-                params![job.0, state.as_str(), error, now],
-            )
-            .map_err(sql_at(&path, "finish job"))?;
-        }
+        let state = finish_tx(&tx, &path, job, seq, outcome, policy, now)?;
         tx.commit().map_err(sql_at(&path, "commit node outcome"))?;
-        Ok(transition.job.map(|(s, _)| s))
+        Ok(state)
+    }
+
+    /// [`finish`](Self::finish), and in the same transaction
+    /// [`claim`](Self::claim) the next runnable node of the same agent
+    /// (the next step of its job, or its next job). One commit, one fsync,
+    /// where a finish and a claim would be two; each is as durable as
+    /// alone: the outcome is on disk before the next node runs, and a crash
+    /// after the commit leaves the next node `running`, which
+    /// [`recover`](Self::recover) makes ready again.
+    pub fn finish_and_claim(
+        &mut self,
+        done: Finished,
+        policy: &RetryPolicy,
+        now: Millis,
+        hold: Option<&str>,
+    ) -> Result<(Option<JobState>, Option<Claim>), StoreError> {
+        let path = self.path.clone();
+        let tx = self.immediate("record node outcome")?;
+        let state = finish_tx(&tx, &path, done.job, done.seq, done.outcome, policy, now)?;
+        let next = claim_tx(&tx, &path, now, hold, Some(&done.agent))?;
+        tx.commit().map_err(sql_at(&path, "commit node outcome"))?;
+        Ok((state, next))
     }
 
     /// Show progress on a running node (the latest pull or build line).
@@ -191,6 +143,116 @@ impl Store {
             )
             .map_err(self.sql("find next retry"))
     }
+}
+
+/// One claimable node (see [`Store::claim`]), marked running; only of
+/// `agent` when given.
+fn claim_tx(
+    tx: &Transaction<'_>,
+    path: &Path,
+    now: Millis,
+    hold: Option<&str>,
+    agent: Option<&AgentName>,
+) -> Result<Option<Claim>, StoreError> {
+    // The plan is pinned: walk unfinished jobs oldest first (CROSS JOIN
+    // keeps jobs the outer loop, INDEXED BY its index) and look up each
+    // job's nodes by key (the unary `+` keeps SQLite from scanning every
+    // ready node instead). The first hit ends the walk, so a claim costs
+    // about the same with ten jobs queued or ten thousand.
+    let row = tx
+        .query_row(
+            "SELECT n.job_id, n.seq, n.op, n.attempts, j.agent, j.request
+                 FROM jobs j INDEXED BY jobs_unfinished
+                 CROSS JOIN nodes n ON n.job_id = j.id
+                 WHERE j.state IN ('pending', 'running')
+                   AND +n.state = 'ready' AND +n.not_before_ms <= ?1
+                   AND n.op_name IS NOT ?2
+                   AND (?3 IS NULL OR j.agent = ?3)
+                   AND NOT EXISTS (SELECT 1 FROM jobs h
+                                   WHERE h.agent = j.agent AND h.id < j.id
+                                     AND h.state IN ('pending', 'running'))
+                   AND NOT EXISTS (SELECT 1 FROM nodes r
+                                   WHERE r.job_id = j.id AND r.state = 'running')
+                 ORDER BY j.id, n.seq
+                 LIMIT 1",
+            params![now, hold, agent.map(AgentName::as_str)],
+            |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, u32>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, u32>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, String>(5)?,
+                ))
+            },
+        )
+        .optional()
+        .map_err(sql_at(path, "find a ready node"))?;
+    let Some((job, seq, op, attempts, agent, request)) = row else {
+        return Ok(None);
+    };
+    let decode = |what, e: String| StoreError::Decode {
+        path: path.to_path_buf(),
+        what,
+        reason: e,
+    };
+    let op: Op = serde_json::from_str(&op).map_err(|e| decode("node op", e.to_string()))?;
+    let agent = AgentName::new(agent).map_err(|e| decode("agent name", e.to_string()))?;
+    let request: JobRequest =
+        serde_json::from_str(&request).map_err(|e| decode("job request", e.to_string()))?;
+    tx.execute(
+        "UPDATE nodes SET state = 'running', attempts = attempts + 1, started_at_ms = ?3
+             WHERE job_id = ?1 AND seq = ?2",
+        params![job, seq, now],
+    )
+    .map_err(sql_at(path, "mark node running"))?;
+    tx.execute(
+        "UPDATE jobs SET state = 'running', started_at_ms = COALESCE(started_at_ms, ?2)
+             WHERE id = ?1 AND state = 'pending'",
+        params![job, now],
+    )
+    .map_err(sql_at(path, "mark job running"))?;
+    Ok(Some(Claim {
+        job: JobId(job),
+        seq,
+        op,
+        attempt: attempts + 1,
+        agent,
+        request,
+    }))
+}
+
+/// Record one node's outcome (see [`Store::finish`]).
+fn finish_tx(
+    tx: &Transaction<'_>,
+    path: &Path,
+    job: JobId,
+    seq: u32,
+    outcome: Outcome,
+    policy: &RetryPolicy,
+    now: Millis,
+) -> Result<Option<JobState>, StoreError> {
+    let facts = node_facts(tx, path, job)?;
+    match facts.iter().find(|n| n.seq == seq) {
+        Some(n) if n.state == NodeState::Running => {}
+        Some(_) => return Err(StoreError::NodeNotRunning { job, seq }),
+        None if facts.is_empty() => return Err(StoreError::NoSuchJob { job }),
+        None => return Err(StoreError::NodeNotRunning { job, seq }),
+    }
+    let transition = dag::on_outcome(&facts, seq, outcome, policy, now);
+    let op_names = node_op_names(tx, path, job)?;
+    for (s, change) in &transition.nodes {
+        apply_change(tx, path, job, *s, change, &op_names, now)?;
+    }
+    if let Some((state, error)) = &transition.job {
+        tx.execute(
+            "UPDATE jobs SET state = ?2, error = ?3, finished_at_ms = ?4 WHERE id = ?1",
+            params![job.0, state.as_str(), error, now],
+        )
+        .map_err(sql_at(path, "finish job"))?;
+    }
+    Ok(transition.job.map(|(s, _)| s))
 }
 
 fn node_facts(tx: &Transaction<'_>, path: &Path, job: JobId) -> Result<Vec<NodeFacts>, StoreError> {

@@ -638,3 +638,58 @@ fn an_older_schema_is_migrated_in_place_keeping_its_rows() {
         (JobId(1), Op::Reconcile, "a")
     );
 }
+
+#[test]
+fn finish_and_claim_chains_one_agent_and_survives_a_crash() {
+    let (dir, mut store) = open();
+    let (a, b) = (agent("a"), agent("b"));
+    let queued = store
+        .enqueue_all(
+            vec![
+                (a.clone(), first_deploy("local/x:1")),
+                (b.clone(), first_deploy("local/x:1")),
+            ],
+            10,
+        )
+        .unwrap();
+    assert_eq!(queued.len(), 2);
+    assert!(
+        store.power(&b).unwrap().is_some(),
+        "seeded in the same transaction"
+    );
+    let mut claim = store.claim(10, None).unwrap().unwrap();
+    assert_eq!(claim.agent, a);
+    let mut ops = vec![claim.op.name().to_string()];
+    loop {
+        let done = Finished {
+            job: claim.job,
+            seq: claim.seq,
+            agent: claim.agent.clone(),
+            outcome: done(),
+        };
+        let (state, next) = store.finish_and_claim(done, &policy(), 10, None).unwrap();
+        match next {
+            Some(n) => {
+                assert_eq!(n.agent, a, "only the same agent's next node");
+                assert_eq!(state, None);
+                ops.push(n.op.name().to_string());
+                claim = n;
+            }
+            None => {
+                assert_eq!(state, Some(JobState::Done));
+                break;
+            }
+        }
+        if ops.len() == 3 {
+            // A crash right after a chained claim: the next node is
+            // running on disk, and recovery makes it ready again.
+            drop(store);
+            store = Store::open(&db_path(dir.path())).unwrap();
+            assert_eq!(store.recover().unwrap(), 1);
+            claim = store.claim(10, None).unwrap().unwrap();
+            assert_eq!((claim.agent.clone(), claim.seq), (a.clone(), 2));
+        }
+    }
+    assert_eq!(ops.len(), 6, "{ops:?}");
+    assert_eq!(store.claim(10, None).unwrap().unwrap().agent, b);
+}

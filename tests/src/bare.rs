@@ -1,0 +1,84 @@
+//! The baseline of the Docker benchmarks: the very containers a hive makes
+//! (same name scheme, labels, environment, state mount and init), made
+//! directly through bollard with nothing of the hive around them.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::query_parameters::{
+    CreateContainerOptions, RemoveContainerOptions, StopContainerOptions,
+};
+use bollard::Docker;
+use hive::runtime::ContainerSpec;
+
+/// A client for long benchmark phases: bollard's default timeout would
+/// cut off an event stream that lasts longer than two minutes.
+pub fn client() -> Docker {
+    Docker::connect_with_socket_defaults()
+        .expect("connect to dockerd")
+        .with_timeout(Duration::from_secs(3600))
+}
+
+/// What the hive's Docker runtime sends for `c`.
+pub fn create_body(c: &ContainerSpec) -> ContainerCreateBody {
+    ContainerCreateBody {
+        image: Some(c.image.clone()),
+        env: Some(c.env.clone()),
+        cmd: c.command.clone(),
+        labels: Some(c.labels.clone().into_iter().collect::<HashMap<_, _>>()),
+        host_config: Some(HostConfig {
+            binds: Some(c.binds.iter().map(|b| b.to_docker()).collect()),
+            memory: c.memory_bytes,
+            nano_cpus: c.nano_cpus,
+            init: Some(true),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Create and start `c`: a first deploy without the hive.
+pub async fn deploy(docker: &Docker, c: &ContainerSpec) {
+    let options = CreateContainerOptions {
+        name: Some(c.name.clone()),
+        ..Default::default()
+    };
+    let created = docker
+        .create_container(Some(options), create_body(c))
+        .await
+        .unwrap_or_else(|e| panic!("create {}: {e}", c.name));
+    docker
+        .start_container(&created.id, None)
+        .await
+        .unwrap_or_else(|e| panic!("start {}: {e}", c.name));
+}
+
+/// Stop, remove, create and start `c`: a rebuild without the hive.
+pub async fn replace(docker: &Docker, c: &ContainerSpec, stop_timeout: Duration) {
+    let options = StopContainerOptions {
+        t: Some(stop_timeout.as_secs() as i32),
+        ..Default::default()
+    };
+    docker
+        .stop_container(&c.name, Some(options))
+        .await
+        .unwrap_or_else(|e| panic!("stop {}: {e}", c.name));
+    remove(docker, &c.name).await;
+    deploy(docker, c).await;
+}
+
+/// Remove a container by name, running or not; gone already is fine.
+pub async fn remove(docker: &Docker, name: &str) {
+    let options = RemoveContainerOptions {
+        force: true,
+        ..Default::default()
+    };
+    match docker.remove_container(name, Some(options)).await {
+        Ok(())
+        | Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => {}
+        Err(e) => panic!("remove {name}: {e}"),
+    }
+}

@@ -56,6 +56,8 @@ struct Figures {
     per_server: Vec<(u64, usize)>,
     /// Each server's share of one core over the steady window, if measured.
     steady_cpu: Vec<f64>,
+    /// Declaration -> converged again after the steady window (ms).
+    steady_latencies: Vec<f64>,
     client_rss_kib: u64,
     consumers: Consumers,
     setup_s: f64,
@@ -204,6 +206,11 @@ async fn run(n: usize, servers: usize, steady: Duration) -> Figures {
         }
     }
     let steady_cpu = steady_cpu(&nats, steady).await;
+    let steady_latencies = if steady.is_zero() {
+        Vec::new()
+    } else {
+        declare(&wanted_kv, &status_kv, &chosen).await
+    };
     drop(serve);
     drop(fleet);
     for (i, server) in nats.iter().enumerate() {
@@ -216,6 +223,7 @@ async fn run(n: usize, servers: usize, steady: Duration) -> Figures {
         empty_server_rss_kib,
         per_server,
         steady_cpu,
+        steady_latencies,
         client_rss_kib,
         consumers,
         setup_s,
@@ -244,21 +252,24 @@ async fn steady_cpu(nats: &[NatsServer], window: Duration) -> Vec<f64> {
         .collect()
 }
 
-/// The warnings and errors in a server's log (slow consumers, refused
-/// connections, ...), counted, with the first few lines.
+/// The warnings and errors in a server's log (slow consumers, stalls,
+/// refused connections, ...): how many of each kind, and between when.
 fn report_server_log(index: usize, log: &str) {
-    let bad: Vec<&str> = log
+    let mut kinds: std::collections::BTreeMap<String, (usize, String, String)> = Default::default();
+    for line in log
         .lines()
         .filter(|l| l.contains("[WRN]") || l.contains("[ERR]"))
-        .collect();
-    if !bad.is_empty() {
-        eprintln!(
-            "server {index}: {} warnings/errors in its log, first:",
-            bad.len()
-        );
-        for line in bad.iter().take(5) {
-            eprintln!("  {line}");
-        }
+    {
+        // `[pid] date time [WRN] client - cid - "name" - what: value`
+        let time = line.split_whitespace().nth(2).unwrap_or("").to_string();
+        let what = line.rsplit(" - ").next().unwrap_or(line);
+        let kind = what.split(':').next().unwrap_or(what).to_string();
+        let entry = kinds.entry(kind).or_insert((0, time.clone(), time.clone()));
+        entry.0 += 1;
+        entry.2 = time;
+    }
+    for (kind, (count, first, last)) in kinds {
+        eprintln!("server {index} log: {count} x {kind:?}, {first} to {last}");
     }
 }
 
@@ -287,9 +298,14 @@ async fn status_json(config: &Path) -> Option<(Value, measure::Measured)> {
 
 /// Poll `status --json` until it shows all `n` hives fresh; the time since
 /// `start`.
+/// Between two calls it waits as long as the last one took (at least
+/// 200 ms), so the polling takes at most half of a core from the boot it
+/// watches (a call over 10,000 hives takes a few hundred ms).
 async fn all_fresh(config: &Path, n: usize, start: Instant) -> Duration {
     loop {
-        if let Some((r, _)) = status_json(config).await {
+        let mut gap = Duration::from_millis(200);
+        if let Some((r, m)) = status_json(config).await {
+            gap = gap.max(m.wall);
             let fresh = r["hives"]
                 .as_array()
                 .map(|h| h.iter().filter(|r| r["freshness"] == "fresh").count())
@@ -299,7 +315,7 @@ async fn all_fresh(config: &Path, n: usize, start: Instant) -> Duration {
             }
         }
         assert!(start.elapsed() < FRESH_LIMIT, "never all fresh");
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(gap).await;
     }
 }
 
@@ -338,8 +354,19 @@ async fn declare(
     latencies
 }
 
-/// One line per server: its RSS, open fds and steady-state CPU.
+/// One line per server: its RSS, open fds and steady-state CPU; and the
+/// declarations timed again after the steady window.
 fn server_notes(f: &Figures, steady: Duration) -> Vec<String> {
+    let again = (!f.steady_latencies.is_empty()).then(|| {
+        format!(
+            "N={} declaration -> converged after {} s of steady state: p50 {:.1} ms, p99 {:.1} ms ({} samples)",
+            f.n,
+            steady.as_secs(),
+            pct(&f.steady_latencies, 0.5),
+            pct(&f.steady_latencies, 0.99),
+            f.steady_latencies.len()
+        )
+    });
     f.per_server
         .iter()
         .enumerate()
@@ -361,6 +388,7 @@ fn server_notes(f: &Figures, steady: Duration) -> Vec<String> {
                 *rss as f64 / 1024.0
             )
         })
+        .chain(again)
         .collect()
 }
 

@@ -18,6 +18,7 @@
 //!   the benchmarks' baseline.
 //! - [`jobs`]: a client of a hive's operator API, on its Unix socket.
 //! - [`browser`]: a headless Chromium driven over the DevTools protocol.
+//! - [`sse`]: a reader of the controller's server-sent events.
 //! - [`Daemon`]: a `hive` or `swarm-controller` process with its log
 //!   captured, killed by its own pid on drop.
 //! - [`wait_until`]: poll a condition with a deadline; tests never sleep.
@@ -33,6 +34,7 @@ pub mod nats;
 pub mod oracle;
 pub mod process;
 pub mod registry;
+pub mod sse;
 pub mod swarm;
 pub mod trace_log;
 

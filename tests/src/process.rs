@@ -77,6 +77,34 @@ pub fn controller_bin() -> PathBuf {
     sibling_bin("hh-swarm-controller")
 }
 
+/// `swarm-controller --config CONFIG serve` on a loopback port the kernel
+/// picks, its output in `log`: the daemon and its base URL
+/// (`http://127.0.0.1:PORT`, from the `listening on` line) once it listens.
+pub async fn serve_controller(config: &Path, log: &Path) -> (Daemon, String) {
+    let cfg = config.display().to_string();
+    let daemon = Daemon::spawn(
+        &controller_bin(),
+        &["--config", &cfg, "serve", "--http-listen", "127.0.0.1:0"],
+        &[],
+        log,
+    );
+    let url = crate::wait_until(SERVE_LISTENS_WITHIN, "the controller to listen", || async {
+        let text = std::fs::read_to_string(log).ok()?;
+        let line = text.lines().find(|l| l.starts_with("listening on "))?;
+        Some(
+            line.trim_start_matches("listening on ")
+                .trim_end_matches('/')
+                .to_string(),
+        )
+    })
+    .await;
+    (daemon, url)
+}
+
+/// `serve` reads both buckets before it listens: at 10,000 hives that
+/// takes a few seconds on a loaded machine.
+const SERVE_LISTENS_WITHIN: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// A daemon started by a test. Its stdout and stderr go to `log_path`.
 pub struct Daemon {
     child: Option<Child>,

@@ -76,7 +76,7 @@ fn free_port() -> u16 {
 }
 
 /// Three servers forming a JetStream cluster on loopback.
-fn start_cluster(name: &str) -> Vec<NatsServer> {
+pub fn start_cluster(name: &str) -> Vec<NatsServer> {
     let routes: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let mut servers = Vec::new();
     for (i, port) in routes.iter().enumerate() {

@@ -10,16 +10,14 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use controller_support::*;
 use futures_util::StreamExt;
+use hyperhive_tests::sse::EventStream;
 use hyperhive_tests::wait_until;
 use swarm_controller::webhook::sign;
 use swarm_queue_client::subjects::all_deploy_subjects;
 use swarm_queue_client::{decode, DeployReply, DeployRequest, HiveState};
 
-/// A minimal server-sent-events reader over a streaming GET.
-struct Events {
-    resp: reqwest::Response,
-    buf: String,
-}
+/// The controller's event stream, each event's data parsed.
+struct Events(EventStream);
 
 impl Events {
     async fn open(base: &str) -> Events {
@@ -27,42 +25,13 @@ impl Events {
     }
 
     async fn open_query(base: &str, query: &str) -> Events {
-        let resp = reqwest::get(format!("{base}/api/events?{query}"))
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), 200);
-        Events {
-            resp,
-            buf: String::new(),
-        }
+        Events(EventStream::open(&format!("{base}/api/events?{query}"), T).await)
     }
 
     /// The next event: (name, parsed data).
     async fn next(&mut self) -> (String, serde_json::Value) {
-        loop {
-            if let Some(end) = self.buf.find("\n\n") {
-                let block: String = self.buf.drain(..end + 2).collect();
-                let mut name = "message".to_string();
-                let mut data = String::new();
-                for line in block.lines() {
-                    if let Some(v) = line.strip_prefix("event:") {
-                        name = v.trim().to_string();
-                    } else if let Some(v) = line.strip_prefix("data:") {
-                        data.push_str(v.strip_prefix(' ').unwrap_or(v));
-                    }
-                }
-                if data.is_empty() {
-                    continue; // keep-alive comment
-                }
-                return (name, serde_json::from_str(&data).unwrap());
-            }
-            let chunk = tokio::time::timeout(T, self.resp.chunk())
-                .await
-                .expect("an event in time")
-                .unwrap()
-                .expect("the event stream is open");
-            self.buf.push_str(&String::from_utf8_lossy(&chunk));
-        }
+        let (name, data) = self.0.next().await;
+        (name, serde_json::from_str(&data).unwrap())
     }
 }
 

@@ -170,24 +170,7 @@ pub async fn run_controller(config: Option<&Path>, args: &[&str]) -> Run {
 
 /// Start `serve` with `config`, on a port the kernel picks.
 pub async fn serve_with(config: &Path, log: &Path) -> (Daemon, String) {
-    let cfg = config.display().to_string();
-    let daemon = Daemon::spawn(
-        &controller_bin(),
-        &["--config", &cfg, "serve", "--http-listen", "127.0.0.1:0"],
-        &[],
-        log,
-    );
-    let url = wait_until(T, "the controller to listen", || async {
-        let text = std::fs::read_to_string(log).ok()?;
-        let line = text.lines().find(|l| l.starts_with("listening on "))?;
-        Some(
-            line.trim_start_matches("listening on ")
-                .trim_end_matches('/')
-                .to_string(),
-        )
-    })
-    .await;
-    (daemon, url)
+    hyperhive_tests::process::serve_controller(config, log).await
 }
 
 pub fn hive_row(report: &serde_json::Value, hive: &str) -> Option<serde_json::Value> {

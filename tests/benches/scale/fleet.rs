@@ -1,0 +1,100 @@
+//! N simulated hives in this process.
+//!
+//! Each is the real status publisher (`hive::publisher::run`) and the real
+//! wanted task (`hive::wanted::run`: a core-NATS doorbell on its own key
+//! and direct gets, no JetStream consumer) on its own connection
+//! (`swarm_queue_client::connect`), with the hive's default 60 s publish
+//! interval. Instead of a converger and Docker, a recording step takes each
+//! declaration the wanted task hands over and reports it converged through
+//! the hive's `Health`, which makes the publisher put a new status.
+//!
+//! Hive `i` connects to server `i % servers` of the list, so a cluster's
+//! hives are spread evenly. At most [`CONNECT_PARALLEL`] hives are being set
+//! up at once, as a fleet that boots together would.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use hive::publisher::{self, PublisherDeps};
+use hive::readiness::Health;
+use hive::shutdown::{Shutdown, ShutdownTrigger};
+use hive::wanted::{self, WantedDeps};
+use swarm_queue_client::{Bucket, BucketSettings, HiveName, NatsConfig};
+
+/// Hives set up at the same time.
+const CONNECT_PARALLEL: usize = 64;
+/// The hive's default `publish_interval_secs`.
+const PUBLISH_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The running fleet; dropping it stops every hive.
+pub struct Fleet {
+    trigger: ShutdownTrigger,
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        self.trigger.trigger();
+    }
+}
+
+/// Start one simulated hive per name; hive `i` on `urls[i % urls.len()]`,
+/// its state under `dir`.
+pub async fn start(names: &[String], urls: &[String], dir: &Path) -> Fleet {
+    let (trigger, shutdown) = hive::shutdown::channel();
+    futures_util::stream::iter(names.iter().enumerate())
+        .map(|(i, name)| {
+            let url = urls[i % urls.len()].clone();
+            start_one(name, url, dir, shutdown.clone())
+        })
+        .buffer_unordered(CONNECT_PARALLEL)
+        .collect::<Vec<()>>()
+        .await;
+    Fleet { trigger }
+}
+
+async fn start_one(name: &str, url: String, dir: &Path, shutdown: Shutdown) {
+    let hive = HiveName::new(name).expect("a valid hive name");
+    let cfg = NatsConfig {
+        url: Some(url),
+        ..Default::default()
+    };
+    let conn = swarm_queue_client::connect(&cfg, name)
+        .await
+        .expect("connect a simulated hive");
+    let health = Arc::new(Health::new(Some(hive.clone()), None));
+    let state_dir = dir.join(name);
+    std::fs::create_dir_all(&state_dir).expect("a hive's state dir");
+    let (tx, mut rx) = tokio::sync::watch::channel(None);
+    tokio::spawn(publisher::run(
+        PublisherDeps {
+            nats: conn.clone(),
+            health: health.clone(),
+            hive: hive.clone(),
+            interval: PUBLISH_INTERVAL,
+            bucket: BucketSettings::default_for(Bucket::Status),
+        },
+        shutdown.clone(),
+    ));
+    tokio::spawn(wanted::run(
+        WantedDeps {
+            nats: conn,
+            hive,
+            health: health.clone(),
+            bucket: BucketSettings::default_for(Bucket::Wanted),
+            state_dir,
+            tx,
+        },
+        shutdown,
+    ));
+    // The recording runtime: take the declaration, report it converged.
+    tokio::spawn(async move {
+        while rx.changed().await.is_ok() {
+            let rev = rx.borrow().as_ref().map(|w| w.revision);
+            if let Some(rev) = rev {
+                health.set_revisions(Some(rev), Some(rev));
+            }
+        }
+    });
+}

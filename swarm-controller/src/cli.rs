@@ -15,11 +15,11 @@ use swarm_queue_client::{AccountName, AgentName, HiveName};
 use time::OffsetDateTime;
 use tokio::sync::watch;
 
+use crate::cli_declare::{self, DeclareArgs, RolloutVerb};
 use crate::config::Config;
 use crate::fleet::Fleet;
 use crate::render::Report;
-use crate::swarm_file::SwarmFile;
-use crate::{credential, declare, deploy, knowledge, nats, serve};
+use crate::{credential, deploy, knowledge, nats, serve};
 
 pub const EXIT_OK: i32 = 0;
 pub const EXIT_FAILURE: i32 = 1;
@@ -27,7 +27,7 @@ pub const EXIT_USAGE: i32 = 2;
 pub const EXIT_CONFIG: i32 = 64;
 
 /// How long a one-shot verb waits for NATS before giving up.
-const CONNECT_WAIT: Duration = Duration::from_secs(5);
+pub(crate) const CONNECT_WAIT: Duration = Duration::from_secs(5);
 /// How long `status` may take to read both buckets (10,000 hives take well
 /// under a second; this only turns a stuck server into an error).
 const LOAD_WAIT: Duration = Duration::from_secs(120);
@@ -87,8 +87,12 @@ enum Command {
         #[arg(long)]
         watch: bool,
     },
-    /// List the rostered hives and their labels.
+    /// List the rostered hives, their labels, and the swarm file's groups
+    /// that select each one.
     Roster {
+        /// The swarm file whose groups to show; defaults to the config's swarm_file.
+        #[arg(long, value_name = "FILE")]
+        swarm_file: Option<PathBuf>,
         #[arg(long)]
         json: bool,
     },
@@ -110,11 +114,21 @@ enum Command {
     Declare {
         /// The swarm file (TOML); defaults to the config's swarm_file.
         file: Option<PathBuf>,
-        /// Show the diff and publish nothing.
+        /// Show the diff and where each agent comes from (hive table or
+        /// group), and publish nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Write the changed hives in the waves of the file's [rollout],
+        /// each only after the one before converged (state in hyperhive-rollouts).
+        #[arg(long, conflicts_with = "json")]
+        rollout: bool,
         #[arg(long)]
         json: bool,
+    },
+    /// The staged rollout recorded in hyperhive-rollouts.
+    Rollout {
+        #[command(subcommand)]
+        action: RolloutCommand,
     },
     /// Ask a hive to (re)deploy one agent; prints the queued job id.
     Deploy {
@@ -174,6 +188,22 @@ impl Command {
                 }
         )
     }
+}
+
+#[derive(Debug, Subcommand)]
+enum RolloutCommand {
+    /// Show the rollout: wave k of n, each hive's step, a halt's reason.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Continue a halted rollout (its failed hives are asked to deploy again
+    /// and judged again), or take over a running one whose controller
+    /// stopped writing for longer than lease_secs.
+    Resume,
+    /// Stop the rollout and declare each written hive's previous revision
+    /// again (from the wanted bucket's history, as rollback does).
+    Abort,
 }
 
 #[derive(Debug, Subcommand)]
@@ -279,42 +309,43 @@ fn init_tracing(daemon: bool) {
         .try_init();
 }
 
-fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+pub(crate) fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }
 
 async fn run(config: Config, command: Command) -> anyhow::Result<i32> {
     match command {
-        Command::Roster { json } => {
-            if json {
-                let hives: Vec<_> = config
-                    .hives
-                    .iter()
-                    .map(|(name, e)| serde_json::json!({ "name": name, "labels": e.labels, "nkey": e.nkey }))
-                    .collect();
-                print_json(&serde_json::json!({ "hives": hives }))?;
-            } else {
-                for (name, e) in &config.hives {
-                    let labels: Vec<String> =
-                        e.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                    println!("{name}\t{}", labels.join(" "));
-                }
-            }
-            Ok(EXIT_OK)
-        }
+        Command::Roster { swarm_file, json } => cli_declare::roster_cmd(&config, swarm_file, json),
         Command::Status { json, watch } => status(&config, json, watch).await,
         Command::Declare {
             file,
             dry_run,
+            rollout,
             json,
-        } => declare_cmd(&config, file, dry_run, json).await,
+        } => {
+            let args = DeclareArgs {
+                file,
+                dry_run,
+                rollout,
+                json,
+            };
+            cli_declare::declare_cmd(&config, args).await
+        }
+        Command::Rollout { action } => {
+            let verb = match action {
+                RolloutCommand::Status { json } => RolloutVerb::Status { json },
+                RolloutCommand::Resume => RolloutVerb::Resume,
+                RolloutCommand::Abort => RolloutVerb::Abort,
+            };
+            cli_declare::rollout_cmd(&config, verb).await
+        }
         Command::Rollback {
             hive,
             to,
             dry_run,
             json,
-        } => rollback_cmd(&config, hive, to, dry_run, json).await,
+        } => cli_declare::rollback_cmd(&config, hive, to, dry_run, json).await,
         Command::Deploy {
             hive,
             agent,
@@ -548,79 +579,6 @@ async fn status(config: &Config, json: bool, watch_mode: bool) -> anyhow::Result
             _ = stop.wait_for(|s| *s) => return Ok(EXIT_OK),
         }
     }
-}
-
-async fn declare_cmd(
-    config: &Config,
-    file: Option<PathBuf>,
-    dry_run: bool,
-    json: bool,
-) -> anyhow::Result<i32> {
-    let Some(path) = file.or_else(|| config.swarm_file.clone()) else {
-        eprintln!("swarm-controller declare: give a swarm file, or set swarm_file in the config");
-        return Ok(EXIT_USAGE);
-    };
-    let swarm = SwarmFile::load(&path)?;
-    let off_roster = swarm.check_roster(&config.hives);
-    if !off_roster.is_empty() {
-        bail!(
-            "swarm file {} is refused:\n  - {}",
-            path.display(),
-            off_roster.join("\n  - ")
-        );
-    }
-    let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
-    let buckets = nats::open_buckets(&conn, &config.nats).await?;
-    let mut plans = declare::plan(&conn.client, &buckets.wanted, &swarm).await?;
-    if !dry_run {
-        declare::publish(&conn.client, &buckets.wanted, &mut plans).await?;
-    }
-    if json {
-        print_json(&serde_json::json!({ "dry_run": dry_run, "hives": plans }))?;
-    } else {
-        print!("{}", declare::describe(&plans));
-        let untouched: Vec<String> = config
-            .hives
-            .keys()
-            .filter(|h| !swarm.hives.contains_key(*h))
-            .map(|h| h.to_string())
-            .collect();
-        if !untouched.is_empty() {
-            println!(
-                "not in the swarm file, left as they are: {}",
-                untouched.join(", ")
-            );
-        }
-    }
-    Ok(EXIT_OK)
-}
-
-async fn rollback_cmd(
-    config: &Config,
-    hive: HiveName,
-    to: Option<u64>,
-    dry_run: bool,
-    json: bool,
-) -> anyhow::Result<i32> {
-    if !config.hives.contains_key(&hive) {
-        bail!("hive {hive} is not on the roster of this controller's config");
-    }
-    let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
-    let buckets = nats::open_buckets(&conn, &config.nats).await?;
-    let (restored, plan) = crate::rollback::plan(&conn.client, &buckets.wanted, &hive, to).await?;
-    let mut plans = vec![plan];
-    if !dry_run {
-        declare::publish(&conn.client, &buckets.wanted, &mut plans).await?;
-    }
-    if json {
-        print_json(&serde_json::json!({
-            "dry_run": dry_run, "restored_revision": restored, "hives": plans
-        }))?;
-    } else {
-        println!("rolling hive {hive} back to the declaration of revision {restored}");
-        print!("{}", declare::describe(&plans));
-    }
-    Ok(EXIT_OK)
 }
 
 async fn serve_cmd(config: &Config, http_listen: Option<SocketAddr>) -> anyhow::Result<i32> {

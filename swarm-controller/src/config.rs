@@ -328,7 +328,9 @@ impl Config {
         if let Some(p) = &swarm_file {
             match SwarmFile::load(p) {
                 Ok(file) => problems.extend(
-                    file.check_roster(&hives)
+                    crate::groups::resolve(&file, &hives)
+                        .err()
+                        .unwrap_or_default()
                         .into_iter()
                         .map(|p| format!("swarm_file: {p}")),
                 ),

@@ -20,7 +20,7 @@ use swarm_queue_client::{
     decode, encode_pretty, ensure_connected, AgentSpec, Declaration, HiveName, NotConnected,
 };
 
-use crate::swarm_file::SwarmFile;
+use crate::groups::{Origin, Resolved};
 
 /// How one agent differs between the stored and the new declaration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -120,6 +120,10 @@ pub struct HivePlan {
     /// What happened: "unchanged", "would publish", "published revision N",
     /// "published by another controller (revision N)".
     pub outcome: String,
+    /// Where each agent of the new declaration comes from in the swarm file
+    /// (empty for a rollback, which restores a stored value).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub sources: BTreeMap<String, Origin>,
     #[serde(skip)]
     declaration: Declaration,
     #[serde(skip)]
@@ -195,23 +199,64 @@ pub(crate) async fn plan_hive(
             "unchanged"
         }
         .into(),
+        sources: BTreeMap::new(),
         declaration: declaration.clone(),
         stored_declaration,
     })
 }
 
-/// Read what is stored for every hive in the file and compare.
+/// Read what is stored for every hive the swarm file declares (each one's
+/// own table merged with its groups, [`crate::groups::resolve`]) and compare.
 pub async fn plan(
     client: &async_nats::Client,
     wanted: &kv::Store,
-    file: &SwarmFile,
+    hives: &BTreeMap<HiveName, Resolved>,
 ) -> Result<Vec<HivePlan>, DeclareError> {
     ensure_connected(client)?;
     let mut plans = Vec::new();
-    for (hive, d) in &file.hives {
-        plans.push(plan_hive(wanted, hive, &d.declaration).await?);
+    for (hive, resolved) in hives {
+        let mut plan = plan_hive(wanted, hive, &resolved.declaration).await?;
+        plan.sources = resolved
+            .origins
+            .iter()
+            .map(|(agent, origin)| (agent.to_string(), origin.clone()))
+            .collect();
+        plans.push(plan);
     }
     Ok(plans)
+}
+
+impl HivePlan {
+    /// The declaration this plan publishes.
+    pub fn declaration(&self) -> &Declaration {
+        &self.declaration
+    }
+
+    /// The KV revision a compare-and-set write of this plan expects.
+    pub fn expected_revision(&self) -> Option<u64> {
+        match &self.stored {
+            Stored::Nothing { revision } => *revision,
+            Stored::Declaration { revision } | Stored::Undecodable { revision, .. } => {
+                Some(*revision)
+            }
+        }
+    }
+}
+
+/// Where each hive's agents come from, for `declare --dry-run`.
+pub fn describe_sources(plans: &[HivePlan]) -> String {
+    let mut out = String::new();
+    for p in plans.iter().filter(|p| !p.sources.is_empty()) {
+        out.push_str(&format!(
+            "{}: agents from
+",
+            p.hive
+        ));
+        for (agent, origin) in &p.sources {
+            out.push_str(&format!("    {agent}: {origin}\n"));
+        }
+    }
+    out
 }
 
 /// Write every changed hive, compare-and-set on the revision read.
@@ -233,12 +278,7 @@ pub async fn publish(
                 hive: plan.hive.clone(),
                 reason: e.to_string(),
             })?;
-            let expected = match &plan.stored {
-                Stored::Nothing { revision } => *revision,
-                Stored::Declaration { revision } | Stored::Undecodable { revision, .. } => {
-                    Some(*revision)
-                }
-            };
+            let expected = plan.expected_revision();
             let result = match expected {
                 Some(rev) => wanted
                     .update(plan.hive.as_str(), Bytes::from(bytes), rev)

@@ -19,23 +19,29 @@
 //! - [`view`]: the filters, order, paging and "needs attention" ranking of
 //!   `/api/status`, `status --json` and the dashboard (pure).
 //! - [`render`]: the JSON report and the status table.
-//! - [`swarm_file`] and [`declare`]: parsing a swarm file and publishing
-//!   each hive's declaration.
+//! - [`swarm_file`], [`groups`] and [`declare`]: parsing a swarm file,
+//!   merging each hive's table with the groups that select it, and
+//!   publishing each hive's declaration.
+//! - [`rollout`]: staged rollouts in waves, their state in
+//!   `hyperhive-rollouts` (compare-and-set), and the rollout verbs.
 //! - [`deploy`], [`credential`], [`knowledge`]: the event verbs.
 //! - [`webhook`]: forge push signatures and what a push means (pure).
 //! - [`serve`]: the dashboard, JSON API and webhook over HTTP; [`live`]
 //!   decides what each open page is sent (pure).
 //! - [`nats_config`]: the nkey users and authorization blocks of a swarm
 //!   with per-hive NATS identities (see `docs/security.md`).
-//! - [`cli`]: the command line; `main.rs` only calls [`cli::main`].
+//! - [`cli`]: the command line; `main.rs` only calls [`cli::main`];
+//!   [`cli_declare`] holds the declaring verbs.
 
 pub mod cli;
+pub mod cli_declare;
 pub mod config;
 pub mod credential;
 pub mod declare;
 pub mod deploy;
 pub mod evaluate;
 pub mod fleet;
+pub mod groups;
 pub mod knowledge;
 pub mod live;
 pub mod nats;
@@ -43,6 +49,7 @@ pub mod nats_config;
 pub mod nkey_file;
 pub mod render;
 pub mod rollback;
+pub mod rollout;
 pub mod serve;
 pub mod swarm_file;
 pub mod view;

@@ -28,6 +28,8 @@ pub struct Buckets {
     pub status: kv::Store,
     pub wanted: kv::Store,
     pub credentials: kv::Store,
+    /// The controllers' own: the staged rollout's state.
+    pub rollouts: kv::Store,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -70,7 +72,7 @@ pub async fn connect(config: &NatsConfig, wait: Duration) -> Result<Connection, 
     Ok(conn)
 }
 
-/// Open (or create) the three buckets, and warn (naming the setting) about
+/// Open (or create) the four buckets, and warn (naming the setting) about
 /// any bucket made with settings that let a writer of one key reach another
 /// (`swarm_queue_client::buckets::unsafe_settings`).
 pub async fn open_buckets(conn: &Connection, config: &NatsConfig) -> Result<Buckets, NatsError> {
@@ -84,10 +86,12 @@ pub async fn open_buckets(conn: &Connection, config: &NatsConfig) -> Result<Buck
     let status = open(Bucket::Status).await?;
     let wanted = open(Bucket::Wanted).await?;
     let credentials = open(Bucket::Credentials).await?;
+    let rollouts = open(Bucket::Rollouts).await?;
     for (bucket, store) in [
         (Bucket::Status, &status),
         (Bucket::Wanted, &wanted),
         (Bucket::Credentials, &credentials),
+        (Bucket::Rollouts, &rollouts),
     ] {
         let config = &store.stream.cached_info().config;
         for unsafe_setting in swarm_queue_client::buckets::unsafe_settings(bucket, config) {
@@ -102,6 +106,7 @@ pub async fn open_buckets(conn: &Connection, config: &NatsConfig) -> Result<Buck
         status,
         wanted,
         credentials,
+        rollouts,
     })
 }
 

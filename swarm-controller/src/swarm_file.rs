@@ -8,38 +8,79 @@
 //!
 //! [hives.beta]
 //! agents = {}          # explicit: beta runs nothing
+//!
+//! [groups.web]         # every rostered hive whose labels include role=web
+//! select = { role = "web" }
+//! [groups.web.agents.api]
+//! image = "local/api:2"
+//!
+//! [rollout]            # for `declare --rollout`
+//! waves = ["1", "10%", "100%"]
 //! ```
 //!
 //! Each agent table takes exactly the fields of the wire contract's
 //! `AgentSpec`. A file is refused as a whole when anything in it is wrong,
 //! and every problem is reported with its line: names that are not DNS
 //! labels, keys no field takes (a typo such as `imgae`), values the contract
-//! bounds refuse. A hive table must say `agents`, even when empty: an
-//! explicit empty declaration retires everything on that hive, so it is
-//! never inferred from an absent key. A hive that is not in the file at all
-//! is left alone by `declare`.
+//! bounds refuse. A hive or group table must say `agents`, even when empty:
+//! an explicit empty declaration retires everything on that hive, so it is
+//! never inferred from an absent key. A hive that is neither in the file nor
+//! selected by a group is left alone by `declare`.
+//!
+//! This module only parses; how a hive's own table and its groups make one
+//! declaration is [`crate::groups`], which needs the roster's labels.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use swarm_queue_client::{AgentName, AgentSpec, Declaration, HiveName, Payload};
+use swarm_queue_client::{AgentName, AgentSpec, GroupName, HiveName};
 use toml::Spanned;
 
-use crate::config::{describe_toml_error, Lines, Roster};
+use crate::config::{describe_toml_error, Lines};
+use crate::rollout::settings::{RawRollout, RolloutSettings};
 
-/// One hive's declaration, and where it is in the file.
+/// One agent as a table of the file declares it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct HiveDeclaration {
+pub struct DeclaredAgent {
+    /// Line of the agent's key, for conflict messages.
     pub line: usize,
-    pub declaration: Declaration,
+    pub spec: AgentSpec,
+}
+
+/// A table of agents: a hive's own (`[hives.X]`) or a group's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentTable {
+    /// Line of the hive's or group's key.
+    pub line: usize,
+    pub agents: BTreeMap<AgentName, DeclaredAgent>,
+}
+
+/// A `[groups.NAME]` table: the labels it selects and the agents it declares
+/// for every hive it selects.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Group {
+    /// Every label here must be on a hive for the group to select it; an
+    /// empty `select` selects every rostered hive.
+    pub select: BTreeMap<String, String>,
+    pub table: AgentTable,
+}
+
+impl Group {
+    pub fn selects(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.select.iter().all(|(k, v)| labels.get(k) == Some(v))
+    }
 }
 
 /// A parsed, valid swarm file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SwarmFile {
     pub path: PathBuf,
-    pub hives: BTreeMap<HiveName, HiveDeclaration>,
+    /// Each hive's own table.
+    pub hives: BTreeMap<HiveName, AgentTable>,
+    pub groups: BTreeMap<GroupName, Group>,
+    /// The `[rollout]` table, if the file has one.
+    pub rollout: Option<RolloutSettings>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -62,12 +103,25 @@ pub enum SwarmFileError {
 struct RawFile {
     #[serde(default)]
     hives: BTreeMap<Spanned<String>, Spanned<RawHive>>,
+    #[serde(default)]
+    groups: BTreeMap<Spanned<String>, Spanned<RawGroup>>,
+    #[serde(default)]
+    rollout: Option<Spanned<RawRollout>>,
 }
+
+type RawAgents = BTreeMap<Spanned<String>, Spanned<toml::Value>>;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawHive {
-    agents: BTreeMap<Spanned<String>, Spanned<toml::Value>>,
+    agents: RawAgents,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGroup {
+    select: BTreeMap<String, String>,
+    agents: RawAgents,
 }
 
 impl SwarmFile {
@@ -95,103 +149,109 @@ impl SwarmFile {
             invalid(vec![message])
         })?;
         let mut problems = Vec::new();
-        let mut hives = BTreeMap::new();
         let lines = Lines::new(text);
-        for (hive_key, hive) in raw.hives {
-            let hive_line = lines.line(hive_key.span().start);
-            let hive_name = match HiveName::new(hive_key.get_ref().as_str()) {
-                Ok(n) => Some(n),
-                Err(e) => {
-                    problems.push(format!(
-                        "line {hive_line}: hives.{}: {e}",
-                        hive_key.get_ref()
-                    ));
-                    None
+        let mut hives = BTreeMap::new();
+        for (key, hive) in raw.hives {
+            let at = format!("hives.{}", key.get_ref());
+            let line = lines.line(key.span().start);
+            let table = agent_table(&lines, line, &at, hive.into_inner().agents, &mut problems);
+            match HiveName::new(key.get_ref().as_str()) {
+                Ok(name) => {
+                    hives.insert(name, table);
                 }
-            };
-            let mut agents = BTreeMap::new();
-            for (agent_key, value) in hive.into_inner().agents {
-                let line = lines.line(agent_key.span().start);
-                let at = format!(
-                    "line {line}: hives.{}.agents.{}",
-                    hive_key.get_ref(),
-                    agent_key.get_ref()
-                );
-                let agent = match AgentName::new(agent_key.get_ref().as_str()) {
-                    Ok(a) => a,
-                    Err(e) => {
-                        problems.push(format!("{at}: {e}"));
-                        continue;
-                    }
-                };
-                let mut unknown = Vec::new();
-                let spec: Result<AgentSpec, _> =
-                    serde_ignored::deserialize(value.into_inner(), |path| {
-                        unknown.push(path.to_string())
-                    });
-                for key in unknown {
-                    problems.push(format!(
-                        "{at}: unknown key `{key}`; an agent takes image, build, command, env, \
-                         power, memory_mb, cpus and credentials"
-                    ));
-                }
-                match spec {
-                    Ok(spec) => {
-                        if let Err(e) = spec.validate(&agent) {
-                            problems.push(format!("line {line}: hives.{}.{e}", hive_key.get_ref()));
-                        }
-                        agents.insert(agent, spec);
-                    }
-                    Err(e) => problems.push(format!("{at}: {}", e.message())),
-                }
-            }
-            let declaration = Declaration::new(agents);
-            if let Err(e) = declaration.validate() {
-                problems.push(format!(
-                    "line {hive_line}: hives.{}: {e}",
-                    hive_key.get_ref()
-                ));
-            }
-            if let Some(name) = hive_name {
-                hives.insert(
-                    name,
-                    HiveDeclaration {
-                        line: hive_line,
-                        declaration,
-                    },
-                );
+                Err(e) => problems.push(format!("line {line}: {at}: {e}")),
             }
         }
+        let mut groups = BTreeMap::new();
+        for (key, group) in raw.groups {
+            let at = format!("groups.{}", key.get_ref());
+            let line = lines.line(key.span().start);
+            let group = group.into_inner();
+            let table = agent_table(&lines, line, &at, group.agents, &mut problems);
+            match GroupName::new(key.get_ref().as_str()) {
+                Ok(name) => {
+                    groups.insert(
+                        name,
+                        Group {
+                            select: group.select,
+                            table,
+                        },
+                    );
+                }
+                Err(e) => problems.push(format!("line {line}: {at}: {e}")),
+            }
+        }
+        let rollout = raw.rollout.and_then(|r| {
+            let line = lines.line(r.span().start);
+            RolloutSettings::from_raw(r.into_inner())
+                .map_err(|e| problems.push(format!("line {line}: rollout: {e}")))
+                .ok()
+        });
         if !problems.is_empty() {
             return Err(invalid(problems));
         }
         Ok(SwarmFile {
             path: path.to_path_buf(),
             hives,
+            groups,
+            rollout,
         })
     }
+}
 
-    /// Hives the file declares that the roster does not know.
-    pub fn check_roster(&self, roster: &Roster) -> Vec<String> {
-        self.hives
-            .iter()
-            .filter(|(name, _)| !roster.contains_key(*name))
-            .map(|(name, d)| {
-                format!(
-                    "line {}: hive {name} is not on the roster; add [hives.{name}] to the \
-                     controller config first",
-                    d.line
-                )
-            })
-            .collect()
+/// Parse one table of agents, pushing every problem (prefixed with its line
+/// and `at`, the table's dotted path) to `problems`.
+fn agent_table(
+    lines: &Lines,
+    line: usize,
+    at: &str,
+    raw: RawAgents,
+    problems: &mut Vec<String>,
+) -> AgentTable {
+    let mut agents = BTreeMap::new();
+    for (agent_key, value) in raw {
+        let agent_line = lines.line(agent_key.span().start);
+        let here = format!("line {agent_line}: {at}.agents.{}", agent_key.get_ref());
+        let agent = match AgentName::new(agent_key.get_ref().as_str()) {
+            Ok(a) => a,
+            Err(e) => {
+                problems.push(format!("{here}: {e}"));
+                continue;
+            }
+        };
+        let mut unknown = Vec::new();
+        let spec: Result<AgentSpec, _> =
+            serde_ignored::deserialize(value.into_inner(), |path| unknown.push(path.to_string()));
+        for key in unknown {
+            problems.push(format!(
+                "{here}: unknown key `{key}`; an agent takes image, build, command, env, \
+                 power, memory_mb, cpus and credentials"
+            ));
+        }
+        match spec {
+            Ok(spec) => {
+                if let Err(e) = spec.validate(&agent) {
+                    problems.push(format!("line {agent_line}: {at}.{e}"));
+                }
+                agents.insert(
+                    agent,
+                    DeclaredAgent {
+                        line: agent_line,
+                        spec,
+                    },
+                );
+            }
+            Err(e) => problems.push(format!("{here}: {}", e.message())),
+        }
     }
+    AgentTable { line, agents }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn parse(text: &str) -> Result<SwarmFile, Vec<String>> {
+    pub(crate) fn parse(text: &str) -> Result<SwarmFile, Vec<String>> {
         SwarmFile::parse(Path::new("swarm.toml"), text).map_err(|e| match e {
             SwarmFileError::Invalid { problems, .. } => problems,
             other => panic!("{other}"),
@@ -208,11 +268,13 @@ mod tests {
         )
         .unwrap();
         let alpha = &f.hives[&HiveName::new("alpha").unwrap()];
-        assert_eq!(alpha.declaration.agents.len(), 2);
-        let bot = &alpha.declaration.agents[&AgentName::new("mail-bot").unwrap()];
-        assert_eq!(bot.env["LOG"], "info");
+        assert_eq!(alpha.agents.len(), 2);
+        let bot = &alpha.agents[&AgentName::new("mail-bot").unwrap()];
+        assert_eq!(bot.spec.env["LOG"], "info");
+        assert_eq!(bot.line, 1);
         let beta = &f.hives[&HiveName::new("beta").unwrap()];
-        assert!(beta.declaration.agents.is_empty());
+        assert!(beta.agents.is_empty());
+        assert!(f.groups.is_empty() && f.rollout.is_none());
     }
 
     #[test]
@@ -220,7 +282,8 @@ mod tests {
         let err = parse(
             "[hives.alpha.agents.bot]\nimgae = \"x\"\n\n\
              [hives.alpha.agents.Bad_Name]\nimage = \"x\"\n\n\
-             [hives.alpha.agents.mem]\nimage = \"x\"\nmemory_mb = 1\n",
+             [hives.alpha.agents.mem]\nimage = \"x\"\nmemory_mb = 1\n\n\
+             [groups.web]\nselect = {}\n[groups.web.agents.api]\nimgae = \"y\"\n",
         )
         .unwrap_err();
         let all = err.join("\n");
@@ -241,6 +304,10 @@ mod tests {
             all.contains("line 7: hives.alpha.agents.mem.memory_mb is 1"),
             "{all}"
         );
+        assert!(
+            all.contains("line 13: groups.web.agents.api: unknown key `imgae`"),
+            "{all}"
+        );
     }
 
     #[test]
@@ -250,12 +317,21 @@ mod tests {
             err[0].contains("line 1") && err[0].contains("agents = {}"),
             "{err:?}"
         );
+        let err = parse("[groups.web]\nselect = {}\n").unwrap_err();
+        assert!(err[0].contains("agents"), "{err:?}");
+        let err = parse("[groups.web]\nagents = {}\n").unwrap_err();
+        assert!(err[0].contains("select"), "{err:?}");
     }
 
     #[test]
-    fn bad_hive_names_and_syntax_and_types() {
+    fn bad_names_and_syntax_and_types() {
         let err = parse("[hives.\"al.pha\"]\nagents = {}\n").unwrap_err();
         assert!(err[0].contains("invalid hive name \"al.pha\""), "{err:?}");
+        let err = parse("[groups.Web]\nselect = {}\nagents = {}\n").unwrap_err();
+        assert!(
+            err[0].contains("line 1: groups.Web: invalid group name"),
+            "{err:?}"
+        );
         let err = parse("[hives.alpha.agents.bot\nimage = 1\n").unwrap_err();
         assert!(err[0].starts_with("line 1"), "{err:?}");
         let err = parse("[hives.alpha.agents.bot]\nimage = 3\n").unwrap_err();
@@ -268,14 +344,21 @@ mod tests {
     }
 
     #[test]
-    fn hives_off_the_roster_are_named() {
-        let f = parse("[hives.alpha]\nagents = {}\n\n[hives.gamma]\nagents = {}\n").unwrap();
-        let roster: Roster = [(HiveName::new("alpha").unwrap(), Default::default())].into();
-        let problems = f.check_roster(&roster);
-        assert_eq!(problems.len(), 1);
-        assert!(
-            problems[0].contains("line 4: hive gamma is not on the roster"),
-            "{problems:?}"
-        );
+    fn groups_and_rollout_parse() {
+        let f = parse(
+            "[groups.web]\nselect = { role = \"web\" }\n\
+             [groups.web.agents.api]\nimage = \"api:1\"\n\n\
+             [rollout]\nwaves = [\"1\", \"50%\", \"100%\"]\nmax_failed = 1\n",
+        )
+        .unwrap();
+        let web = &f.groups[&GroupName::new("web").unwrap()];
+        assert_eq!(web.table.line, 1);
+        assert_eq!(web.table.agents[&AgentName::new("api").unwrap()].line, 3);
+        assert!(web.selects(&[("role".into(), "web".into())].into()));
+        assert!(!web.selects(&[("role".into(), "db".into())].into()));
+        assert!(!web.selects(&BTreeMap::new()));
+        assert_eq!(f.rollout.unwrap().max_failed, 1);
+        let err = parse("[rollout]\nwaves = [\"0\"]\n").unwrap_err();
+        assert!(err[0].starts_with("line 1: rollout: "), "{err:?}");
     }
 }

@@ -1,4 +1,5 @@
-//! The three JetStream key-value buckets and how they are opened.
+//! The four JetStream key-value buckets and how they are opened. Hives use
+//! three of them; `hyperhive-rollouts` is the controller's alone.
 //!
 //! `open_or_create` is safe to race: two processes opening the same bucket at
 //! once both end up with a handle to the one bucket.
@@ -16,13 +17,21 @@ pub const STATUS_BUCKET: &str = "hyperhive-status";
 pub const WANTED_BUCKET: &str = "hyperhive-wanted";
 /// `hyperhive-credentials/<hive>.<agent>.<account>`: a sealed `CredentialEnvelope`.
 pub const CREDENTIALS_BUCKET: &str = "hyperhive-credentials";
+/// `hyperhive-rollouts/current`: the state of the fleet's staged rollout,
+/// read and written (compare-and-set) only by controllers. Hives have no
+/// grant on it.
+pub const ROLLOUTS_BUCKET: &str = "hyperhive-rollouts";
+/// The one key of [`ROLLOUTS_BUCKET`]: the latest rollout. One key, so
+/// every change of any rollout is one compare-and-set on one revision.
+pub const CURRENT_ROLLOUT_KEY: &str = "current";
 
-/// Which of the three buckets; each has its own default history.
+/// Which of the buckets; each has its own default history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Bucket {
     Status,
     Wanted,
     Credentials,
+    Rollouts,
 }
 
 impl Bucket {
@@ -31,11 +40,20 @@ impl Bucket {
             Bucket::Status => STATUS_BUCKET,
             Bucket::Wanted => WANTED_BUCKET,
             Bucket::Credentials => CREDENTIALS_BUCKET,
+            Bucket::Rollouts => ROLLOUTS_BUCKET,
         }
     }
 
     /// Every bucket, in a fixed order.
-    pub const ALL: [Bucket; 3] = [Bucket::Status, Bucket::Wanted, Bucket::Credentials];
+    pub const ALL: [Bucket; 4] = [
+        Bucket::Status,
+        Bucket::Wanted,
+        Bucket::Credentials,
+        Bucket::Rollouts,
+    ];
+
+    /// The buckets a hive reads or writes (its grants name only these).
+    pub const HIVE: [Bucket; 3] = [Bucket::Status, Bucket::Wanted, Bucket::Credentials];
 
     /// The JetStream stream that backs the bucket: `KV_<bucket>`.
     pub fn stream_name(self) -> String {
@@ -54,6 +72,7 @@ impl Bucket {
             Bucket::Status => "hyperhive: each hive's readiness, keyed by hive name",
             Bucket::Wanted => "hyperhive: each hive's declaration, keyed by hive name",
             Bucket::Credentials => "hyperhive: sealed credentials, keyed <hive>.<agent>.<account>",
+            Bucket::Rollouts => "hyperhive: the controllers' staged rollout state (key current)",
         }
     }
 }
@@ -93,7 +112,7 @@ impl Default for BucketSettings {
 impl BucketSettings {
     pub fn default_for(bucket: Bucket) -> Self {
         match bucket {
-            Bucket::Wanted => Self {
+            Bucket::Wanted | Bucket::Rollouts => Self {
                 history: 10,
                 ..Self::default()
             },

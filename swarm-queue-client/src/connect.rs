@@ -44,6 +44,7 @@ pub struct BucketsConfig {
     pub status: BucketOverrides,
     pub wanted: BucketOverrides,
     pub credentials: BucketOverrides,
+    pub rollouts: BucketOverrides,
 }
 
 impl BucketsConfig {
@@ -53,6 +54,7 @@ impl BucketsConfig {
             Bucket::Status => &self.status,
             Bucket::Wanted => &self.wanted,
             Bucket::Credentials => &self.credentials,
+            Bucket::Rollouts => &self.rollouts,
         };
         let d = BucketSettings::default_for(bucket);
         BucketSettings {
@@ -68,6 +70,7 @@ impl BucketsConfig {
             Bucket::Status => "status",
             Bucket::Wanted => "wanted",
             Bucket::Credentials => "credentials",
+            Bucket::Rollouts => "rollouts",
         }
     }
 }
@@ -195,7 +198,7 @@ impl NatsConfig {
                 }
             }
         }
-        for bucket in [Bucket::Status, Bucket::Wanted, Bucket::Credentials] {
+        for bucket in Bucket::ALL {
             let s = self.buckets.get(bucket);
             if !(1..=64).contains(&s.history) {
                 problems.push(format!(

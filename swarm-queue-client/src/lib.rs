@@ -3,7 +3,7 @@
 //! Everything the hive and the controller say to each other is defined here,
 //! once, so the two sides cannot drift:
 //!
-//! - [`names`]: `HiveName`, `AgentName`, `AccountName`, validated DNS labels.
+//! - [`names`]: `HiveName`, `AgentName`, `AccountName`, `GroupName`, validated DNS labels.
 //! - [`subjects`]: every core-NATS subject and KV key format.
 //! - [`buckets`]: the three KV buckets, the settings they are created with
 //!   and the check of an existing bucket's settings.
@@ -44,7 +44,7 @@ pub use buckets::open_or_create;
 pub use buckets::{Bucket, BucketSettings, Storage};
 #[cfg(feature = "nats")]
 pub use connect::{connect, ensure_connected, Connection, NatsConfig, NotConnected};
-pub use names::{AccountName, AgentName, HiveName, NameError};
+pub use names::{AccountName, AgentName, GroupName, HiveName, NameError};
 pub use payload::{
     decode, encode, encode_pretty, AgentSpec, AgentStatus, BuildSpec, CredentialNotice,
     Declaration, DecodeError, Decoded, DeployReply, DeployRequest, EncodeError, HealthSpec,

@@ -21,6 +21,7 @@ pub enum NameKind {
     Hive,
     Agent,
     Account,
+    Group,
 }
 
 impl fmt::Display for NameKind {
@@ -29,6 +30,7 @@ impl fmt::Display for NameKind {
             NameKind::Hive => "hive name",
             NameKind::Agent => "agent name",
             NameKind::Account => "credential account name",
+            NameKind::Group => "group name",
         })
     }
 }
@@ -152,6 +154,12 @@ dns_label_name!(
     /// The name of one credential account of an agent (for example `smtp`).
     AccountName,
     NameKind::Account
+);
+dns_label_name!(
+    /// The name of a group of hives in a swarm file (`[groups.<name>]`); a
+    /// DNS label like the others, so it can be shown and keyed safely.
+    GroupName,
+    NameKind::Group
 );
 
 #[cfg(test)]

@@ -243,7 +243,8 @@ pub fn hive_permissions(hive: &HiveName) -> Permissions {
 }
 
 /// The permissions of the controller: everything hyperhive needs of the
-/// three buckets and the event subjects, and nothing outside them.
+/// buckets (the hives' three and its own `hyperhive-rollouts`) and the event
+/// subjects, and nothing outside them.
 pub fn controller_permissions() -> Permissions {
     let mut publish = vec![grant(
         "$JS.API.INFO",
@@ -296,6 +297,10 @@ pub fn controller_permissions() -> Permissions {
         grant(
             Bucket::Credentials.key_subject(">"),
             "store sealed credentials for any hive",
+        ),
+        grant(
+            Bucket::Rollouts.key_subject(">"),
+            "record a staged rollout's state (compare-and-set); no hive has any grant on it",
         ),
         grant(KNOWLEDGE, "announce a knowledge repo change"),
         grant(all_deploy_subjects(), "ask any hive to deploy an agent"),
@@ -466,6 +471,10 @@ mod tests {
         assert!(!publish
             .iter()
             .any(|s| s.starts_with("$KV.hyperhive-wanted")));
+        // The rollout state is the controllers' alone.
+        for g in p.publish.iter().chain(&p.subscribe) {
+            assert!(!g.subject.contains("hyperhive-rollouts"), "{g:?}");
+        }
         assert!(!publish.iter().any(|s| s.starts_with("hyperhive.")));
         assert!(!publish.iter().any(|s| s.contains("STREAM.CREATE")));
         // No stream info (it lists key names), no consumer of any kind.
@@ -496,6 +505,9 @@ mod tests {
         for s in [
             "$KV.hyperhive-wanted.>",
             "$KV.hyperhive-credentials.>",
+            "$KV.hyperhive-rollouts.>",
+            "$JS.API.STREAM.CREATE.KV_hyperhive-rollouts",
+            "$JS.API.DIRECT.GET.KV_hyperhive-rollouts.$KV.hyperhive-rollouts.>",
             "hyperhive.knowledge",
             "hyperhive.hive.*.deploy",
             "hyperhive.hive.*.credential",

@@ -33,7 +33,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use swarm_queue_client::buckets::{CREDENTIALS_BUCKET, STATUS_BUCKET, WANTED_BUCKET};
+use swarm_queue_client::buckets::{
+    CREDENTIALS_BUCKET, CURRENT_ROLLOUT_KEY, ROLLOUTS_BUCKET, STATUS_BUCKET, WANTED_BUCKET,
+};
 use swarm_queue_client::credentials::CredentialEnvelope;
 use swarm_queue_client::limits::*;
 use swarm_queue_client::names::{MAX_NAME_LEN, NAME_RULE};
@@ -401,6 +403,8 @@ fn built_by(item: &str) -> Option<String> {
         "buckets::STATUS_BUCKET" => STATUS_BUCKET.to_string(),
         "buckets::WANTED_BUCKET" => WANTED_BUCKET.to_string(),
         "buckets::CREDENTIALS_BUCKET" => CREDENTIALS_BUCKET.to_string(),
+        "buckets::ROLLOUTS_BUCKET" => ROLLOUTS_BUCKET.to_string(),
+        "buckets::CURRENT_ROLLOUT_KEY" => CURRENT_ROLLOUT_KEY.to_string(),
         "subjects::credential_key" => subjects::credential_key(&hive, &agent, &account),
         "subjects::credential_prefix_filter" => subjects::credential_prefix_filter(&hive),
         "subjects::KNOWLEDGE" => subjects::KNOWLEDGE.to_string(),

@@ -38,14 +38,14 @@ const T: Duration = Duration::from_secs(30);
 async fn controller_buckets(ctl: &Connection) -> [kv::Store; 3] {
     let js = jetstream::new(ctl.client.clone());
     let mut out = Vec::new();
-    for b in Bucket::ALL {
+    for b in Bucket::HIVE {
         out.push(
             open_or_create(&js, b, &BucketSettings::default_for(b))
                 .await
                 .expect("the controller creates the bucket"),
         );
     }
-    out.try_into().expect("three buckets")
+    out.try_into().expect("the hives' three buckets")
 }
 
 fn declaration(image: &str) -> Vec<u8> {

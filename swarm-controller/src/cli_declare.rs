@@ -1,0 +1,290 @@
+//! The declaring verbs of the command line: `roster` (with each hive's
+//! groups), `declare` (at once or `--rollout`), `rollback` and `rollout
+//! status | resume | abort`. Like `cli.rs`, this only wires the library to
+//! arguments and output.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::bail;
+use swarm_queue_client::HiveName;
+use time::OffsetDateTime;
+
+use crate::cli::{print_json, CONNECT_WAIT, EXIT_FAILURE, EXIT_OK, EXIT_USAGE};
+use crate::config::Config;
+use crate::groups::{self, Resolved};
+use crate::rollout::drive::{Deps, Ended};
+use crate::rollout::state::Rollout;
+use crate::rollout::{store, verbs};
+use crate::swarm_file::SwarmFile;
+use crate::{declare, nats};
+
+/// `roster [--json]`: every rostered hive, its labels and the groups of the
+/// swarm file that select it (when the config names one or `--swarm-file`).
+pub fn roster_cmd(config: &Config, swarm_file: Option<PathBuf>, json: bool) -> anyhow::Result<i32> {
+    let swarm = match swarm_file.or_else(|| config.swarm_file.clone()) {
+        Some(p) => Some(SwarmFile::load(&p)?),
+        None => None,
+    };
+    let groups_of = |labels: &BTreeMap<String, String>| -> Vec<String> {
+        swarm
+            .as_ref()
+            .map(|f| groups::groups_of(f, labels))
+            .unwrap_or_default()
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    };
+    if json {
+        let hives: Vec<_> = config
+            .hives
+            .iter()
+            .map(|(name, e)| {
+                serde_json::json!({
+                    "name": name, "labels": e.labels, "nkey": e.nkey, "groups": groups_of(&e.labels)
+                })
+            })
+            .collect();
+        print_json(&serde_json::json!({ "hives": hives }))?;
+    } else {
+        for (name, e) in &config.hives {
+            let labels: Vec<String> = e.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let mut line = format!("{name}\t{}", labels.join(" "));
+            let groups = groups_of(&e.labels);
+            if !groups.is_empty() {
+                line.push_str(&format!("\tgroups: {}", groups.join(", ")));
+            }
+            println!("{line}");
+        }
+    }
+    Ok(EXIT_OK)
+}
+
+/// How `declare` was asked to run.
+pub struct DeclareArgs {
+    pub file: Option<PathBuf>,
+    pub dry_run: bool,
+    pub rollout: bool,
+    pub json: bool,
+}
+
+/// The swarm file, merged with the roster's labels.
+fn load_swarm(
+    config: &Config,
+    path: &Path,
+) -> anyhow::Result<(SwarmFile, BTreeMap<HiveName, Resolved>)> {
+    let swarm = SwarmFile::load(path)?;
+    match groups::resolve(&swarm, &config.hives) {
+        Ok(hives) => Ok((swarm, hives)),
+        Err(problems) => bail!(
+            "swarm file {} is refused:\n  - {}",
+            path.display(),
+            problems.join("\n  - ")
+        ),
+    }
+}
+
+pub async fn declare_cmd(config: &Config, args: DeclareArgs) -> anyhow::Result<i32> {
+    let Some(path) = args.file.or_else(|| config.swarm_file.clone()) else {
+        eprintln!("swarm-controller declare: give a swarm file, or set swarm_file in the config");
+        return Ok(EXIT_USAGE);
+    };
+    let (swarm, hives) = load_swarm(config, &path)?;
+    let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
+    let buckets = nats::open_buckets(&conn, &config.nats).await?;
+    let mut plans = declare::plan(&conn.client, &buckets.wanted, &hives).await?;
+    if args.rollout && !args.dry_run {
+        let me = verbs::instance_id();
+        let deps = deps(config, &conn.client, &buckets, &me);
+        print!("{}", declare::describe(&plans));
+        let settings = swarm.rollout.clone().unwrap_or_default();
+        let ended = verbs::start(&deps, path.display().to_string(), settings, &plans).await?;
+        return Ok(ended_code(&ended));
+    }
+    if !args.dry_run {
+        declare::publish(&conn.client, &buckets.wanted, &mut plans).await?;
+    }
+    if args.json {
+        print_json(&serde_json::json!({ "dry_run": args.dry_run, "hives": plans }))?;
+        return Ok(EXIT_OK);
+    }
+    print!("{}", declare::describe(&plans));
+    if args.dry_run {
+        print!("{}", declare::describe_sources(&plans));
+    }
+    let untouched: Vec<String> = config
+        .hives
+        .keys()
+        .filter(|h| !hives.contains_key(*h))
+        .map(|h| h.to_string())
+        .collect();
+    if !untouched.is_empty() {
+        println!(
+            "not in the swarm file, left as they are: {}",
+            untouched.join(", ")
+        );
+    }
+    Ok(EXIT_OK)
+}
+
+fn print_line(line: &str) {
+    println!("{line}");
+}
+
+/// What the rollout verbs need, with progress printed to stdout.
+fn deps<'a>(
+    config: &'a Config,
+    client: &'a async_nats::Client,
+    buckets: &'a nats::Buckets,
+    me: &'a str,
+) -> Deps<'a> {
+    Deps {
+        client,
+        buckets,
+        roster: &config.hives,
+        stale_after: config.stale_after,
+        me,
+        report: &print_line,
+    }
+}
+
+/// The exit code of a driven rollout, after printing how it ended.
+fn ended_code(ended: &Ended) -> i32 {
+    match ended {
+        Ended::Completed => EXIT_OK,
+        Ended::Halted { hive, reason } => {
+            let who = hive
+                .as_ref()
+                .map(|h| format!("hive {h} "))
+                .unwrap_or_default();
+            println!("rollout halted: {who}{reason}");
+            println!("fix the cause, then `rollout resume`; or `rollout abort` to restore the written hives");
+            EXIT_FAILURE
+        }
+        Ended::Lost { line } => {
+            println!("stopped driving: another controller holds the rollout now: {line}");
+            EXIT_FAILURE
+        }
+    }
+}
+
+pub async fn rollback_cmd(
+    config: &Config,
+    hive: HiveName,
+    to: Option<u64>,
+    dry_run: bool,
+    json: bool,
+) -> anyhow::Result<i32> {
+    if !config.hives.contains_key(&hive) {
+        bail!("hive {hive} is not on the roster of this controller's config");
+    }
+    let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
+    let buckets = nats::open_buckets(&conn, &config.nats).await?;
+    let (restored, plan) = crate::rollback::plan(&conn.client, &buckets.wanted, &hive, to).await?;
+    let mut plans = vec![plan];
+    if !dry_run {
+        declare::publish(&conn.client, &buckets.wanted, &mut plans).await?;
+    }
+    if json {
+        print_json(&serde_json::json!({
+            "dry_run": dry_run, "restored_revision": restored, "hives": plans
+        }))?;
+    } else {
+        println!("rolling hive {hive} back to the declaration of revision {restored}");
+        print!("{}", declare::describe(&plans));
+    }
+    Ok(EXIT_OK)
+}
+
+/// Which rollout verb.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RolloutVerb {
+    Status { json: bool },
+    Resume,
+    Abort,
+}
+
+pub async fn rollout_cmd(config: &Config, verb: RolloutVerb) -> anyhow::Result<i32> {
+    let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
+    let buckets = nats::open_buckets(&conn, &config.nats).await?;
+    let me = verbs::instance_id();
+    let deps = deps(config, &conn.client, &buckets, &me);
+    match verb {
+        RolloutVerb::Status { json } => {
+            let stored = store::read(&buckets.rollouts).await?;
+            let now = OffsetDateTime::now_utc();
+            if json {
+                print_json(&status_json(stored.as_ref(), now))?;
+            } else {
+                match &stored {
+                    Some(s) => print!("{}", status_text(&s.rollout)),
+                    None => println!("no rollout recorded in hyperhive-rollouts"),
+                }
+            }
+            Ok(EXIT_OK)
+        }
+        RolloutVerb::Resume => match verbs::resume(&deps).await {
+            Ok(ended) => Ok(ended_code(&ended)),
+            Err(e) => {
+                eprintln!("swarm-controller: {e}");
+                Ok(EXIT_FAILURE)
+            }
+        },
+        RolloutVerb::Abort => {
+            let rollout = verbs::abort(&deps).await?;
+            println!("{}", rollout.line());
+            Ok(EXIT_OK)
+        }
+    }
+}
+
+/// `rollout status --json` (and the `rollout` member of `status --json`):
+/// the stored state, its counts and line, and how old its last write is.
+pub fn status_json(stored: Option<&store::Stored>, now: OffsetDateTime) -> serde_json::Value {
+    let Some(s) = stored else {
+        return serde_json::Value::Null;
+    };
+    let age: Duration = (now - s.created).try_into().unwrap_or(Duration::ZERO);
+    let mut v = serde_json::to_value(&s.rollout).unwrap_or(serde_json::Value::Null);
+    if let Some(map) = v.as_object_mut() {
+        map.insert("counts".into(), serde_json::json!(s.rollout.counts()));
+        map.insert("line".into(), serde_json::json!(s.rollout.line()));
+        map.insert(
+            "wave_count".into(),
+            serde_json::json!(s.rollout.waves.len()),
+        );
+        map.insert("revision".into(), serde_json::json!(s.revision));
+        map.insert(
+            "written_ms_ago".into(),
+            serde_json::json!(age.as_millis() as u64),
+        );
+        map.remove("declarations");
+    }
+    v
+}
+
+/// The rollout line, then each wave with each hive's step.
+pub fn status_text(r: &Rollout) -> String {
+    let mut out = format!("{}\n", r.line());
+    for (i, wave) in r.waves.iter().enumerate() {
+        let hives: Vec<String> = wave
+            .iter()
+            .filter_map(|h| {
+                let t = r.hives.get(h)?;
+                let rev = t
+                    .written_revision
+                    .map(|r| format!(" rev {r}"))
+                    .unwrap_or_default();
+                let why = t
+                    .reason
+                    .as_ref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default();
+                Some(format!("{h} {}{rev}{why}", t.step.as_str()))
+            })
+            .collect();
+        out.push_str(&format!("  wave {}: {}\n", i + 1, hives.join("; ")));
+    }
+    out
+}

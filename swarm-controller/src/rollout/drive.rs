@@ -1,0 +1,323 @@
+//! Driving a rollout: write a wave's hives, wait until the controller's own
+//! rows say they converged, record, go on to the next wave.
+//!
+//! The driver holds the fleet picture the way `status --watch` does (a KV
+//! watch on the status and wanted buckets into a [`Fleet`]), so each wave is
+//! judged by exactly the evaluation `status` shows. Everything it decides is
+//! recorded in `hyperhive-rollouts/current` by compare-and-set before it acts
+//! on the next wave; a lost compare-and-set means another controller took
+//! the rollout over (or aborted it), and the driver stops.
+//!
+//! A hive is written at most once per rollout: the write of
+//! `hyperhive-wanted/<hive>` is itself a compare-and-set on the revision the
+//! plan read, and a driver that finds the key already holding its target
+//! (written by a driver that was killed before it recorded the write) takes
+//! that revision as the write instead of writing again.
+
+use std::sync::RwLock;
+use std::time::Duration;
+
+use async_nats::jetstream::kv::{self, Operation, UpdateErrorKind};
+use bytes::Bytes;
+use swarm_queue_client::{decode, encode_pretty, Declaration, HiveName};
+use time::OffsetDateTime;
+
+use crate::config::Roster;
+use crate::fleet::Fleet;
+use crate::nats::{self, Buckets, NatsError};
+use crate::render::unix_ms;
+use crate::rollout::state::{judge_wave, Outcome, Rollout, Step, Verdict};
+use crate::rollout::store::{self, StoreError, Stored};
+
+/// What the driver needs.
+pub struct Deps<'a> {
+    pub client: &'a async_nats::Client,
+    pub buckets: &'a Buckets,
+    pub roster: &'a Roster,
+    pub stale_after: Duration,
+    /// This controller instance's id, recorded as the rollout's driver.
+    pub me: &'a str,
+    /// Where progress lines go (stdout for the CLI).
+    pub report: &'a (dyn Fn(&str) + Sync),
+}
+
+/// How driving ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ended {
+    Completed,
+    Halted {
+        hive: Option<HiveName>,
+        reason: String,
+    },
+    /// Another controller holds the rollout now (it took it over, or aborted it).
+    Lost {
+        line: String,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DriveError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Nats(#[from] NatsError),
+    #[error("cannot write hyperhive-wanted/{hive}: {reason}")]
+    Wanted { hive: HiveName, reason: String },
+}
+
+/// Drive `stored` (a running rollout whose driver is `deps.me`) until it
+/// completes, halts, or another controller takes it.
+pub async fn drive(deps: &Deps<'_>, mut stored: Stored) -> Result<Ended, DriveError> {
+    let now = OffsetDateTime::now_utc();
+    let fleet = RwLock::new(Fleet::new(deps.roster.clone(), deps.stale_after, now));
+    let mut follower = nats::load(deps.buckets, &fleet).await?;
+    loop {
+        if let Some(ended) = settled(&stored.rollout, deps.me) {
+            return Ok(ended);
+        }
+        let r = &mut stored.rollout;
+        let n = r.waves.len();
+        if r.wave >= n {
+            r.outcome = Outcome::Completed;
+            if !save(deps, &mut stored).await? {
+                continue;
+            }
+            (deps.report)(&stored.rollout.line());
+            return Ok(Ended::Completed);
+        }
+        if let Some(halt) = write_wave(deps, r).await? {
+            r.outcome = halt;
+            save(deps, &mut stored).await?;
+            continue;
+        }
+        if !save(deps, &mut stored).await? {
+            continue;
+        }
+        wait_wave(deps, &mut stored, &fleet, &mut follower).await?;
+    }
+}
+
+/// The end of driving, when the stored rollout is no longer ours to drive.
+fn settled(r: &Rollout, me: &str) -> Option<Ended> {
+    if r.driver != me {
+        return Some(Ended::Lost { line: r.line() });
+    }
+    match &r.outcome {
+        Outcome::Running => None,
+        Outcome::Completed => Some(Ended::Completed),
+        Outcome::Halted { hive, reason, .. } => Some(Ended::Halted {
+            hive: hive.clone(),
+            reason: reason.clone(),
+        }),
+        Outcome::Aborted => Some(Ended::Lost { line: r.line() }),
+    }
+}
+
+/// Record `stored.rollout` by compare-and-set. `false`: another controller
+/// wrote first; `stored` now holds what it wrote.
+async fn save(deps: &Deps<'_>, stored: &mut Stored) -> Result<bool, DriveError> {
+    match store::update(&deps.buckets.rollouts, stored).await {
+        Ok(()) => Ok(true),
+        Err(StoreError::Conflict { .. }) => {
+            tracing::info!("the rollout changed under us; reading it again");
+            match store::read(&deps.buckets.rollouts).await? {
+                Some(again) => *stored = again,
+                None => {
+                    stored.rollout.driver = String::from("(the rollout state was removed)");
+                }
+            }
+            Ok(false)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Write every hive of the current wave not written yet. `Some(halt)` when
+/// one cannot be written because its declaration changed outside the
+/// rollout.
+async fn write_wave(deps: &Deps<'_>, r: &mut Rollout) -> Result<Option<Outcome>, DriveError> {
+    let wave = r.wave;
+    let mut wrote = Vec::new();
+    for hive in r.waves[wave].clone() {
+        let Some(t) = r.hives.get(&hive) else {
+            continue;
+        };
+        if t.written_revision.is_some() {
+            continue;
+        }
+        let Some(target) = r.target(&hive).cloned() else {
+            continue;
+        };
+        let expected = t.expected_revision;
+        match write_hive(&deps.buckets.wanted, &hive, &target, expected).await? {
+            Ok(revision) => {
+                if let Some(t) = r.hives.get_mut(&hive) {
+                    t.written_revision = Some(revision);
+                    t.step = Step::Written;
+                }
+                wrote.push(format!("{hive} (revision {revision})"));
+            }
+            Err(reason) => {
+                return Ok(Some(Outcome::Halted {
+                    wave,
+                    hive: Some(hive),
+                    reason,
+                }))
+            }
+        }
+    }
+    if !wrote.is_empty() {
+        r.wave_started_ms = Some(unix_ms(OffsetDateTime::now_utc()));
+        (deps.report)(&format!(
+            "wave {} of {}: wrote {}",
+            wave + 1,
+            r.waves.len(),
+            wrote.join(", ")
+        ));
+    } else if r.wave_started_ms.is_none() {
+        r.wave_started_ms = Some(unix_ms(OffsetDateTime::now_utc()));
+    }
+    Ok(None)
+}
+
+/// Publish `target` for `hive` if its key is still at `expected`; the
+/// revision written, or adopted when the key already holds the target.
+/// `Ok(Err(reason))`: the key changed to something else outside the rollout.
+async fn write_hive(
+    wanted: &kv::Store,
+    hive: &HiveName,
+    target: &Declaration,
+    expected: Option<u64>,
+) -> Result<Result<u64, String>, DriveError> {
+    let fail = |reason: String| DriveError::Wanted {
+        hive: hive.clone(),
+        reason,
+    };
+    let bytes = encode_pretty(target).map_err(|e| fail(e.to_string()))?;
+    for _attempt in 0..3 {
+        let entry = wanted
+            .entry(hive.as_str())
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        let current = entry.as_ref().map(|e| e.revision);
+        if current != expected {
+            let holds_target = entry.as_ref().is_some_and(|e| {
+                e.operation == Operation::Put
+                    && decode::<Declaration>(&e.value).is_ok_and(|d| &d.value == target)
+            });
+            return Ok(match (holds_target, current) {
+                (true, Some(revision)) => {
+                    tracing::info!(%hive, revision, "already holds the rollout's target; not writing it again");
+                    Ok(revision)
+                }
+                _ => Err(format!(
+                    "hyperhive-wanted/{hive} changed outside the rollout (revision {}, planned against {})",
+                    current.map_or("none".into(), |r| r.to_string()),
+                    expected.map_or("none".into(), |r| r.to_string()),
+                )),
+            });
+        }
+        let result = match expected {
+            Some(rev) => wanted
+                .update(hive.as_str(), Bytes::from(bytes.clone()), rev)
+                .await
+                .map_err(|e| {
+                    (
+                        e.kind() == UpdateErrorKind::WrongLastRevision,
+                        e.to_string(),
+                    )
+                }),
+            None => wanted
+                .create(hive.as_str(), Bytes::from(bytes.clone()))
+                .await
+                .map_err(|e| {
+                    (
+                        e.kind() == kv::CreateErrorKind::AlreadyExists,
+                        e.to_string(),
+                    )
+                }),
+        };
+        match result {
+            Ok(revision) => return Ok(Ok(revision)),
+            // Someone wrote between our read and our write: look again.
+            Err((true, _)) => continue,
+            Err((false, reason)) => return Err(fail(reason)),
+        }
+    }
+    Err(fail("the key kept changing under us".into()))
+}
+
+/// Wait until the current wave is judged done (advance), must halt, or
+/// runs out of time; renew the lease by saving on a timer.
+async fn wait_wave(
+    deps: &Deps<'_>,
+    stored: &mut Stored,
+    fleet: &RwLock<Fleet>,
+    follower: &mut nats::Follower,
+) -> Result<(), DriveError> {
+    let heartbeat = (stored.rollout.settings.lease() / 3).max(Duration::from_millis(200));
+    let mut last_save = tokio::time::Instant::now();
+    loop {
+        let now = OffsetDateTime::now_utc();
+        let r = &mut stored.rollout;
+        let verdict = {
+            let f = fleet.read().unwrap_or_else(|p| p.into_inner());
+            judge_wave(r, |h| f.peek_row(h.as_str(), now).map(|v| v.row))
+        };
+        let wave = r.wave;
+        let n = r.waves.len();
+        let started = r.wave_started_ms.unwrap_or_else(|| unix_ms(now));
+        let waited = Duration::from_millis((unix_ms(now) - started).max(0) as u64);
+        let halt = match verdict {
+            Verdict::Done => {
+                r.wave += 1;
+                r.wave_started_ms = None;
+                let line = format!("wave {} of {n}: every hive converged", wave + 1);
+                if save(deps, stored).await? {
+                    (deps.report)(&line);
+                }
+                return Ok(());
+            }
+            Verdict::Halt { hive, reason } => Some((hive, format!("failed: {reason}"))),
+            Verdict::Waiting(list) if waited > r.settings.wait_converged() => {
+                list.into_iter().next().map(|(hive, why)| {
+                    let secs = r.settings.wait_converged_secs;
+                    (hive, format!("did not converge within {secs}s: {why}"))
+                })
+            }
+            Verdict::Waiting(_) => None,
+        };
+        if let Some((hive, reason)) = halt {
+            (deps.report)(&format!(
+                "wave {} of {n}: halted: hive {hive} {reason}",
+                wave + 1
+            ));
+            r.outcome = Outcome::Halted {
+                wave,
+                hive: Some(hive),
+                reason,
+            };
+            save(deps, stored).await?;
+            return Ok(());
+        }
+        let until_deadline = r.settings.wait_converged().saturating_sub(waited);
+        if last_save.elapsed() >= heartbeat {
+            last_save = tokio::time::Instant::now();
+            if !save(deps, stored).await? {
+                return Ok(());
+            }
+        }
+        let pause = heartbeat
+            .saturating_sub(last_save.elapsed())
+            .min(until_deadline + Duration::from_millis(5))
+            .min(Duration::from_secs(1));
+        tokio::select! {
+            // Cancel-safe: an entry not yet taken stays in the watch.
+            _ = follower.apply_next(fleet) => {}
+            // Cancel-safe: a sleep holds nothing. Rows turn stale with time alone.
+            _ = tokio::time::sleep(pause) => {
+                fleet.write().unwrap_or_else(|p| p.into_inner()).expire(OffsetDateTime::now_utc());
+            }
+        }
+    }
+}

@@ -1,0 +1,339 @@
+//! A rollout's state as stored in `hyperhive-rollouts/current`, and the
+//! decisions made on it (pure).
+//!
+//! The state is the whole plan: every hive's target declaration (by value
+//! hash; each distinct declaration is stored once), the KV revision of
+//! `hyperhive-wanted/<hive>` the write expects, the waves, the wave in
+//! progress and the outcome. A controller that reads it needs nothing else
+//! to carry on, which is what makes a rollout resumable by any controller.
+//!
+//! [`judge_wave`] is the heart: from each written hive's row (the
+//! controller's own convergence evaluation, `evaluate.rs`) it says whether
+//! the wave is done, still waiting, or must halt, and never says "done" for
+//! a hive whose row does not say fresh and converged on the revision the
+//! rollout wrote.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use swarm_queue_client::{Declaration, HiveName};
+
+use crate::evaluate::{Convergence, Freshness, HiveRow};
+use crate::rollout::settings::RolloutSettings;
+
+/// The rollout state's own schema version.
+pub const ROLLOUT_SCHEMA: u32 = 1;
+
+/// A short, stable hash of a declaration's value.
+pub fn value_hash(declaration: &Declaration) -> String {
+    let bytes = serde_json::to_vec(declaration).unwrap_or_default();
+    hex::encode(&Sha256::digest(&bytes)[..8])
+}
+
+/// Where one hive of the rollout is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Step {
+    /// Not written yet: its declaration is what it was before the rollout.
+    Waiting,
+    /// Its target is published; waiting for it to converge.
+    Written,
+    /// Fresh and converged on the written revision.
+    Done,
+    /// Failed or degraded on the written revision.
+    Failed,
+    /// Its previous declaration was declared again by `abort`.
+    Restored,
+}
+
+impl Step {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Step::Waiting => "waiting",
+            Step::Written => "written",
+            Step::Done => "done",
+            Step::Failed => "failed",
+            Step::Restored => "restored",
+        }
+    }
+}
+
+/// One hive's part of the plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HiveTarget {
+    /// [`value_hash`] of the declaration to publish (a key of
+    /// [`Rollout::declarations`]).
+    pub target: String,
+    /// The revision of `hyperhive-wanted/<hive>` when the rollout was
+    /// planned: what the compare-and-set write expects, and what `abort`
+    /// declares again.
+    pub expected_revision: Option<u64>,
+    /// Whether that revision holds a declaration `abort` can restore.
+    pub had_declaration: bool,
+    /// The revision the rollout's write got.
+    pub written_revision: Option<u64>,
+    pub step: Step,
+    /// Why it failed, or a note from `abort`.
+    pub reason: Option<String>,
+}
+
+/// How the rollout stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "lowercase")]
+pub enum Outcome {
+    Running,
+    Halted {
+        wave: usize,
+        hive: Option<HiveName>,
+        reason: String,
+    },
+    Completed,
+    Aborted,
+}
+
+impl Outcome {
+    /// Whether the rollout still holds its hives (a new one is refused).
+    pub fn is_open(&self) -> bool {
+        matches!(self, Outcome::Running | Outcome::Halted { .. })
+    }
+}
+
+/// The value of `hyperhive-rollouts/current`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rollout {
+    pub schema: u32,
+    /// Unique per rollout (`r<unix ms>`), for messages.
+    pub id: String,
+    /// The swarm file it came from.
+    pub source: String,
+    pub settings: RolloutSettings,
+    /// Hives in wave order; wave 0 first.
+    pub waves: Vec<Vec<HiveName>>,
+    /// The wave being written or waited on; `waves.len()` when all are done.
+    pub wave: usize,
+    /// When the current wave's writes were recorded (ms since the epoch, by
+    /// the driving controller's clock): the start of its wait.
+    pub wave_started_ms: Option<i64>,
+    /// The controller instance driving it; another one takes it over only
+    /// through `resume`, once the state is older than the lease.
+    pub driver: String,
+    pub outcome: Outcome,
+    pub hives: BTreeMap<HiveName, HiveTarget>,
+    /// Each distinct target declaration, by its value hash.
+    pub declarations: BTreeMap<String, Declaration>,
+}
+
+/// One changed hive, as `declare --rollout` plans it.
+#[derive(Debug, Clone)]
+pub struct Change {
+    pub hive: HiveName,
+    pub expected_revision: Option<u64>,
+    pub had_declaration: bool,
+    pub declaration: Declaration,
+}
+
+/// What the rows of the written hives say about the current wave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every hive of the wave is done (or failed within `max_failed`).
+    Done,
+    /// Still waiting on these hives, with each one's reason.
+    Waiting(Vec<(HiveName, String)>),
+    /// More than `max_failed` hives failed; the first one and why.
+    Halt { hive: HiveName, reason: String },
+}
+
+/// Counts for `status` and the dashboard.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    pub done: usize,
+    pub written: usize,
+    pub waiting: usize,
+    pub failed: usize,
+    pub restored: usize,
+}
+
+impl Rollout {
+    /// A new running rollout of `changes` (in rollout order), driven by
+    /// `driver`.
+    pub fn plan(
+        id: String,
+        source: String,
+        settings: RolloutSettings,
+        driver: String,
+        changes: Vec<Change>,
+    ) -> Rollout {
+        let order: Vec<HiveName> = changes.iter().map(|c| c.hive.clone()).collect();
+        let waves = crate::rollout::settings::split(&order, &settings.waves);
+        let mut hives = BTreeMap::new();
+        let mut declarations = BTreeMap::new();
+        for c in changes {
+            let target = value_hash(&c.declaration);
+            declarations.entry(target.clone()).or_insert(c.declaration);
+            hives.insert(
+                c.hive,
+                HiveTarget {
+                    target,
+                    expected_revision: c.expected_revision,
+                    had_declaration: c.had_declaration,
+                    written_revision: None,
+                    step: Step::Waiting,
+                    reason: None,
+                },
+            );
+        }
+        Rollout {
+            schema: ROLLOUT_SCHEMA,
+            id,
+            source,
+            settings,
+            waves,
+            wave: 0,
+            wave_started_ms: None,
+            driver,
+            outcome: Outcome::Running,
+            hives,
+            declarations,
+        }
+    }
+
+    /// The target declaration of `hive`.
+    pub fn target(&self, hive: &HiveName) -> Option<&Declaration> {
+        self.declarations.get(&self.hives.get(hive)?.target)
+    }
+
+    pub fn counts(&self) -> Counts {
+        let mut c = Counts::default();
+        for t in self.hives.values() {
+            match t.step {
+                Step::Done => c.done += 1,
+                Step::Written => c.written += 1,
+                Step::Waiting => c.waiting += 1,
+                Step::Failed => c.failed += 1,
+                Step::Restored => c.restored += 1,
+            }
+        }
+        c
+    }
+
+    /// One line for people: "rollout r1 (swarm.toml): running, wave 2 of 3:
+    /// 1 done, 2 written, 3 waiting, 0 failed".
+    pub fn line(&self) -> String {
+        let c = self.counts();
+        let n = self.waves.len();
+        let k = (self.wave + 1).min(n);
+        let head = format!("rollout {} ({})", self.id, self.source);
+        let counts = format!(
+            "{} done, {} written, {} waiting, {} failed",
+            c.done, c.written, c.waiting, c.failed
+        );
+        match &self.outcome {
+            Outcome::Running => format!("{head}: running, wave {k} of {n}: {counts}"),
+            Outcome::Halted { wave, hive, reason } => {
+                let who = hive
+                    .as_ref()
+                    .map(|h| format!("hive {h}: "))
+                    .unwrap_or_default();
+                format!(
+                    "{head}: halted at wave {} of {n}: {who}{reason} ({counts})",
+                    wave + 1
+                )
+            }
+            Outcome::Completed => format!("{head}: completed, {n} waves: {counts}"),
+            Outcome::Aborted => format!(
+                "{head}: aborted at wave {k} of {n}: {} restored, {counts}",
+                c.restored
+            ),
+        }
+    }
+}
+
+/// Judge the current wave from the rows of the rollout's hives (`row`
+/// gives the controller's row of a hive, None when it has none), and mark
+/// each written hive done or failed. Hives of earlier waves are judged
+/// again: one that turns degraded later still counts as failed.
+pub fn judge_wave(rollout: &mut Rollout, row: impl Fn(&HiveName) -> Option<HiveRow>) -> Verdict {
+    let upto = (rollout.wave + 1).min(rollout.waves.len());
+    let written: Vec<HiveName> = rollout.waves[..upto].iter().flatten().cloned().collect();
+    let mut waiting = Vec::new();
+    for hive in &written {
+        let Some(t) = rollout.hives.get_mut(hive) else {
+            continue;
+        };
+        let Some(revision) = t.written_revision else {
+            waiting.push((hive.clone(), "not written yet".into()));
+            continue;
+        };
+        let judged = row(hive).map(|r| judge_hive(&r, revision));
+        match judged {
+            Some(HiveJudgement::Done) => {
+                t.step = Step::Done;
+                t.reason = None;
+            }
+            Some(HiveJudgement::Failed(reason)) => {
+                t.step = Step::Failed;
+                t.reason = Some(reason);
+            }
+            Some(HiveJudgement::Waiting(reason)) => {
+                // A done hive that is only progressing again (a new status
+                // on its way) keeps its step; the wave waits on the others.
+                if t.step != Step::Done {
+                    t.step = Step::Written;
+                    waiting.push((hive.clone(), reason));
+                }
+            }
+            None => {
+                t.step = Step::Written;
+                waiting.push((hive.clone(), "the controller has no row for it".into()));
+            }
+        }
+    }
+    let failed: Vec<(HiveName, String)> = rollout
+        .hives
+        .iter()
+        .filter(|(_, t)| t.step == Step::Failed)
+        .map(|(h, t)| (h.clone(), t.reason.clone().unwrap_or_default()))
+        .collect();
+    if failed.len() > rollout.settings.max_failed {
+        if let Some((hive, reason)) = failed.into_iter().next() {
+            return Verdict::Halt { hive, reason };
+        }
+    }
+    if waiting.is_empty() {
+        Verdict::Done
+    } else {
+        Verdict::Waiting(waiting)
+    }
+}
+
+enum HiveJudgement {
+    Done,
+    Failed(String),
+    Waiting(String),
+}
+
+/// One hive's row against the revision the rollout wrote for it.
+fn judge_hive(row: &HiveRow, revision: u64) -> HiveJudgement {
+    if row.declared_revision != Some(revision) {
+        return match row.declared_revision {
+            Some(r) if r > revision => HiveJudgement::Failed(format!(
+                "its declaration was replaced outside the rollout (revision {r}, the rollout wrote {revision})"
+            )),
+            _ => HiveJudgement::Waiting(format!(
+                "the controller has not seen revision {revision} yet"
+            )),
+        };
+    }
+    match row.convergence {
+        Convergence::Converged if row.freshness == Freshness::Fresh => HiveJudgement::Done,
+        Convergence::Failed | Convergence::Degraded => {
+            HiveJudgement::Failed(format!("{}: {}", row.convergence, row.reason))
+        }
+        _ => HiveJudgement::Waiting(format!("{}: {}", row.convergence, row.reason)),
+    }
+}
+
+#[cfg(test)]
+#[path = "state_tests.rs"]
+mod tests;

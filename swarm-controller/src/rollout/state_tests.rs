@@ -157,3 +157,40 @@ fn r_written(h: &HiveName) -> u64 {
         _ => 22,
     }
 }
+
+#[test]
+fn the_state_round_trips_through_json_with_the_outcome_at_the_top() {
+    let mut r = rollout(3, 0);
+    r.outcome = Outcome::Halted {
+        halted_wave: 0,
+        hive: Some(hive(0)),
+        reason: "failed: x".into(),
+    };
+    let v = serde_json::to_value(&r).unwrap();
+    assert_eq!(v["outcome"], "halted");
+    assert_eq!(v["hive"], "h0");
+    let back: Rollout = serde_json::from_value(v).unwrap();
+    assert_eq!(back, r);
+    assert!(
+        r.line()
+            .contains("halted at wave 1 of 3: hive h0: failed: x"),
+        "{}",
+        r.line()
+    );
+}
+
+#[test]
+fn after_a_resume_a_failure_waits_for_the_deadline() {
+    let mut r = rollout(6, 0);
+    let h0 = hive(0);
+    let t = r.hives.get_mut(&h0).unwrap();
+    t.written_revision = Some(10);
+    t.retried_at_status = Some(5);
+    let failed = |h: &HiveName| Some(row(h, Convergence::Failed, Freshness::Fresh, 10));
+    match judge_wave(&mut r, failed) {
+        Verdict::Waiting(w) => assert!(w[0].1.contains("asked to try again"), "{w:?}"),
+        v => panic!("{v:?}"),
+    }
+    let done = |h: &HiveName| Some(row(h, Convergence::Converged, Freshness::Fresh, 10));
+    assert_eq!(judge_wave(&mut r, done), Verdict::Done);
+}

@@ -247,6 +247,29 @@ async fn a_bad_image_halts_after_wave_one_abort_restores_and_resume_completes() 
     );
     let s = six.run(&["status", "--json"]).await;
     assert_eq!(s.json()["rollout"]["outcome"], "halted", "{s:?}");
+    // And the dashboard's API (the page shows its `line`).
+    let (_serve, url) = controller_support::serve_with(
+        &six.swarm.controller_config,
+        &six.dir.path().join("serve.log"),
+    )
+    .await;
+    let api: serde_json::Value = reqwest::get(format!("{url}/api/rollout"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(api["outcome"], "halted", "{api:#}");
+    assert_eq!(api["counts"]["failed"], 1, "{api:#}");
+    assert!(
+        api["line"]
+            .as_str()
+            .unwrap()
+            .contains("halted at wave 1 of 3"),
+        "{api:#}"
+    );
+    let page = reqwest::get(&url).await.unwrap().text().await.unwrap();
+    assert!(page.contains("id=\"rollout\"") && page.contains("api/rollout"));
 
     // Abort: the written hive gets its previous declaration again.
     let r = six.run(&["rollout", "abort"]).await;

@@ -194,3 +194,36 @@ fn after_a_resume_a_failure_waits_for_the_deadline() {
     let done = |h: &HiveName| Some(row(h, Convergence::Converged, Freshness::Fresh, 10));
     assert_eq!(judge_wave(&mut r, done), Verdict::Done);
 }
+
+/// The state of a rollout must fit in one KV value
+/// (`limits::MAX_VALUE_BYTES`); this measures how many hives that allows
+/// with 30-character hive names, and the docs quote it.
+#[test]
+fn how_many_hives_one_rollout_state_holds() {
+    let changes = |n: usize| -> Vec<Change> {
+        (0..n)
+            .map(|i| Change {
+                hive: HiveName::new(format!("hive-{i:05}-{}", "x".repeat(19))).unwrap(),
+                expected_revision: Some(100_000 + i as u64),
+                had_declaration: true,
+                declaration: decl("web:2"),
+            })
+            .collect()
+    };
+    let mut r = Rollout::plan(
+        "r1796114011715".into(),
+        "/etc/hyperhive/swarm.toml".into(),
+        RolloutSettings::default(),
+        "c1234-1796114011715".into(),
+        changes(1000),
+    );
+    for (i, t) in r.hives.values_mut().enumerate() {
+        t.written_revision = Some(200_000 + i as u64);
+        t.step = Step::Done;
+    }
+    let bytes = serde_json::to_vec(&r).unwrap().len();
+    let per_hive = bytes / 1000;
+    let fits = swarm_queue_client::limits::MAX_VALUE_BYTES / per_hive;
+    println!("rollout state: {per_hive} bytes per hive; one value holds about {fits} hives");
+    assert!(fits >= 2000, "{per_hive} bytes per hive");
+}

@@ -520,11 +520,13 @@ async fn status(config: &Config, json: bool, watch_mode: bool) -> anyhow::Result
         .await
         .map_err(|_| anyhow::anyhow!("reading the buckets took over {LOAD_WAIT:?}"))?
         .context("reading the status and wanted buckets")?;
-    let show = |fleet: &RwLock<Fleet>| -> anyhow::Result<()> {
-        let report = {
+    let rollouts = buckets.rollouts.clone();
+    let show = |fleet: &RwLock<Fleet>, rollout: Option<serde_json::Value>| -> anyhow::Result<()> {
+        let mut report = {
             let f = fleet.read().unwrap_or_else(|p| p.into_inner());
             Report::of_fleet(&f, OffsetDateTime::now_utc())
         };
+        report.rollout = rollout;
         if json && watch_mode {
             println!("{}", serde_json::to_string(&report)?);
         } else if json {
@@ -540,7 +542,7 @@ async fn status(config: &Config, json: bool, watch_mode: bool) -> anyhow::Result
         }
         Ok(())
     };
-    show(&fleet)?;
+    show(&fleet, rollout_summary(&rollouts).await)?;
     if !watch_mode {
         return Ok(EXIT_OK);
     }
@@ -564,7 +566,7 @@ async fn status(config: &Config, json: bool, watch_mode: bool) -> anyhow::Result
             // Cancel-safe: an entry not yet taken stays in the watch.
             change = follower.apply_next(&fleet) => {
                 let _ = change;
-                show(&fleet)?;
+                show(&fleet, rollout_summary(&rollouts).await)?;
             }
             // Cancel-safe: a sleep holds nothing.
             _ = tokio::time::sleep(next_stale) => {
@@ -573,7 +575,7 @@ async fn status(config: &Config, json: bool, watch_mode: bool) -> anyhow::Result
                     .unwrap_or_else(|p| p.into_inner())
                     .expire(OffsetDateTime::now_utc());
                 if !expired.is_empty() {
-                    show(&fleet)?;
+                    show(&fleet, rollout_summary(&rollouts).await)?;
                 }
             }
             _ = stop.wait_for(|s| *s) => return Ok(EXIT_OK),
@@ -598,6 +600,20 @@ async fn serve_cmd(config: &Config, http_listen: Option<SocketAddr>) -> anyhow::
         Err(_) => {
             tracing::warn!("HTTP server did not stop within 5 s; exiting anyway");
             Ok(EXIT_OK)
+        }
+    }
+}
+
+/// The stored rollout for `status`; a read error is logged, not fatal, since
+/// the fleet's rows do not depend on it.
+async fn rollout_summary(rollouts: &async_nats::jetstream::kv::Store) -> Option<serde_json::Value> {
+    match crate::rollout::store::read(rollouts).await {
+        Ok(stored) => stored
+            .as_ref()
+            .map(|s| cli_declare::status_json(Some(s), OffsetDateTime::now_utc())),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the rollout state");
+            None
         }
     }
 }

@@ -28,6 +28,11 @@ pub struct Report {
     pub generated_at: String,
     /// The same in milliseconds since the epoch: ages tick from it.
     pub server_time_ms: i64,
+    /// The staged rollout in `hyperhive-rollouts`, if one was ever recorded
+    /// (`rollout status --json`'s document; its `line` says wave k of n and
+    /// a halt's reason).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<serde_json::Value>,
 }
 
 /// Milliseconds since the Unix epoch.
@@ -79,6 +84,7 @@ impl Report {
                 .format(&time::format_description::well_known::Rfc3339)
                 .unwrap_or_default(),
             server_time_ms: unix_ms(now),
+            rollout: None,
         }
     }
 
@@ -145,6 +151,10 @@ impl Report {
         out.push('\n');
         out.push_str(&self.summary.line);
         out.push('\n');
+        if let Some(line) = self.rollout.as_ref().and_then(|r| r["line"].as_str()) {
+            out.push_str(line);
+            out.push('\n');
+        }
         out
     }
 }

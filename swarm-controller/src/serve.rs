@@ -10,7 +10,10 @@
 //! - **http** (axum): `GET /` the dashboard page, `GET /api/status` the same
 //!   JSON as `status --json` (with the filters and paging of
 //!   [`crate::view::Query`]), `GET /api/events` the server-sent events the
-//!   page listens to, `POST /hooks/forge` the webhook, `GET /health/live`.
+//!   page listens to, `GET /api/rollout` the staged rollout (the document
+//!   of `rollout status --json`, read from `hyperhive-rollouts` per request;
+//!   the page asks every 2 s), `POST /hooks/forge` the webhook,
+//!   `GET /health/live`.
 //!   Every route but the HMAC-checked webhook only reads.
 //!
 //! Every change is formatted once and handed to all listeners through a
@@ -82,6 +85,8 @@ pub struct Shared {
     pushes: broadcast::Sender<Arc<Push>>,
     pub push_stats: PushStats,
     client: async_nats::Client,
+    /// `hyperhive-rollouts`, read by `/api/rollout`.
+    rollouts: async_nats::jetstream::kv::Store,
     webhook_secret: Option<Vec<u8>>,
     knowledge_repo: Option<String>,
     shutdown: watch::Receiver<bool>,
@@ -193,6 +198,7 @@ pub async fn start(
         pushes,
         push_stats: PushStats::default(),
         client,
+        rollouts: buckets.rollouts.clone(),
         webhook_secret,
         knowledge_repo: config.knowledge_repo.clone(),
         shutdown: shutdown.clone(),
@@ -284,6 +290,7 @@ fn router(shared: Arc<Shared>, hosts: HostRule) -> Router {
         .route("/api/status", get(api_status))
         .route("/api/events", get(events))
         .route("/api/stats", get(api_stats))
+        .route("/api/rollout", get(api_rollout))
         .route_layer(middleware::from_fn_with_state(hosts, guard_host))
         .route("/hooks/forge", post(forge_hook))
         .route("/health/live", get(|| async { "ok\n" }))
@@ -318,6 +325,20 @@ async fn api_status(State(shared): State<Arc<Shared>>, pairs: Pairs) -> Response
     match Query::parse(&pairs.0) {
         Ok(query) => Json(shared.report(&query)).into_response(),
         Err(e) => bad_query(e),
+    }
+}
+
+async fn api_rollout(State(shared): State<Arc<Shared>>) -> Response {
+    match crate::rollout::store::read(&shared.rollouts).await {
+        Ok(stored) => Json(crate::cli_declare::status_json(
+            stored.as_ref(),
+            OffsetDateTime::now_utc(),
+        ))
+        .into_response(),
+        Err(e) => reply(
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({ "error": e.to_string() }),
+        ),
     }
 }
 

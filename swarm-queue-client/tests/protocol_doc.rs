@@ -650,7 +650,7 @@ fn bucket_defaults_table_matches_the_crate() {
     let rows = checked_table(&doc, "bucket-defaults", 6);
     let mut failures = Vec::new();
     let mut seen = BTreeSet::new();
-    let all = [Bucket::Status, Bucket::Wanted, Bucket::Credentials];
+    let all = Bucket::ALL;
     for (line, cells) in &rows {
         let at = format!("{DOC}:{line}");
         let name = code(&cells[0]);

@@ -1,5 +1,5 @@
 //! A whole swarm on one machine, for the fault tests: one or three
-//! `nats-server`s, three real `hive` processes (own name and state dir each,
+//! `nats-server`s, three (or [`SwarmSpec::hives`]) real `hive` processes (own name and state dir each,
 //! sharing the machine's dockerd) and the controller's `status` verb.
 //!
 //! Every part is a real process a test can SIGKILL, SIGSTOP/SIGCONT or
@@ -38,6 +38,8 @@ pub struct SwarmSpec<'a> {
     pub hive_extra: &'a str,
     /// Environment for every hive process.
     pub hive_envs: &'a [(&'a str, &'a str)],
+    /// How many hives (3 unless a test needs more; they share one dockerd).
+    pub hives: usize,
 }
 
 impl Default for SwarmSpec<'_> {
@@ -48,6 +50,7 @@ impl Default for SwarmSpec<'_> {
             stale_after_secs: 3,
             hive_extra: "",
             hive_envs: &[],
+            hives: 3,
         }
     }
 }
@@ -100,7 +103,7 @@ impl TestSwarm {
             .prefix("hhtest-swarm-")
             .tempdir()
             .expect("temp dir for the swarm");
-        let names: Vec<String> = (0..3)
+        let names: Vec<String> = (0..spec.hives)
             .map(|i| unique_name(&format!("{}{i}", spec.test)))
             .collect();
         let nats = if spec.cluster {

@@ -383,6 +383,12 @@ async fn two_controllers_at_once_agree_and_declare_once() {
         "[hives.alpha.agents.bot]\nimage = \"local/bot:2\"\n",
     )
     .unwrap();
+    let roster: swarm_controller::config::Roster = [(
+        swarm_queue_client::HiveName::new("alpha").unwrap(),
+        Default::default(),
+    )]
+    .into();
+    let file = swarm_controller::groups::resolve(&file, &roster).unwrap();
     let mut first = swarm_controller::declare::plan(&env.client, &env.wanted, &file)
         .await
         .unwrap();

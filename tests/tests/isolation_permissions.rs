@@ -14,6 +14,7 @@ use async_nats::jetstream::{self, kv};
 use futures_util::StreamExt;
 use hyperhive_tests::identity::{Identity, SecuredNats, Violation};
 use hyperhive_tests::wait_until;
+use swarm_queue_client::buckets::CURRENT_ROLLOUT_KEY;
 use swarm_queue_client::direct::{put_own, KeyReader};
 use swarm_queue_client::permissions::js_api;
 use swarm_queue_client::subjects::{
@@ -275,6 +276,27 @@ async fn a_hive_cannot_touch_another_hives_keys_or_subjects() {
         s.violation(Violation::Subscribe, &me, &subject).await;
     }
 
+    // The controllers' rollout state: no hive reads it, or hears it change.
+    let rollouts = open(&js(&ctl, Duration::from_secs(5)), Bucket::Rollouts).await;
+    rollouts
+        .put(CURRENT_ROLLOUT_KEY, "plan".into())
+        .await
+        .unwrap();
+    assert!(KeyReader::new(&ajs, Bucket::Rollouts)
+        .last(CURRENT_ROLLOUT_KEY)
+        .await
+        .is_err());
+    s.violation(
+        Violation::Publish,
+        &me,
+        &js_api::direct_get(Bucket::Rollouts, CURRENT_ROLLOUT_KEY),
+    )
+    .await;
+    let subject = Bucket::Rollouts.key_subject(">");
+    let _sub = a.client.subscribe(subject.clone()).await.unwrap();
+    a.client.flush().await.unwrap();
+    s.violation(Violation::Subscribe, &me, &subject).await;
+
     // The stock KV client (stream info to open, consumers to watch) is
     // refused at its first step, for its own key too.
     assert!(ajs.get_key_value(Bucket::Wanted.name()).await.is_err());
@@ -515,6 +537,20 @@ async fn the_controller_can_do_everything_hyperhive_needs() {
         .collect()
         .await;
     assert_eq!(listed.len(), 2, "{listed:?}");
+    // Create the rollout bucket and change its state by compare-and-set.
+    let rollouts = open(&js(&ctl, Duration::from_secs(5)), Bucket::Rollouts).await;
+    let rev = rollouts
+        .create(CURRENT_ROLLOUT_KEY, "plan".into())
+        .await
+        .unwrap();
+    rollouts
+        .update(CURRENT_ROLLOUT_KEY, "wave-2".into(), rev)
+        .await
+        .unwrap();
+    assert!(rollouts
+        .update(CURRENT_ROLLOUT_KEY, "stale".into(), rev)
+        .await
+        .is_err());
     // Events to any hive.
     for h in ["alpha", "beta"] {
         let subj = HiveSubjects::new(&hive(h));

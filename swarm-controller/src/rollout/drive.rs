@@ -159,7 +159,7 @@ async fn write_wave(deps: &Deps<'_>, r: &mut Rollout) -> Result<Option<Outcome>,
             }
             Err(reason) => {
                 return Ok(Some(Outcome::Halted {
-                    wave,
+                    halted_wave: wave,
                     hive: Some(hive),
                     reason,
                 }))
@@ -278,7 +278,7 @@ async fn wait_wave(
                 }
                 return Ok(());
             }
-            Verdict::Halt { hive, reason } => Some((hive, format!("failed: {reason}"))),
+            Verdict::Halt { hive, reason } => Some((hive, reason)),
             Verdict::Waiting(list) if waited > r.settings.wait_converged() => {
                 list.into_iter().next().map(|(hive, why)| {
                     let secs = r.settings.wait_converged_secs;
@@ -293,7 +293,7 @@ async fn wait_wave(
                 wave + 1
             ));
             r.outcome = Outcome::Halted {
-                wave,
+                halted_wave: wave,
                 hive: Some(hive),
                 reason,
             };

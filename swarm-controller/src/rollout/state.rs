@@ -76,6 +76,12 @@ pub struct HiveTarget {
     pub step: Step,
     /// Why it failed, or a note from `abort`.
     pub reason: Option<String>,
+    /// After a `resume`, the hive's status revision when it was asked to
+    /// try again. Reports of the old failure go on for a while after that
+    /// (until the hive picks the new job up), so such a hive halts the
+    /// rollout only when the wave's `wait_converged_secs` runs out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retried_at_status: Option<u64>,
 }
 
 /// How the rollout stands.
@@ -84,7 +90,8 @@ pub struct HiveTarget {
 pub enum Outcome {
     Running,
     Halted {
-        wave: usize,
+        /// The wave (0-based) that halted.
+        halted_wave: usize,
         hive: Option<HiveName>,
         reason: String,
     },
@@ -118,6 +125,7 @@ pub struct Rollout {
     /// The controller instance driving it; another one takes it over only
     /// through `resume`, once the state is older than the lease.
     pub driver: String,
+    #[serde(flatten)]
     pub outcome: Outcome,
     pub hives: BTreeMap<HiveName, HiveTarget>,
     /// Each distinct target declaration, by its value hash.
@@ -180,6 +188,7 @@ impl Rollout {
                     written_revision: None,
                     step: Step::Waiting,
                     reason: None,
+                    retried_at_status: None,
                 },
             );
         }
@@ -230,14 +239,18 @@ impl Rollout {
         );
         match &self.outcome {
             Outcome::Running => format!("{head}: running, wave {k} of {n}: {counts}"),
-            Outcome::Halted { wave, hive, reason } => {
+            Outcome::Halted {
+                halted_wave,
+                hive,
+                reason,
+            } => {
                 let who = hive
                     .as_ref()
                     .map(|h| format!("hive {h}: "))
                     .unwrap_or_default();
                 format!(
                     "{head}: halted at wave {} of {n}: {who}{reason} ({counts})",
-                    wave + 1
+                    halted_wave + 1
                 )
             }
             Outcome::Completed => format!("{head}: completed, {n} waves: {counts}"),
@@ -265,7 +278,14 @@ pub fn judge_wave(rollout: &mut Rollout, row: impl Fn(&HiveName) -> Option<HiveR
             waiting.push((hive.clone(), "not written yet".into()));
             continue;
         };
-        let judged = row(hive).map(|r| judge_hive(&r, revision));
+        let judged = row(hive).map(|r| match judge_hive(&r, revision) {
+            // Reports of the old failure keep coming until the retried job
+            // is picked up, so after a resume only the wave's deadline halts.
+            HiveJudgement::Failed(why) if t.retried_at_status.is_some() => {
+                HiveJudgement::Waiting(format!("asked to try again after a resume; {why}"))
+            }
+            j => j,
+        });
         match judged {
             Some(HiveJudgement::Done) => {
                 t.step = Step::Done;

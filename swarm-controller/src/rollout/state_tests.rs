@@ -157,3 +157,73 @@ fn r_written(h: &HiveName) -> u64 {
         _ => 22,
     }
 }
+
+#[test]
+fn the_state_round_trips_through_json_with_the_outcome_at_the_top() {
+    let mut r = rollout(3, 0);
+    r.outcome = Outcome::Halted {
+        halted_wave: 0,
+        hive: Some(hive(0)),
+        reason: "failed: x".into(),
+    };
+    let v = serde_json::to_value(&r).unwrap();
+    assert_eq!(v["outcome"], "halted");
+    assert_eq!(v["hive"], "h0");
+    let back: Rollout = serde_json::from_value(v).unwrap();
+    assert_eq!(back, r);
+    assert!(
+        r.line()
+            .contains("halted at wave 1 of 3: hive h0: failed: x"),
+        "{}",
+        r.line()
+    );
+}
+
+#[test]
+fn after_a_resume_a_failure_waits_for_the_deadline() {
+    let mut r = rollout(6, 0);
+    let h0 = hive(0);
+    let t = r.hives.get_mut(&h0).unwrap();
+    t.written_revision = Some(10);
+    t.retried_at_status = Some(5);
+    let failed = |h: &HiveName| Some(row(h, Convergence::Failed, Freshness::Fresh, 10));
+    match judge_wave(&mut r, failed) {
+        Verdict::Waiting(w) => assert!(w[0].1.contains("asked to try again"), "{w:?}"),
+        v => panic!("{v:?}"),
+    }
+    let done = |h: &HiveName| Some(row(h, Convergence::Converged, Freshness::Fresh, 10));
+    assert_eq!(judge_wave(&mut r, done), Verdict::Done);
+}
+
+/// The state of a rollout must fit in one KV value
+/// (`limits::MAX_VALUE_BYTES`); this measures how many hives that allows
+/// with 30-character hive names, and the docs quote it.
+#[test]
+fn how_many_hives_one_rollout_state_holds() {
+    let changes = |n: usize| -> Vec<Change> {
+        (0..n)
+            .map(|i| Change {
+                hive: HiveName::new(format!("hive-{i:05}-{}", "x".repeat(19))).unwrap(),
+                expected_revision: Some(100_000 + i as u64),
+                had_declaration: true,
+                declaration: decl("web:2"),
+            })
+            .collect()
+    };
+    let mut r = Rollout::plan(
+        "r1796114011715".into(),
+        "/etc/hyperhive/swarm.toml".into(),
+        RolloutSettings::default(),
+        "c1234-1796114011715".into(),
+        changes(1000),
+    );
+    for (i, t) in r.hives.values_mut().enumerate() {
+        t.written_revision = Some(200_000 + i as u64);
+        t.step = Step::Done;
+    }
+    let bytes = serde_json::to_vec(&r).unwrap().len();
+    let per_hive = bytes / 1000;
+    let fits = swarm_queue_client::limits::MAX_VALUE_BYTES / per_hive;
+    println!("rollout state: {per_hive} bytes per hive; one value holds about {fits} hives");
+    assert!(fits >= 2000, "{per_hive} bytes per hive");
+}

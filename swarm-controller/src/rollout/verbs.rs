@@ -152,18 +152,40 @@ pub async fn resume(deps: &Deps<'_>) -> Result<Ended, VerbError> {
     }
     r.outcome = Outcome::Running;
     r.driver = deps.me.to_string();
-    match store::update(&deps.buckets.rollouts, &mut stored).await {
-        Ok(()) => {}
-        Err(StoreError::Conflict { .. }) => {
-            return Err(VerbError::LostRace(
-                store::winner_line(&deps.buckets.rollouts).await?,
-            ));
-        }
-        Err(e) => return Err(e.into()),
-    }
+    update_or_back_off(deps, &mut stored).await?;
     (deps.report)(&format!("resumed {}", stored.rollout.line()));
     retry_now(deps, &stored.rollout, &retry).await;
+    if !retry.is_empty() {
+        // Recorded after the hives queued their jobs: a report at or before
+        // this revision may still show the old failure.
+        for hive in &retry {
+            let at = deps
+                .buckets
+                .status
+                .entry(hive.as_str())
+                .await
+                .ok()
+                .flatten()
+                .map(|e| e.revision);
+            if let Some(t) = stored.rollout.hives.get_mut(hive) {
+                t.retried_at_status = at;
+            }
+        }
+        update_or_back_off(deps, &mut stored).await?;
+    }
     Ok(drive(deps, stored).await?)
+}
+
+/// Record `stored` by compare-and-set; a lost one is [`VerbError::LostRace`]
+/// with what the winner wrote, and this verb does nothing more.
+async fn update_or_back_off(deps: &Deps<'_>, stored: &mut Stored) -> Result<(), VerbError> {
+    match store::update(&deps.buckets.rollouts, stored).await {
+        Ok(()) => Ok(()),
+        Err(StoreError::Conflict { .. }) => Err(VerbError::LostRace(
+            store::winner_line(&deps.buckets.rollouts).await?,
+        )),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Ask each hive in `hives` to deploy every agent of its target that is not

@@ -1,0 +1,375 @@
+//! Groups and staged rollouts over six real hives, one nats-server and the
+//! machine's dockerd (one tiny busybox image shared by all hives):
+//!
+//! - a group declaration reaches the hives it selects and no other, `declare
+//!   --dry-run` names each agent's source, `roster` each hive's groups;
+//! - a group change rolls out in three waves, each written only after the one
+//!   before converged, every hive written once;
+//! - a bad image halts after the first wave with the other hives untouched,
+//!   `status` shows the halt; `abort` restores the previous container; after
+//!   the fix, `resume` completes the rollout;
+//! - a controller SIGKILLed mid-wave leaves the rollout to others: two
+//!   controllers race a `resume`, exactly one advances it, and no hive's
+//!   declaration is written twice (KV history per key).
+
+mod controller_support;
+
+use std::time::Duration;
+
+use controller_support::{run_controller, Run};
+use futures_util::StreamExt;
+use hyperhive_tests::docker::{docker, ImageGuard};
+use hyperhive_tests::kv::{container, Swarm};
+use hyperhive_tests::swarm::{SwarmSpec, TestSwarm};
+use hyperhive_tests::{controller_bin, unique_name, wait_until, Daemon};
+
+const T: Duration = Duration::from_secs(90);
+
+/// Six hives; `web(i)` says whether hive `i` is labelled `role = "web"`.
+struct Six {
+    swarm: TestSwarm,
+    kv: Swarm,
+    dir: tempfile::TempDir,
+}
+
+impl Six {
+    async fn start(test: &str, web: impl Fn(usize) -> bool) -> Six {
+        let swarm = TestSwarm::start(SwarmSpec {
+            test,
+            hives: 6,
+            ..Default::default()
+        })
+        .await;
+        // The roster again, with labels: groups select by them.
+        let mut text = format!("stale_after_secs = 10\n[nats]\nurl = {:?}\n", swarm.url);
+        for (i, n) in swarm.names.iter().enumerate() {
+            let role = if web(i) { "web" } else { "db" };
+            text.push_str(&format!(
+                "[hives.{n:?}]\nlabels = {{ role = \"{role}\", n = \"{i}\" }}\n"
+            ));
+        }
+        std::fs::write(&swarm.controller_config, text).unwrap();
+        let kv = swarm.connect().await;
+        let dir = tempfile::Builder::new()
+            .prefix("hhtest-rollout-")
+            .tempdir()
+            .unwrap();
+        Six { swarm, kv, dir }
+    }
+
+    async fn run(&self, args: &[&str]) -> Run {
+        run_controller(Some(&self.swarm.controller_config), args).await
+    }
+
+    /// A swarm file: group `web` runs agent `a` from `image` with `V=version`.
+    fn file(&self, name: &str, image: &str, version: &str, rollout: &str) -> String {
+        let text = format!(
+            "[groups.web]\nselect = {{ role = \"web\" }}\n\n\
+             [groups.web.agents.a]\nimage = \"{image}\"\ncommand = [\"/bin/sleep\", \"3600\"]\n\
+             env = {{ V = \"{version}\" }}\n\n{rollout}"
+        );
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    }
+
+    /// The KV revision of `hyperhive-wanted/<hive>` (None: no key).
+    async fn wanted_revision(&self, hive: &str) -> Option<u64> {
+        let store = self.kv.js.get_key_value("hyperhive-wanted").await.unwrap();
+        store.entry(hive).await.unwrap().map(|e| e.revision)
+    }
+
+    /// How many values `hyperhive-wanted/<hive>` has had (its kept history).
+    async fn writes(&self, hive: &str) -> usize {
+        let store = self.kv.js.get_key_value("hyperhive-wanted").await.unwrap();
+        match store.history(hive).await {
+            Ok(h) => h.count().await,
+            Err(_) => 0,
+        }
+    }
+
+    /// `rollout status --json`.
+    async fn rollout(&self) -> serde_json::Value {
+        let r = self.run(&["rollout", "status", "--json"]).await;
+        assert_eq!(r.code, 0, "{r:?}");
+        r.json()
+    }
+
+    /// Declare `file` at once and wait for every selected hive to converge.
+    async fn declare_converged(&self, file: &str, selected: &[usize]) {
+        let r = self.run(&["declare", file]).await;
+        assert_eq!(r.code, 0, "{r:?}");
+        for i in selected {
+            let n = &self.swarm.names[*i];
+            let rev = self.wanted_revision(n).await.expect("declared");
+            self.kv.converged(n, rev, T).await;
+        }
+    }
+}
+
+/// The `V` env value of hive `hive`'s agent `a`.
+fn version(hive: &str) -> String {
+    docker(&[
+        "inspect",
+        "--format",
+        "{{range .Config.Env}}{{println .}}{{end}}",
+        &format!("hyperhive.{hive}.a"),
+    ])
+    .lines()
+    .find_map(|l| l.strip_prefix("V=").map(str::to_string))
+    .unwrap_or_default()
+}
+
+const WAVES: &str = "[rollout]\nwaves = [\"1\", \"50%\", \"100%\"]\nwait_converged_secs = 120\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_reaches_only_its_hives_and_a_change_rolls_out_in_three_waves() {
+    // Hives 0..4 are web, hive 5 is db.
+    let six = Six::start("ro-groups", |i| i < 5).await;
+    let names = six.swarm.names.clone();
+    let image = six.swarm.image.reference.clone();
+    let v1 = six.file("v1.toml", &image, "1", WAVES);
+
+    let r = six.run(&["declare", &v1, "--dry-run"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    println!("declare --dry-run:\n{}", r.stdout);
+    assert!(
+        r.stdout.contains(&format!(
+            "{}: agents from\n    a: group web (line 4)",
+            names[0]
+        )),
+        "{r:?}"
+    );
+    assert!(!r.stdout.contains(&format!("{}:", names[5])), "{r:?}");
+    let r = six.run(&["roster", "--swarm-file", &v1]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    println!("roster:\n{}", r.stdout);
+    let line = |n: &str| {
+        r.stdout
+            .lines()
+            .find(|l| l.starts_with(n))
+            .unwrap()
+            .to_string()
+    };
+    assert!(line(&names[0]).ends_with("groups: web"), "{}", r.stdout);
+    assert!(!line(&names[5]).contains("\tgroups:"), "{}", r.stdout);
+
+    six.declare_converged(&v1, &[0, 1, 2, 3, 4]).await;
+    for n in &names[..5] {
+        assert_eq!(version(n), "1", "{n}");
+    }
+    assert_eq!(
+        six.wanted_revision(&names[5]).await,
+        None,
+        "db is not selected"
+    );
+    assert!(container(&names[5], "a").is_none());
+
+    // The change, in waves of 1, 2 and 2 hives.
+    let v2 = six.file("v2.toml", &image, "2", WAVES);
+    let r = six.run(&["declare", &v2, "--rollout"]).await;
+    println!("declare --rollout:\n{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, 0, "{r:?}");
+    for k in 1..=3 {
+        assert!(
+            r.stdout
+                .contains(&format!("wave {k} of 3: every hive converged")),
+            "{r:?}"
+        );
+    }
+    let state = six.rollout().await;
+    assert_eq!(state["outcome"], "completed", "{state:#}");
+    let waves: Vec<Vec<String>> = serde_json::from_value(state["waves"].clone()).unwrap();
+    assert_eq!(
+        waves.iter().map(Vec::len).collect::<Vec<_>>(),
+        vec![1, 2, 2]
+    );
+    // Each wave was written after the one before: its revisions are higher.
+    let mut last = 0;
+    for wave in &waves {
+        let revs: Vec<u64> = wave
+            .iter()
+            .map(|h| state["hives"][h]["written_revision"].as_u64().unwrap())
+            .collect();
+        assert!(revs.iter().all(|r| *r > last), "{waves:?} {state:#}");
+        last = *revs.iter().max().unwrap();
+    }
+    for n in &names[..5] {
+        assert_eq!(version(n), "2", "{n}");
+        assert_eq!(six.writes(n).await, 2, "{n}: v1 and v2, each written once");
+    }
+    assert_eq!(six.wanted_revision(&names[5]).await, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_image_halts_after_wave_one_abort_restores_and_resume_completes() {
+    let six = Six::start("ro-halt", |_| true).await;
+    let names = six.swarm.names.clone();
+    let image = six.swarm.image.reference.clone();
+    let all: Vec<usize> = (0..6).collect();
+    six.declare_converged(&six.file("v1.toml", &image, "1", WAVES), &all)
+        .await;
+    let before: Vec<Option<u64>> = {
+        let mut v = Vec::new();
+        for n in &names {
+            v.push(six.wanted_revision(n).await);
+        }
+        v
+    };
+    // Nothing listens on port 1: the pull is refused at once.
+    let bad = format!("127.0.0.1:1/{}:1", unique_name("hhtest-missing"));
+    let v2 = six.file("v2.toml", &bad, "2", WAVES);
+
+    let r = six.run(&["declare", &v2, "--rollout"]).await;
+    println!("declare --rollout (bad image):\n{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, 1, "{r:?}");
+    let state = six.rollout().await;
+    let first = state["waves"][0][0].as_str().unwrap().to_string();
+    assert_eq!(state["outcome"], "halted", "{state:#}");
+    assert_eq!(state["hive"], first.as_str(), "{state:#}");
+    assert!(
+        r.stdout
+            .contains(&format!("rollout halted: hive {first} failed")),
+        "{r:?}"
+    );
+    for (n, rev) in names.iter().zip(&before) {
+        if *n != first {
+            assert_eq!(&six.wanted_revision(n).await, rev, "{n} is untouched");
+            assert_eq!(version(n), "1", "{n}");
+        }
+    }
+    // `status` shows the halt and its reason.
+    let s = six.run(&["status"]).await;
+    println!("status:\n{}", s.stdout);
+    assert!(
+        s.stdout.contains("halted at wave 1 of 3") && s.stdout.contains(&first),
+        "{s:?}"
+    );
+    let s = six.run(&["status", "--json"]).await;
+    assert_eq!(s.json()["rollout"]["outcome"], "halted", "{s:?}");
+    // And the dashboard's API (the page shows its `line`).
+    let (_serve, url) = controller_support::serve_with(
+        &six.swarm.controller_config,
+        &six.dir.path().join("serve.log"),
+    )
+    .await;
+    let api: serde_json::Value = reqwest::get(format!("{url}/api/rollout"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(api["outcome"], "halted", "{api:#}");
+    assert_eq!(api["counts"]["failed"], 1, "{api:#}");
+    assert!(
+        api["line"]
+            .as_str()
+            .unwrap()
+            .contains("halted at wave 1 of 3"),
+        "{api:#}"
+    );
+    let page = reqwest::get(&url).await.unwrap().text().await.unwrap();
+    assert!(page.contains("id=\"rollout\"") && page.contains("api/rollout"));
+
+    // Abort: the written hive gets its previous declaration again.
+    let r = six.run(&["rollout", "abort"]).await;
+    println!("rollout abort:\n{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout.contains(&format!("{first}: declared revision")),
+        "{r:?}"
+    );
+    let restored = six.wanted_revision(&first).await.unwrap();
+    six.kv.converged(&first, restored, T).await;
+    assert_eq!(version(&first), "1");
+    assert_eq!(six.rollout().await["outcome"], "aborted");
+
+    // Again, then fix the cause (the image is there now) and resume.
+    let r = six.run(&["declare", &v2, "--rollout"]).await;
+    assert_eq!(r.code, 1, "{r:?}");
+    let state = six.rollout().await;
+    assert_eq!(state["outcome"], "halted", "{state:#}");
+    docker(&["tag", &image, &bad]);
+    let _bad_tag = ImageGuard {
+        reference: bad.clone(),
+    };
+    let r = six.run(&["rollout", "resume"]).await;
+    println!("rollout resume:\n{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout.contains("wave 3 of 3: every hive converged"),
+        "{r:?}"
+    );
+    assert_eq!(six.rollout().await["outcome"], "completed");
+    for n in &names {
+        assert_eq!(version(n), "2", "{n}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_controller_is_resumed_by_exactly_one_of_two_without_writing_twice() {
+    let six = Six::start("ro-kill", |_| true).await;
+    let names = six.swarm.names.clone();
+    let image = six.swarm.image.reference.clone();
+    let all: Vec<usize> = (0..6).collect();
+    six.declare_converged(&six.file("v1.toml", &image, "1", WAVES), &all)
+        .await;
+    let v2 = six.file(
+        "v2.toml",
+        &image,
+        "2",
+        "[rollout]\nwaves = [\"1\", \"50%\", \"100%\"]\nwait_converged_secs = 120\nlease_secs = 2\n",
+    );
+
+    // The first controller, killed as soon as it has written wave 2.
+    let cfg = six.swarm.controller_config.display().to_string();
+    let mut first = Daemon::spawn(
+        &controller_bin(),
+        &["--config", &cfg, "declare", &v2, "--rollout"],
+        &[],
+        &six.dir.path().join("first.log"),
+    );
+    wait_until(T, "the first controller to write wave 2", || async {
+        let s = six.rollout().await;
+        let second = s["waves"][1][0].as_str()?.to_string();
+        s["hives"][&second]["written_revision"].as_u64().map(|_| ())
+    })
+    .await;
+    first.kill();
+    let killed = six.rollout().await;
+    println!("killed mid-rollout: {}", killed["line"]);
+    assert_eq!(killed["outcome"], "running", "{killed:#}");
+
+    // Two controllers race to resume once the lease ran out.
+    let (a, b) = wait_until(T, "a resume past the lease", || async {
+        let (a, b) = tokio::join!(
+            six.run(&["rollout", "resume"]),
+            six.run(&["rollout", "resume"])
+        );
+        let refused = |r: &Run| r.stderr.contains("is driven by controller");
+        (!(refused(&a) && refused(&b))).then_some((a, b))
+    })
+    .await;
+    println!("resume A ({}):\n{}{}", a.code, a.stdout, a.stderr);
+    println!("resume B ({}):\n{}{}", b.code, b.stdout, b.stderr);
+    let advanced: Vec<&Run> = [&a, &b].into_iter().filter(|r| r.code == 0).collect();
+    assert_eq!(advanced.len(), 1, "exactly one advances");
+    let loser = if a.code == 0 { &b } else { &a };
+    assert!(
+        loser
+            .stderr
+            .contains("another controller changed the rollout first")
+            || loser.stderr.contains("is driven by controller"),
+        "{loser:?}"
+    );
+    assert!(
+        advanced[0].stdout.contains("taking over from controller"),
+        "{a:?}"
+    );
+    let state = six.rollout().await;
+    assert_eq!(state["outcome"], "completed", "{state:#}");
+    for n in &names {
+        assert_eq!(six.writes(n).await, 2, "{n}: v1 and v2, each written once");
+        assert_eq!(version(n), "2", "{n}");
+    }
+}

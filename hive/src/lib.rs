@@ -22,7 +22,8 @@
 //!   narrow trait; [`registry_auth`]: the registry logins pulls send.
 //!   narrow trait.
 //! - [`plan`] decides and [`converger`] does: declaration, Docker and
-//!   job store compared every round; [`retry`]: the per-agent backoff.
+//!   job store compared every round; [`retry`]: the per-agent backoff;
+//!   [`backoff`]: the one doubling delay every retry loop uses.
 //! - [`xkey`]: the hive's sealing key; [`systemd`]: sd_notify;
 //!   [`shutdown`]: the signal every task takes; [`test_hooks`]: hooks that
 //!   exist only with the `test-hooks` feature.
@@ -32,6 +33,7 @@
 
 pub mod access;
 pub mod api;
+pub mod backoff;
 pub mod cli;
 pub mod client;
 pub mod config;

@@ -74,7 +74,7 @@ impl RestartPolicy {
     /// ended lasted.
     pub fn next_delay(&self, previous: Option<Duration>, ran_for: Duration) -> Duration {
         match previous {
-            Some(p) if ran_for < self.healthy_after => p.saturating_mul(2).min(self.max),
+            Some(p) if ran_for < self.healthy_after => crate::backoff::doubled(p, self.max),
             _ => self.first,
         }
     }

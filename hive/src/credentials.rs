@@ -428,19 +428,16 @@ pub async fn run_boot_delivery(deps: BootDeps, mut shutdown: crate::shutdown::Sh
     );
     let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(60));
     loop {
-        tokio::select! {
-            _ = shutdown.wait() => return,
-            _ = connects.wait_for(|n| *n > 0) => {}
+        if !shutdown.until_connected(&mut connects).await {
+            return;
         }
-        connects.mark_unchanged();
         let mut doorbell = match deps.nats.client.subscribe(subject.clone()).await {
             Ok(s) => s,
             Err(e) => {
                 let wait = backoff.next_wait();
                 tracing::warn!(hive = %deps.hive, %subject, error = %e, retry_in = ?wait, "cannot subscribe to the credential doorbell");
-                tokio::select! {
-                    _ = shutdown.wait() => return,
-                    _ = tokio::time::sleep(wait) => {}
+                if !shutdown.sleep(wait).await {
+                    return;
                 }
                 continue;
             }

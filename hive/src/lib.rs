@@ -24,7 +24,8 @@
 //! - [`plan`] decides and [`converger`] does: declaration, Docker and
 //!   job store compared every round; [`retry`]: the per-agent backoff;
 //!   [`backoff`]: the one doubling delay every retry loop uses.
-//! - [`xkey`]: the hive's sealing key; [`systemd`]: sd_notify;
+//! - [`git`]: the one way git is run (knowledge, build contexts);
+//!   [`xkey`]: the hive's sealing key; [`systemd`]: sd_notify;
 //!   [`shutdown`]: the signal every task takes; [`test_hooks`]: hooks that
 //!   exist only with the `test-hooks` feature.
 //!
@@ -42,6 +43,7 @@ pub mod credentials;
 pub mod daemon;
 pub mod deploy;
 pub mod events;
+pub mod git;
 pub mod http;
 pub mod images;
 pub mod jobs;

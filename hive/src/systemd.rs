@@ -85,10 +85,8 @@ async fn feed_watchdog(
             tracing::error!(tasks = ?down, "essential tasks are down: not feeding the systemd watchdog");
         }
         starved = !down.is_empty();
-        tokio::select! {
-            // Both branches are cancel-safe.
-            _ = shutdown.wait() => return,
-            _ = tokio::time::sleep(interval) => {}
+        if !shutdown.sleep(interval).await {
+            return;
         }
     }
 }

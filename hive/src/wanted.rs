@@ -409,11 +409,9 @@ pub async fn run(deps: WantedDeps, mut shutdown: Shutdown) {
     };
     let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
     loop {
-        tokio::select! {
-            _ = shutdown.wait() => return,
-            _ = connects.wait_for(|n| *n > 0) => {}
+        if !shutdown.until_connected(&mut connects).await {
+            return;
         }
-        connects.mark_unchanged();
         match session.run(&mut connects, &mut shutdown).await {
             SessionEnd::Shutdown => return,
             SessionEnd::Reconnected => {

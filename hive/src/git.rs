@@ -52,3 +52,21 @@ pub async fn run(dir: &Path, args: &[&str], timeout: Duration) -> Result<String,
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
+
+/// Run `git args…` in `dir` as a fixed test author, and panic unless it
+/// succeeds: how the unit tests and the end-to-end tests make the
+/// repositories they pull from. Only in test builds.
+#[cfg(any(test, feature = "test-hooks"))]
+pub fn git_for_tests(dir: &Path, args: &[&str]) {
+    let ok = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@t")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@t")
+        .status()
+        .expect("git runs")
+        .success();
+    assert!(ok, "git {args:?} in {}", dir.display());
+}

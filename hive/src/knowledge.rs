@@ -97,20 +97,7 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn sh(dir: &Path, args: &[&str]) {
-        let ok = std::process::Command::new("git")
-            .args(args)
-            .current_dir(dir)
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@t")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@t")
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "git {args:?}");
-    }
+    use crate::git::git_for_tests as sh;
 
     #[tokio::test]
     async fn clones_then_pulls_from_a_local_bare_repo() {

@@ -506,31 +506,20 @@ mod tests {
     async fn checkout_clones_resolves_refs_and_refreshes_on_relock() {
         let tmp = tempfile::tempdir().unwrap();
         let repo = tmp.path().join("repo");
-        let sh = |dir: &Path, script: &str| {
-            let ok = std::process::Command::new("sh")
-                .arg("-c")
-                .arg(script)
-                .current_dir(dir)
-                .env("GIT_AUTHOR_NAME", "t")
-                .env("GIT_AUTHOR_EMAIL", "t@t")
-                .env("GIT_COMMITTER_NAME", "t")
-                .env("GIT_COMMITTER_EMAIL", "t@t")
-                .status()
-                .unwrap()
-                .success();
-            assert!(ok, "{script}");
-        };
+        let git = crate::git::git_for_tests;
         std::fs::create_dir_all(&repo).unwrap();
-        sh(
-            &repo,
-            "git init -q -b main . && echo one > f && git add f && git commit -qm one && git tag v1",
-        );
+        git(&repo, &["init", "-q", "-b", "main", "."]);
+        std::fs::write(repo.join("f"), "one\n").unwrap();
+        git(&repo, &["add", "f"]);
+        git(&repo, &["commit", "-qm", "one"]);
+        git(&repo, &["tag", "v1"]);
         let url = format!("file://{}", repo.display());
         let out = tmp.path().join("checkouts/a");
         let first = checkout(&url, None, &out, false).await.unwrap();
         assert_eq!(std::fs::read_to_string(out.join("f")).unwrap(), "one\n");
 
-        sh(&repo, "echo two > f && git commit -qam two");
+        std::fs::write(repo.join("f"), "two\n").unwrap();
+        git(&repo, &["commit", "-qam", "two"]);
         // Without a relock the checkout is reused as it is.
         assert_eq!(checkout(&url, None, &out, false).await.unwrap(), first);
         let second = checkout(&url, Some("main"), &out, true).await.unwrap();

@@ -667,7 +667,7 @@ impl<R: ContainerRuntime> Converger<R> {
                     if let PassError::Store(s) = &e {
                         store = Some(Err(s.to_string()));
                     }
-                    self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+                    self.backoff = crate::backoff::doubled(self.backoff, MAX_BACKOFF);
                     tracing::warn!(hive = %self.deps.hive, error = %e, next_in = ?self.backoff, "reconcile round failed; backing off");
                     self.deps.health.raise(
                         keys::RECONCILER,

@@ -39,6 +39,7 @@ use tokio::time::Instant;
 
 use zeroize::Zeroizing;
 
+use crate::backoff::Backoff;
 use crate::revision::{judge, Seen, Suspect, Verdict};
 
 #[derive(Debug, thiserror::Error)]
@@ -425,26 +426,23 @@ pub async fn run_boot_delivery(deps: BootDeps, mut shutdown: crate::shutdown::Sh
     let subject = swarm_queue_client::Bucket::Credentials.key_subject(
         &swarm_queue_client::subjects::credential_prefix_filter(&deps.hive),
     );
-    let mut backoff = Duration::from_millis(500);
+    let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(60));
     loop {
-        tokio::select! {
-            _ = shutdown.wait() => return,
-            _ = connects.wait_for(|n| *n > 0) => {}
+        if !shutdown.until_connected(&mut connects).await {
+            return;
         }
-        connects.mark_unchanged();
         let mut doorbell = match deps.nats.client.subscribe(subject.clone()).await {
             Ok(s) => s,
             Err(e) => {
-                tracing::warn!(hive = %deps.hive, %subject, error = %e, retry_in = ?backoff, "cannot subscribe to the credential doorbell");
-                tokio::select! {
-                    _ = shutdown.wait() => return,
-                    _ = tokio::time::sleep(backoff) => {}
+                let wait = backoff.next_wait();
+                tracing::warn!(hive = %deps.hive, %subject, error = %e, retry_in = ?wait, "cannot subscribe to the credential doorbell");
+                if !shutdown.sleep(wait).await {
+                    return;
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(60));
                 continue;
             }
         };
-        backoff = Duration::from_millis(500);
+        backoff.reset();
         let session = Session {
             deliverer: &deliverer,
             deps: &deps,

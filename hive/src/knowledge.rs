@@ -6,8 +6,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tokio::process::Command;
-
 /// Longest a clone or fetch may take before it is abandoned.
 const GIT_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -15,16 +13,8 @@ const GIT_TIMEOUT: Duration = Duration::from_secs(300);
 pub enum KnowledgeError {
     #[error("no knowledge_repo is configured")]
     NotConfigured,
-    #[error("cannot run git (is it installed?)")]
-    Spawn(#[source] std::io::Error),
-    #[error("`git {args}` failed in {dir}: {stderr}")]
-    Git {
-        args: String,
-        dir: PathBuf,
-        stderr: String,
-    },
-    #[error("`git {args}` timed out after {timeout:?}")]
-    Timeout { args: String, timeout: Duration },
+    #[error(transparent)]
+    Git(#[from] crate::git::GitError),
     #[error("cannot prepare {path}")]
     Io {
         path: PathBuf,
@@ -34,30 +24,7 @@ pub enum KnowledgeError {
 }
 
 async fn git(dir: &Path, args: &[&str]) -> Result<String, KnowledgeError> {
-    let joined = args.join(" ");
-    let run = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .kill_on_drop(true)
-        .output();
-    let out = match tokio::time::timeout(GIT_TIMEOUT, run).await {
-        Err(_) => {
-            return Err(KnowledgeError::Timeout {
-                args: joined,
-                timeout: GIT_TIMEOUT,
-            })
-        }
-        Ok(r) => r.map_err(KnowledgeError::Spawn)?,
-    };
-    if !out.status.success() {
-        return Err(KnowledgeError::Git {
-            args: joined,
-            dir: dir.to_path_buf(),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    Ok(crate::git::run(dir, args, GIT_TIMEOUT).await?)
 }
 
 /// Clone `repo` into `dir` if it is not a checkout yet, else fetch and reset
@@ -130,20 +97,7 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn sh(dir: &Path, args: &[&str]) {
-        let ok = std::process::Command::new("git")
-            .args(args)
-            .current_dir(dir)
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@t")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@t")
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "git {args:?}");
-    }
+    use crate::git::git_for_tests as sh;
 
     #[tokio::test]
     async fn clones_then_pulls_from_a_local_bare_repo() {

@@ -23,8 +23,10 @@
 //!   narrow trait; [`registry_auth`]: the registry logins pulls send.
 //!   narrow trait.
 //! - [`plan`] decides and [`converger`] does: declaration, Docker and
-//!   job store compared every round; [`retry`]: the per-agent backoff.
-//! - [`xkey`]: the hive's sealing key; [`systemd`]: sd_notify;
+//!   job store compared every round; [`retry`]: the per-agent backoff;
+//!   [`backoff`]: the one doubling delay every retry loop uses.
+//! - [`git`]: the one way git is run (knowledge, build contexts);
+//!   [`xkey`]: the hive's sealing key; [`systemd`]: sd_notify;
 //!   [`shutdown`]: the signal every task takes; [`test_hooks`]: hooks that
 //!   exist only with the `test-hooks` feature.
 //!
@@ -33,6 +35,7 @@
 
 pub mod access;
 pub mod api;
+pub mod backoff;
 pub mod cli;
 pub mod client;
 pub mod config;
@@ -41,6 +44,7 @@ pub mod credentials;
 pub mod daemon;
 pub mod deploy;
 pub mod events;
+pub mod git;
 pub mod http;
 pub mod images;
 pub mod jobs;

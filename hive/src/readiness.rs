@@ -396,13 +396,14 @@ pub fn render_metrics(s: &Snapshot) -> String {
     let r = &s.readiness;
     let m = &s.metrics;
     let mut out = String::new();
-    let mut gauge = |name: &str, help: &str, lines: Vec<(String, String)>| {
+    let mut family = |kind: &str, name: &str, help: &str, lines: Vec<(String, String)>| {
         let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} gauge");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
         for (labels, value) in lines {
             let _ = writeln!(out, "{name}{labels} {value}");
         }
     };
+    let mut gauge = |name: &str, help: &str, lines| family("gauge", name, help, lines);
     gauge(
         "hyperhive_hive_ready",
         "1 when the hive is ready (the same value /health/ready and the published status carry).",
@@ -415,7 +416,7 @@ pub fn render_metrics(s: &Snapshot) -> String {
             .iter()
             .map(|s| {
                 (
-                    format!("{{state=\"{s}\"}}"),
+                    labels(&[("state", s)]),
                     ((r.state.to_string() == *s) as u8).to_string(),
                 )
             })
@@ -452,7 +453,7 @@ pub fn render_metrics(s: &Snapshot) -> String {
         "Agents by observed state.",
         by_state
             .into_iter()
-            .map(|(k, v)| (format!("{{observed=\"{k}\"}}"), v.to_string()))
+            .map(|(k, v)| (labels(&[("observed", &k)]), v.to_string()))
             .collect(),
     );
     let mut by_level: BTreeMap<&str, u64> = [("info", 0), ("warn", 0), ("error", 0)].into();
@@ -469,7 +470,7 @@ pub fn render_metrics(s: &Snapshot) -> String {
         "Readiness warnings by level.",
         by_level
             .into_iter()
-            .map(|(k, v)| (format!("{{level=\"{k}\"}}"), v.to_string()))
+            .map(|(k, v)| (labels(&[("level", k)]), v.to_string()))
             .collect(),
     );
     gauge(
@@ -487,13 +488,7 @@ pub fn render_metrics(s: &Snapshot) -> String {
                 .unwrap_or_else(|| "-1".into()),
         )],
     );
-    let mut counter = |name: &str, help: &str, lines: Vec<(String, String)>| {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} counter");
-        for (labels, value) in lines {
-            let _ = writeln!(out, "{name}{labels} {value}");
-        }
-    };
+    let mut counter = |name: &str, help: &str, lines| family("counter", name, help, lines);
     counter(
         "hyperhive_status_publish_failures_total",
         "Failed status publishes since start.",
@@ -509,15 +504,46 @@ pub fn render_metrics(s: &Snapshot) -> String {
         "Finished jobs since start, by kind and outcome.",
         m.job_outcomes
             .iter()
-            .map(|((k, s), v)| (format!("{{kind=\"{k}\",state=\"{s}\"}}"), v.to_string()))
+            .map(|((k, s), v)| {
+                (
+                    labels(&[("kind", k.as_str()), ("state", s.as_str())]),
+                    v.to_string(),
+                )
+            })
             .collect(),
     );
     out
 }
 
+/// A label set in Prometheus text format, `{name="value",…}`, each value
+/// escaped as the format asks: `\\`, `\"` and `\n`. Today's values come
+/// from closed sets, but a label must never be able to break a line.
+fn labels(pairs: &[(&str, &str)]) -> String {
+    let body: Vec<String> = pairs
+        .iter()
+        .map(|(name, value)| {
+            let escaped = value
+                .replace('\\', "\\\\")
+                .replace('"', "\\\"")
+                .replace('\n', "\\n");
+            format!("{name}=\"{escaped}\"")
+        })
+        .collect();
+    format!("{{{}}}", body.join(","))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn label_values_are_escaped_as_the_text_format_asks() {
+        assert_eq!(labels(&[("state", "ok")]), r#"{state="ok"}"#);
+        assert_eq!(
+            labels(&[("kind", "a\"b\\c\nd"), ("state", "done")]),
+            r#"{kind="a\"b\\c\nd",state="done"}"#
+        );
+    }
 
     fn health() -> Health {
         Health::new(Some(HiveName::new("alpha").unwrap()), None)

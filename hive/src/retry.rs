@@ -75,8 +75,7 @@ impl Retries {
     /// The wait after `attempts` failures in a row: `base * 2^(attempts-1)`,
     /// capped at [`MAX_DELAY`].
     pub fn delay(&self, attempts: u32) -> Duration {
-        let shift = attempts.saturating_sub(1).min(20);
-        self.base.saturating_mul(1u32 << shift).min(MAX_DELAY)
+        crate::backoff::nth_delay(self.base, MAX_DELAY, attempts)
     }
 
     /// Count a failed job of `agent`, once.

@@ -74,7 +74,7 @@ impl RestartPolicy {
     /// ended lasted.
     pub fn next_delay(&self, previous: Option<Duration>, ran_for: Duration) -> Duration {
         match previous {
-            Some(p) if ran_for < self.healthy_after => p.saturating_mul(2).min(self.max),
+            Some(p) if ran_for < self.healthy_after => crate::backoff::doubled(p, self.max),
             _ => self.first,
         }
     }
@@ -245,11 +245,8 @@ impl Kept {
             let next = self.policy.next_delay(wait, started.elapsed());
             wait = Some(next);
             self.down(&why, next, deaths);
-            let mut shutdown = self.shutdown.clone();
-            tokio::select! {
-                // Both branches are cancel-safe.
-                _ = shutdown.wait() => return,
-                _ = tokio::time::sleep(next) => {}
+            if !self.shutdown.clone().sleep(next).await {
+                return;
             }
             tracing::info!(task = self.name, "restarting the task");
             self.board.set(self.name, self.role, true);

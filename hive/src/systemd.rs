@@ -2,6 +2,10 @@
 //! `WATCHDOG=1` every half `WATCHDOG_USEC`, `STOPPING=1` on shutdown. Does
 //! nothing when not started by systemd (`NOTIFY_SOCKET` unset).
 //!
+//! Kept rather than the `sd-notify` crate: that crate connects to
+//! `NOTIFY_SOCKET` as a file path, so it cannot reach an abstract-namespace
+//! socket (`@…`), which sd_notify(3) allows; this is one datagram send.
+//!
 //! The watchdog is fed only while every essential task runs (the
 //! supervisor's [`TaskBoard`]): a hive whose wanted watch, converger, job
 //! worker or event listener cannot stay up is restarted by systemd once
@@ -13,30 +17,6 @@ use std::time::Duration;
 use crate::shutdown::Shutdown;
 use crate::supervisor::TaskBoard;
 
-fn send(state: &str) {
-    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
-        return;
-    };
-    let sock = match std::os::unix::net::UnixDatagram::unbound() {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(error = %e, "sd_notify: cannot create socket");
-            return;
-        }
-    };
-    let bytes = path.as_encoded_bytes();
-    let result = if let Some(name) = bytes.strip_prefix(b"@") {
-        use std::os::linux::net::SocketAddrExt;
-        std::os::unix::net::SocketAddr::from_abstract_name(name)
-            .and_then(|addr| sock.send_to_addr(state.as_bytes(), &addr))
-    } else {
-        sock.send_to(state.as_bytes(), std::path::Path::new(&path))
-    };
-    if let Err(e) = result {
-        tracing::warn!(error = %e, state, "sd_notify failed");
-    }
-}
-
 pub fn notify_ready() {
     send("READY=1");
 }
@@ -45,9 +25,14 @@ pub fn notify_stopping() {
     send("STOPPING=1");
 }
 
-/// The watchdog interval systemd asked for, halved.
+/// The watchdog interval systemd asked for, halved; none when the watchdog
+/// is meant for another process (`WATCHDOG_PID`).
 pub fn watchdog_interval() -> Option<Duration> {
     let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
+    let pid = std::env::var("WATCHDOG_PID").ok();
+    if pid.is_some_and(|p| p.parse() != Ok(std::process::id())) {
+        return None;
+    }
     (usec > 0).then(|| Duration::from_micros(usec / 2))
 }
 
@@ -55,6 +40,30 @@ pub fn watchdog_interval() -> Option<Duration> {
 /// until shutdown.
 pub async fn run_watchdog(interval: Duration, board: Arc<TaskBoard>, shutdown: Shutdown) {
     feed_watchdog(interval, board, shutdown, send).await
+}
+
+fn send(state: &str) {
+    let Some(socket) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    if let Err(e) = send_to(&socket, state) {
+        tracing::warn!(error = %e, state, "sd_notify failed");
+    }
+}
+
+/// Send `state` to the notify socket `socket`: a path, or an abstract name
+/// when it starts with `@`.
+fn send_to(socket: &std::ffi::OsStr, state: &str) -> std::io::Result<()> {
+    let sock = std::os::unix::net::UnixDatagram::unbound()?;
+    let bytes = socket.as_encoded_bytes();
+    if let Some(name) = bytes.strip_prefix(b"@") {
+        use std::os::linux::net::SocketAddrExt;
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name)?;
+        sock.send_to_addr(state.as_bytes(), &addr)?;
+    } else {
+        sock.send_to(state.as_bytes(), std::path::Path::new(socket))?;
+    }
+    Ok(())
 }
 
 /// [`run_watchdog`] with the sending apart, so a test can count the pings.
@@ -76,10 +85,8 @@ async fn feed_watchdog(
             tracing::error!(tasks = ?down, "essential tasks are down: not feeding the systemd watchdog");
         }
         starved = !down.is_empty();
-        tokio::select! {
-            // Both branches are cancel-safe.
-            _ = shutdown.wait() => return,
-            _ = tokio::time::sleep(interval) => {}
+        if !shutdown.sleep(interval).await {
+            return;
         }
     }
 }
@@ -93,6 +100,27 @@ mod tests {
     use super::*;
     use crate::readiness::Health;
     use crate::supervisor::{Role, Supervisor};
+
+    /// A notification reaches a socket named by path and one in the
+    /// abstract namespace (`@…`), as systemd may give either.
+    #[test]
+    fn notifications_reach_path_and_abstract_sockets() {
+        use std::os::linux::net::SocketAddrExt;
+        use std::os::unix::net::{SocketAddr, UnixDatagram};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("notify");
+        let by_path = UnixDatagram::bind(&path).unwrap();
+        send_to(path.as_os_str(), "READY=1").unwrap();
+        let name = format!("hhtest-notify-{}", std::process::id());
+        let addr = SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        let abstract_sock = UnixDatagram::bind_addr(&addr).unwrap();
+        send_to(std::ffi::OsStr::new(&format!("@{name}")), "STOPPING=1").unwrap();
+        let mut buf = [0u8; 64];
+        let n = by_path.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"READY=1");
+        let n = abstract_sock.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"STOPPING=1");
+    }
 
     /// The watchdog is fed while the essential task runs, starved while it
     /// is down, and fed again once it is back.

@@ -37,6 +37,7 @@ use swarm_queue_client::{
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::backoff::Backoff;
 use crate::readiness::{keys, Health};
 use crate::revision::{judge, Seen, Suspect, Verdict, CONFIRM_AFTER};
 use crate::shutdown::Shutdown;
@@ -406,27 +407,25 @@ pub async fn run(deps: WantedDeps, mut shutdown: Shutdown) {
         recheck: None,
         missing: false,
     };
-    let mut backoff = Duration::from_millis(500);
+    let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
     loop {
-        tokio::select! {
-            _ = shutdown.wait() => return,
-            _ = connects.wait_for(|n| *n > 0) => {}
+        if !shutdown.until_connected(&mut connects).await {
+            return;
         }
-        connects.mark_unchanged();
         match session.run(&mut connects, &mut shutdown).await {
             SessionEnd::Shutdown => return,
             SessionEnd::Reconnected => {
                 tracing::info!(hive = %deps.hive, "reconnected to NATS: pulling the declaration again");
-                backoff = Duration::from_millis(500);
+                backoff.reset();
             }
             SessionEnd::Failed(why) => {
-                tracing::warn!(hive = %deps.hive, error = %why, retry_in = ?backoff, "wanted-state session failed");
+                let wait = backoff.next_wait();
+                tracing::warn!(hive = %deps.hive, error = %why, retry_in = ?wait, "wanted-state session failed");
                 tokio::select! {
                     _ = shutdown.wait() => return,
-                    _ = tokio::time::sleep(backoff) => {}
+                    _ = tokio::time::sleep(wait) => {}
                     _ = connects.changed() => {}
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(30));
             }
         }
     }

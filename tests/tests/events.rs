@@ -4,9 +4,9 @@
 //! taken from the same snapshot as the readiness.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 use std::time::Duration;
 
+use hive::git::git_for_tests as git;
 use hyperhive_tests::docker::{ContainerGuard, TestImage};
 use hyperhive_tests::hive::{warning_keys, HiveProc, HiveSpec};
 use hyperhive_tests::kv::{container, Swarm};
@@ -103,20 +103,6 @@ async fn deploy_requests_are_answered_with_the_job_or_the_reason() {
         .daemon
         .log()
         .contains("undecodable deploy request ignored"));
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let ok = std::process::Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@t")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@t")
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "git {args:?}");
 }
 
 #[tokio::test]

@@ -38,8 +38,7 @@ impl Default for RetryPolicy {
 impl RetryPolicy {
     /// The wait before retrying after failed attempt `attempt` (1-based).
     pub fn backoff(&self, attempt: u32) -> Duration {
-        let shift = attempt.saturating_sub(1).min(30);
-        self.base.saturating_mul(1u32 << shift).min(self.cap)
+        crate::backoff::nth_delay(self.base, self.cap, attempt)
     }
 }
 

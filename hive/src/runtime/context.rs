@@ -11,7 +11,6 @@ use std::io;
 use std::path::{Component, Path, PathBuf};
 
 use swarm_queue_client::BuildSpec;
-use tokio::process::Command;
 
 use super::RuntimeError;
 
@@ -79,29 +78,22 @@ pub fn dockerfile_path(build: &BuildSpec) -> Result<String, RuntimeError> {
     }
 }
 
-async fn git(dir: Option<&Path>, args: &[&str]) -> Result<String, RuntimeError> {
-    let mut cmd = Command::new("git");
-    if let Some(d) = dir {
-        cmd.arg("-C").arg(d);
-    }
-    let shown = args.join(" ");
-    let out = cmd
-        .args(args)
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .kill_on_drop(true)
-        .output()
+/// Longest one git command of a checkout may take: a clone of a large
+/// repository is slow, but a hung one must not hold the agent's job forever.
+const GIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1800);
+
+async fn git(dir: &Path, args: &[&str]) -> Result<String, RuntimeError> {
+    use crate::git::GitError;
+    crate::git::run(dir, args, GIT_TIMEOUT)
         .await
         .map_err(|e| RuntimeError::Git {
-            args: shown.clone(),
-            reason: format!("cannot run git: {e} (is git installed?)"),
-        })?;
-    if !out.status.success() {
-        return Err(RuntimeError::Git {
-            args: shown,
-            reason: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+            args: args.join(" "),
+            reason: match e {
+                GitError::Failed { stderr, .. } => stderr,
+                GitError::Spawn(e) => format!("cannot run git: {e} (is git installed?)"),
+                GitError::Timeout { timeout, .. } => format!("timed out after {timeout:?}"),
+            },
+        })
 }
 
 /// Make `dir` a checkout of `url` at `git_ref`: clone when there is no
@@ -133,16 +125,12 @@ pub async fn checkout(
         }
         let target = dir.to_string_lossy();
         git(
-            None,
+            Path::new("."),
             &["clone", "--quiet", "--no-checkout", "--", url, &target],
         )
         .await?;
     } else if refresh {
-        git(
-            Some(dir),
-            &["fetch", "--quiet", "--force", "--tags", "origin"],
-        )
-        .await?;
+        git(dir, &["fetch", "--quiet", "--force", "--tags", "origin"]).await?;
     }
     let candidates: Vec<String> = match git_ref {
         Some(r) => vec![format!("origin/{r}"), r.to_string()],
@@ -151,7 +139,7 @@ pub async fn checkout(
     let mut commit = None;
     for candidate in &candidates {
         let spec = format!("{candidate}^{{commit}}");
-        if let Ok(c) = git(Some(dir), &["rev-parse", "--verify", "--quiet", &spec]).await {
+        if let Ok(c) = git(dir, &["rev-parse", "--verify", "--quiet", &spec]).await {
             commit = Some(c);
             break;
         }
@@ -164,11 +152,11 @@ pub async fn checkout(
         ),
     })?;
     git(
-        Some(dir),
+        dir,
         &["checkout", "--quiet", "--force", "--detach", &commit],
     )
     .await?;
-    git(Some(dir), &["clean", "--quiet", "-ffdx"]).await?;
+    git(dir, &["clean", "--quiet", "-ffdx"]).await?;
     Ok(commit)
 }
 
@@ -518,31 +506,20 @@ mod tests {
     async fn checkout_clones_resolves_refs_and_refreshes_on_relock() {
         let tmp = tempfile::tempdir().unwrap();
         let repo = tmp.path().join("repo");
-        let sh = |dir: &Path, script: &str| {
-            let ok = std::process::Command::new("sh")
-                .arg("-c")
-                .arg(script)
-                .current_dir(dir)
-                .env("GIT_AUTHOR_NAME", "t")
-                .env("GIT_AUTHOR_EMAIL", "t@t")
-                .env("GIT_COMMITTER_NAME", "t")
-                .env("GIT_COMMITTER_EMAIL", "t@t")
-                .status()
-                .unwrap()
-                .success();
-            assert!(ok, "{script}");
-        };
+        let git = crate::git::git_for_tests;
         std::fs::create_dir_all(&repo).unwrap();
-        sh(
-            &repo,
-            "git init -q -b main . && echo one > f && git add f && git commit -qm one && git tag v1",
-        );
+        git(&repo, &["init", "-q", "-b", "main", "."]);
+        std::fs::write(repo.join("f"), "one\n").unwrap();
+        git(&repo, &["add", "f"]);
+        git(&repo, &["commit", "-qm", "one"]);
+        git(&repo, &["tag", "v1"]);
         let url = format!("file://{}", repo.display());
         let out = tmp.path().join("checkouts/a");
         let first = checkout(&url, None, &out, false).await.unwrap();
         assert_eq!(std::fs::read_to_string(out.join("f")).unwrap(), "one\n");
 
-        sh(&repo, "echo two > f && git commit -qam two");
+        std::fs::write(repo.join("f"), "two\n").unwrap();
+        git(&repo, &["commit", "-qam", "two"]);
         // Without a relock the checkout is reused as it is.
         assert_eq!(checkout(&url, None, &out, false).await.unwrap(), first);
         let second = checkout(&url, Some("main"), &out, true).await.unwrap();

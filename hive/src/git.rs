@@ -1,0 +1,72 @@
+//! The one way the hive runs git: for the knowledge checkout
+//! ([`crate::knowledge`]) and for build contexts from a repository
+//! ([`crate::runtime::context`]). No prompt for credentials (a job or a
+//! pull must never hang on a terminal), killed when the caller gives up or
+//! the timeout passes, and stdout trimmed.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::process::Command;
+
+/// Why a git command did not give an answer.
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    #[error("cannot run git (is it installed?)")]
+    Spawn(#[source] std::io::Error),
+    #[error("`git {args}` failed in {dir}: {stderr}")]
+    Failed {
+        args: String,
+        dir: PathBuf,
+        stderr: String,
+    },
+    #[error("`git {args}` timed out after {timeout:?}")]
+    Timeout { args: String, timeout: Duration },
+}
+
+/// Run `git -C dir args…` and return its trimmed stdout.
+pub async fn run(dir: &Path, args: &[&str], timeout: Duration) -> Result<String, GitError> {
+    let joined = args.join(" ");
+    let output = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .kill_on_drop(true)
+        .output();
+    let out = match tokio::time::timeout(timeout, output).await {
+        Err(_) => {
+            return Err(GitError::Timeout {
+                args: joined,
+                timeout,
+            })
+        }
+        Ok(r) => r.map_err(GitError::Spawn)?,
+    };
+    if !out.status.success() {
+        return Err(GitError::Failed {
+            args: joined,
+            dir: dir.to_path_buf(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Run `git args…` in `dir` as a fixed test author, and panic unless it
+/// succeeds: how the unit tests and the end-to-end tests make the
+/// repositories they pull from. Only in test builds.
+#[cfg(any(test, feature = "test-hooks"))]
+pub fn git_for_tests(dir: &Path, args: &[&str]) {
+    let ok = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@t")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@t")
+        .status()
+        .expect("git runs")
+        .success();
+    assert!(ok, "git {args:?} in {}", dir.display());
+}

@@ -15,6 +15,8 @@
 //!   and images removed by label when the guard drops, and a socket proxy
 //!   to dockerd that lets a test make Docker "come back".
 //! - [`jobs`]: a client of a hive's operator API, on its Unix socket.
+//! - [`link`]: a TCP forwarder a test can cut and restore (a leaf link).
+//! - [`log_time`]: when, after an event, a daemon's log shows a line.
 //! - [`browser`]: a headless Chromium driven over the DevTools protocol.
 //! - [`Daemon`]: a `hive` or `swarm-controller` process with its log
 //!   captured, killed by its own pid on drop.
@@ -26,6 +28,8 @@ pub mod hive;
 pub mod identity;
 pub mod jobs;
 pub mod kv;
+pub mod link;
+pub mod log_time;
 pub mod nats;
 pub mod oracle;
 pub mod process;

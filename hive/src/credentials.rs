@@ -155,8 +155,14 @@ impl Deliverer {
     /// A deliverer for `hive`'s keys; sends nothing yet.
     pub fn new(parts: DelivererParts) -> Self {
         let js = async_nats::jetstream::new(parts.client.clone());
+        Self::on_context(parts, &js)
+    }
+
+    /// A deliverer that reads through `js` (the buckets' JetStream domain,
+    /// see `swarm_queue_client::Connection::jetstream`).
+    pub fn on_context(parts: DelivererParts, js: &async_nats::jetstream::Context) -> Self {
         Deliverer {
-            reader: KeyReader::new(&js, swarm_queue_client::Bucket::Credentials),
+            reader: KeyReader::new(js, swarm_queue_client::Bucket::Credentials),
             client: parts.client,
             hive: parts.hive,
             xkey: parts.xkey,
@@ -338,6 +344,8 @@ pub struct Credentials {
 /// What opening the credentials bucket needs.
 pub struct Opener {
     pub client: async_nats::Client,
+    /// JetStream on the buckets' domain.
+    pub js: async_nats::jetstream::Context,
     pub bucket: swarm_queue_client::BucketSettings,
     pub hive: HiveName,
     pub xkey: Arc<XKey>,
@@ -374,13 +382,14 @@ impl Credentials {
             .opener
             .as_ref()
             .expect("a Credentials without an opener is made open");
-        let d = Deliverer::new(DelivererParts {
+        let parts = DelivererParts {
             client: o.client.clone(),
             hive: o.hive.clone(),
             xkey: o.xkey.clone(),
             trusted: o.trusted.clone(),
             agents_dir: o.agents_dir.clone(),
-        });
+        };
+        let d = Deliverer::on_context(parts, &o.js);
         *opened = Some(d.clone());
         d
     }
@@ -477,7 +486,7 @@ impl Session<'_> {
         let mut confirm_at = self.pass().await;
         if self.missing.load(std::sync::atomic::Ordering::Relaxed) {
             // As at every start: make it where this identity may.
-            let js = async_nats::jetstream::new(self.deps.nats.client.clone());
+            let js = self.deps.nats.jetstream();
             let bucket = swarm_queue_client::Bucket::Credentials;
             let settings = self.deps.credentials.bucket_settings();
             match swarm_queue_client::buckets::create_bucket(&js, bucket, &settings).await {
@@ -487,7 +496,7 @@ impl Session<'_> {
                 }
             }
         }
-        let mut repull = tokio::time::interval(crate::wanted::REPULL_EVERY);
+        let mut repull = tokio::time::interval(crate::wanted::repull_every(&self.deps.nats));
         repull.tick().await;
         // A doorbell whose read showed nothing new is read again (the
         // stream may not have stored the put yet when the doorbell rang).

@@ -366,6 +366,7 @@ fn start_nats_side(
     });
     let credentials = credentials::Credentials::new(credentials::Opener {
         client: conn.client.clone(),
+        js: conn.jetstream(),
         bucket: config.nats.buckets.get(Bucket::Credentials),
         hive: hive.clone(),
         xkey: state.xkey.clone(),

@@ -4,9 +4,17 @@
 //! Publish first, then wait. It publishes again when the interval passes,
 //! when what is published changes (after a successful publish only, so a
 //! NATS outage does not turn into a retry storm), and right after every
-//! reconnect. After [`PUBLISH_FAILURES_BEFORE_WARNING`] failures in a row it
-//! raises a local warning; the first success clears it. On shutdown it
-//! publishes one last status saying `stopped`.
+//! reconnect. A put that failed while connected (no ack within
+//! [`PUBLISH_TIMEOUT`]: the stream had no leader, during an election; or
+//! no stream answered: a leaf node's link down) is tried again after
+//! [`RETRY_FIRST`], doubling up to the interval ([`wait_after`]): waiting a
+//! whole interval (60 s by default) would leave the swarm without this
+//! hive's status, its converged revision included, long after the stream
+//! is back. Disconnected, it waits for the reconnect (or the interval).
+//! After [`PUBLISH_FAILURES_BEFORE_WARNING`] failures in a row it
+//! raises a local warning; the first success clears it, and tells the
+//! wanted task the buckets answer again (`Health::buckets_back`). On
+//! shutdown it publishes one last status saying `stopped`.
 //!
 //! The payload carries no timestamp: readers take freshness from the KV
 //! entry's own time.
@@ -18,7 +26,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use swarm_queue_client::buckets::create_bucket;
-use swarm_queue_client::direct::{put_own, PutOwnError};
+use swarm_queue_client::direct::{put_own_key, OwnKey, PutOwnError};
 use swarm_queue_client::{
     encode_pretty, ensure_connected, Bucket, BucketSettings, Connection, HiveName, Level,
 };
@@ -26,8 +34,14 @@ use swarm_queue_client::{
 use crate::readiness::{keys, Health};
 use crate::shutdown::Shutdown;
 
-/// Time allowed for one publish (the put and its ack).
-const PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time allowed for one publish (the put and its ack). An ack takes
+/// milliseconds (p99 well under 0.5 s at 1,000 hives on one server,
+/// docs/benchmarks-scale.md); a put unanswered for a second was dropped by
+/// a stream without a leader, and the retry is what gets through.
+pub const PUBLISH_TIMEOUT: Duration = Duration::from_secs(1);
+/// The first retry after a failed put while connected; each further one
+/// waits twice as long, up to the publish interval.
+pub const RETRY_FIRST: Duration = Duration::from_millis(250);
 /// Shortest gap between two publishes triggered by changes.
 const MIN_CHANGE_GAP: Duration = Duration::from_millis(100);
 
@@ -80,15 +94,19 @@ impl Publisher {
         let attempt = async {
             let snapshot = self.deps.health.snapshot();
             let bytes = encode_pretty(&snapshot.readiness)?;
-            let key = self.deps.hive.as_str();
-            match put_own(&self.js, Bucket::Status, key, bytes.clone().into()).await {
+            let own = OwnKey {
+                bucket: Bucket::Status,
+                key: self.deps.hive.as_str(),
+                domain: self.deps.nats.jetstream_domain.as_deref(),
+            };
+            match put_own_key(&self.js, own, bytes.clone().into()).await {
                 Err(missing @ PutOwnError::BucketMissing { .. }) => {
                     if let Err(e) = create_bucket(&self.js, Bucket::Status, &self.deps.bucket).await
                     {
                         tracing::debug!(error = %crate::error_chain(&e), "cannot create the status bucket");
                         return Err(missing.into());
                     }
-                    Ok(put_own(&self.js, Bucket::Status, key, bytes.into()).await?)
+                    Ok(put_own_key(&self.js, own, bytes.into()).await?)
                 }
                 other => Ok(other?),
             }
@@ -99,20 +117,45 @@ impl Publisher {
         }
     }
 
-    async fn publish_and_record(&mut self) -> bool {
+    async fn publish_and_record(&mut self) -> Outcome {
         match self.publish().await {
             Ok(revision) => {
                 tracing::debug!(hive = %self.deps.hive, revision, "status published");
                 self.deps.health.publish_succeeded();
-                true
+                Outcome::Published
             }
             Err(e) => {
                 let msg = crate::error_chain(&e);
                 tracing::warn!(hive = %self.deps.hive, error = %msg, "status publish failed");
                 self.deps.health.publish_failed(&msg);
-                false
+                match e {
+                    PublishError::NotConnected(_) => Outcome::Disconnected,
+                    _ => Outcome::Failed,
+                }
             }
         }
+    }
+}
+
+/// How one publish went, as far as the next one is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Published,
+    /// Not connected: the reconnect is the signal to try again.
+    Disconnected,
+    /// Connected, but the put got no ack (or an error).
+    Failed,
+}
+
+/// The longest wait before the next publish after `outcome`, and the
+/// backoff for the failure after that. `backoff` is the wait for a
+/// [`Outcome::Failed`]; it doubles up to `interval` and starts again at
+/// [`RETRY_FIRST`] after a success. A reconnect ends any wait early.
+pub fn wait_after(outcome: Outcome, backoff: Duration, interval: Duration) -> (Duration, Duration) {
+    match outcome {
+        Outcome::Published => (interval, RETRY_FIRST),
+        Outcome::Disconnected => (interval, backoff),
+        Outcome::Failed => (backoff.min(interval), (backoff * 2).min(interval)),
     }
 }
 
@@ -125,13 +168,16 @@ pub async fn run(deps: PublisherDeps, mut shutdown: Shutdown) {
     connects.mark_unchanged();
     let interval = deps.interval;
     let health = deps.health.clone();
-    let js = jetstream::new(deps.nats.client.clone());
+    let js = deps.nats.jetstream();
     let mut p = Publisher { deps, js };
+    let mut backoff = RETRY_FIRST;
     loop {
-        let ok = p.publish_and_record().await;
-        let wait = tokio::time::sleep(interval);
+        let outcome = p.publish_and_record().await;
+        let (next, later) = wait_after(outcome, backoff, interval);
+        backoff = later;
+        let wait = tokio::time::sleep(next);
         tokio::pin!(wait);
-        if ok {
+        if outcome == Outcome::Published {
             // Only listen for changes after a success; after a failure the
             // next try waits for the interval or a reconnect.
             tokio::select! {
@@ -153,7 +199,45 @@ pub async fn run(deps: PublisherDeps, mut shutdown: Shutdown) {
         }
     }
     health.set_stopping();
-    if p.publish_and_record().await {
+    if p.publish_and_record().await == Outcome::Published {
         tracing::info!(hive = %p.deps.hive, "published final status: stopped");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_puts_retry_soon_and_back_off_to_the_interval() {
+        let interval = Duration::from_secs(60);
+        let ms = |n| Duration::from_millis(n);
+        let mut backoff = RETRY_FIRST;
+        let mut waits = Vec::new();
+        for _ in 0..12 {
+            let (wait, next) = wait_after(Outcome::Failed, backoff, interval);
+            waits.push(wait.as_millis());
+            backoff = next;
+        }
+        assert_eq!(
+            waits,
+            [250, 500, 1000, 2000, 4000, 8000, 16000, 32000, 60000, 60000, 60000, 60000]
+        );
+        // Disconnected: wait for the reconnect (or the interval), and keep
+        // the backoff where it was.
+        assert_eq!(
+            wait_after(Outcome::Disconnected, ms(4000), interval),
+            (interval, ms(4000))
+        );
+        // A success starts the backoff again.
+        assert_eq!(
+            wait_after(Outcome::Published, ms(32000), interval),
+            (interval, RETRY_FIRST)
+        );
+        // An interval shorter than the first retry caps it.
+        assert_eq!(
+            wait_after(Outcome::Failed, RETRY_FIRST, ms(100)),
+            (ms(100), ms(100))
+        );
     }
 }

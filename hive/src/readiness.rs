@@ -85,6 +85,12 @@ pub struct Health {
     pub changed: Notify,
     /// Woken when a job finishes, so the converger looks again at once.
     pub job_progress: Notify,
+    /// Counts status publishes that succeeded after failing: the buckets
+    /// answer again although the connection may never have dropped (a
+    /// stream got a new leader, a leaf node's link to the hub came back).
+    /// The wanted task reads its key on every change, as after a reconnect,
+    /// because a doorbell rung while the buckets were out of reach is lost.
+    pub buckets_back: tokio::sync::watch::Sender<u64>,
 }
 
 /// Figures that go to `/metrics`, from the same lock as the `Readiness`.
@@ -118,6 +124,7 @@ impl Health {
             inner: Mutex::new(Inner::default()),
             changed: Notify::new(),
             job_progress: Notify::new(),
+            buckets_back: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -160,11 +167,15 @@ impl Health {
     /// Record a successful status publish; clears the publish warning.
     pub fn publish_succeeded(&self) {
         let mut inner = self.lock();
+        let after_failures = inner.publish.consecutive_failures > 0;
         inner.publish.consecutive_failures = 0;
         inner.publish.total_successes += 1;
         inner.publish.last_success = Some(Instant::now());
         drop(inner);
         self.clear(keys::STATUS_PUBLISH);
+        if after_failures {
+            self.buckets_back.send_modify(|n| *n += 1);
+        }
     }
 
     /// Record a failed publish; after [`PUBLISH_FAILURES_BEFORE_WARNING`] in a
@@ -687,9 +698,13 @@ mod tests {
             w[0].message
         );
         assert!(w[0].message.contains("the hive itself is fine"));
+        let back = h.buckets_back.subscribe();
         h.publish_succeeded();
         assert!(h.snapshot().readiness.warnings.is_empty());
         assert_eq!(h.snapshot().metrics.publish_failures_total, 3);
+        assert_eq!(*back.borrow(), 1, "a success after failures: buckets back");
+        h.publish_succeeded();
+        assert_eq!(*back.borrow(), 1, "a success after a success is not");
     }
 
     #[test]

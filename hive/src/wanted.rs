@@ -7,8 +7,15 @@
 //! duplicate: either costs one read and changes nothing). So the server
 //! holds no JetStream consumer for this hive. A doorbell only rings while
 //! the hive listens, so the key is also read (`pull`) at start, after every
-//! reconnect and every [`REPULL_EVERY`]. The subscription is made before
-//! the first pull, so a value written in between rings it.
+//! reconnect and every [`REPULL_EVERY`] ([`REPULL_EVERY_ACROSS_DOMAINS`] on
+//! a leaf-node site, where doorbells cannot cross). The subscription is made before
+//! the first pull, so a value written in between rings it. Two more reads
+//! close the gaps a failover leaves: a read that failed is tried again
+//! after [`READ_RETRY_FIRST`], doubling up to [`READ_RETRY_MAX`], until one
+//! succeeds; and the key is read whenever the status publisher gets through
+//! after failing (`Health::buckets_back`), because the buckets can be out of
+//! reach while the connection stays up (a stream without a leader, a leaf
+//! node's link to the hub down), and a doorbell rung meanwhile is lost.
 //!
 //! Revisions follow [`crate::revision`]: a lower one than the last handled
 //! means the bucket was made again; the hive warns (`wanted_reset`) and
@@ -26,7 +33,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use swarm_queue_client::buckets::create_bucket;
@@ -44,6 +50,23 @@ use crate::shutdown::Shutdown;
 
 /// Re-read the key this often even when the watch is quiet.
 pub const REPULL_EVERY: Duration = Duration::from_secs(60);
+/// …and this often when the buckets are in another JetStream domain (a
+/// hive on a leaf-node site): nats-server denies `$KV.>` on a leaf link
+/// between two domains, so no doorbell reaches such a hive and this timer
+/// is how a new declaration does.
+pub const REPULL_EVERY_ACROSS_DOMAINS: Duration = Duration::from_secs(5);
+
+/// How often a hive on `nats` re-reads its keys with no doorbell.
+pub fn repull_every(nats: &Connection) -> Duration {
+    match nats.jetstream_domain {
+        Some(_) => REPULL_EVERY_ACROSS_DOMAINS,
+        None => REPULL_EVERY,
+    }
+}
+/// A failed read is tried again after this, then twice as late each time…
+pub const READ_RETRY_FIRST: Duration = Duration::from_millis(250);
+/// …up to this (a missing bucket is read again at this pace).
+pub const READ_RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// A valid declaration and its KV revision (its identity).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -147,6 +170,8 @@ struct Session<'a> {
     recheck: Option<(Instant, usize)>,
     /// Whether the last read found the bucket missing.
     missing: bool,
+    /// After a failed read: when the next is due, and the backoff it used.
+    retry: Option<(Instant, Duration)>,
 }
 
 impl Session<'_> {
@@ -166,9 +191,13 @@ impl Session<'_> {
     /// warning, and the next doorbell or pull retries.
     async fn pull(&mut self, reader: &KeyReader, why: &str) -> bool {
         let hive = &self.deps.hive;
-        match reader.last(hive.as_str()).await {
+        let started = Instant::now();
+        let read = reader.last(hive.as_str()).await;
+        tracing::debug!(%hive, why, took = ?started.elapsed(), ok = read.is_ok(), "declaration read");
+        match read {
             Ok(found) => {
                 self.missing = false;
+                self.retry = None;
                 self.deps.health.clear(keys::WANTED_BUCKET);
                 match found {
                     Some(entry) => return self.handle(entry, Instant::now()),
@@ -177,6 +206,7 @@ impl Session<'_> {
             }
             Err(e @ ReadKeyError::BucketMissing { .. }) => {
                 self.missing = true;
+                self.schedule_retry();
                 tracing::warn!(%hive, why, error = %e, "wanted bucket missing");
                 self.deps.health.raise(
                     keys::WANTED_BUCKET,
@@ -188,10 +218,18 @@ impl Session<'_> {
                 );
             }
             Err(e) => {
-                tracing::warn!(%hive, why, error = %crate::error_chain(&e), "reading the declaration failed")
+                tracing::warn!(%hive, why, error = %crate::error_chain(&e), "reading the declaration failed");
+                self.schedule_retry();
             }
         }
         false
+    }
+
+    fn schedule_retry(&mut self) {
+        let backoff = self
+            .retry
+            .map_or(READ_RETRY_FIRST, |(_, b)| (b * 2).min(READ_RETRY_MAX));
+        self.retry = Some((Instant::now() + backoff, backoff));
     }
 
     /// A doorbell rang: read, and if nothing new showed, read again later.
@@ -203,12 +241,17 @@ impl Session<'_> {
         };
     }
 
-    /// The next timed read: a confirmation or a doorbell's re-read.
+    /// The next timed read: a confirmation, a doorbell's re-read or the
+    /// retry of a failed read.
     fn next_read(&self) -> Option<Instant> {
-        match (self.confirm_at, self.recheck.map(|(at, _)| at)) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.confirm_at,
+            self.recheck.map(|(at, _)| at),
+            self.retry.map(|(at, _)| at),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     async fn timed_read(&mut self, reader: &KeyReader) {
@@ -216,10 +259,14 @@ impl Session<'_> {
         if self.confirm_at.is_some_and(|t| t <= now) {
             self.confirm_at = None;
         }
+        let why = match self.retry {
+            Some((at, _)) if at <= now => "retry",
+            _ => "confirm",
+        };
         match self.recheck {
             Some((at, tries)) if at <= now => self.ring(reader, "recheck", tries).await,
             _ => {
-                self.pull(reader, "confirm").await;
+                self.pull(reader, why).await;
             }
         }
     }
@@ -353,12 +400,12 @@ impl Session<'_> {
             Ok(s) => s,
             Err(e) => return SessionEnd::Failed(format!("subscribe to {subject} failed: {e}")),
         };
-        let reader = KeyReader::new(&jetstream::new(client.clone()), Bucket::Wanted);
+        let reader = KeyReader::new(&deps.nats.jetstream(), Bucket::Wanted);
         self.pull(&reader, "start").await;
         if self.missing {
             // As at every start: make it where this identity may (no
             // per-hive permissions); under them only the controller can.
-            let js = jetstream::new(client.clone());
+            let js = deps.nats.jetstream();
             match create_bucket(&js, Bucket::Wanted, &deps.bucket).await {
                 Ok(()) => self.pull(&reader, "created").await,
                 Err(e) => {
@@ -368,8 +415,9 @@ impl Session<'_> {
             };
         }
         self.recheck = None;
-        let mut repull = tokio::time::interval(REPULL_EVERY);
+        let mut repull = tokio::time::interval(repull_every(&deps.nats));
         repull.tick().await;
+        let mut buckets_back = deps.health.buckets_back.subscribe();
         loop {
             let next_read = self.next_read();
             tokio::select! {
@@ -382,6 +430,9 @@ impl Session<'_> {
                     if ensure_connected(client).is_ok() {
                         self.pull(&reader, "timer").await;
                     }
+                }
+                _ = buckets_back.changed() => {
+                    self.pull(&reader, "buckets back").await;
                 }
                 _ = tokio::time::sleep_until(next_read.unwrap_or_else(Instant::now)), if next_read.is_some() => {
                     self.timed_read(&reader).await;
@@ -406,6 +457,7 @@ pub async fn run(deps: WantedDeps, mut shutdown: Shutdown) {
         reset_at: None,
         recheck: None,
         missing: false,
+        retry: None,
     };
     let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
     loop {

@@ -455,7 +455,7 @@ async fn run(config: Config, command: Command) -> anyhow::Result<i32> {
 
 /// `nats-config --check`: every unsafe bucket setting on stderr, exit 1.
 async fn bucket_check_cmd(conn: &swarm_queue_client::Connection) -> i32 {
-    let js = async_nats::jetstream::new(conn.client.clone());
+    let js = conn.jetstream();
     match swarm_queue_client::buckets::check_buckets(&js).await {
         Ok(found) if found.is_empty() => {
             println!("buckets: ok (no setting lets a writer of one key reach another)");

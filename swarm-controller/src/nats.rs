@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::{self, kv};
+use async_nats::jetstream::kv;
 use futures_util::StreamExt;
 use swarm_queue_client::buckets::BucketError;
 use swarm_queue_client::{ensure_connected, open_or_create, Bucket, Connection, NatsConfig};
@@ -77,7 +77,7 @@ pub async fn connect(config: &NatsConfig, wait: Duration) -> Result<Connection, 
 /// (`swarm_queue_client::buckets::unsafe_settings`).
 pub async fn open_buckets(conn: &Connection, config: &NatsConfig) -> Result<Buckets, NatsError> {
     ensure_connected(&conn.client)?;
-    let js = jetstream::new(conn.client.clone());
+    let js = conn.jetstream();
     let open = |bucket| {
         let settings = config.buckets.get(bucket);
         let js = &js;

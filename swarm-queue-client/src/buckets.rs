@@ -66,6 +66,18 @@ impl Bucket {
         format!("$KV.{}.{key}", self.name())
     }
 
+    /// The subject a put of `key` is published to: [`Bucket::key_subject`],
+    /// or, when the bucket is in another JetStream `domain` (a hive on a
+    /// leaf-node site), `$JS.<domain>.API.$KV.<bucket>.<key>`, which the
+    /// hub maps to the key's subject. nats-server denies `$KV.>` itself on a
+    /// leaf link between two domains, so only the mapped subject crosses.
+    pub fn put_subject(self, key: &str, domain: Option<&str>) -> String {
+        match domain {
+            Some(d) => format!("$JS.{d}.API.{}", self.key_subject(key)),
+            None => self.key_subject(key),
+        }
+    }
+
     /// The description a created bucket carries.
     pub fn description(self) -> &'static str {
         match self {
@@ -142,6 +154,14 @@ pub enum BucketError {
         #[source]
         source: jetstream::context::CreateStreamError,
     },
+    #[error(
+        "creating KV bucket {bucket} got no answer within {after:?} (a stream without a \
+         leader, or its JetStream domain out of reach); the next start or pull tries again"
+    )]
+    CreateTimedOut {
+        bucket: &'static str,
+        after: std::time::Duration,
+    },
     #[error("could not open KV bucket {bucket}")]
     Open {
         bucket: &'static str,
@@ -149,6 +169,10 @@ pub enum BucketError {
         source: jetstream::context::KeyValueError,
     },
 }
+
+/// How long [`create_bucket`] waits for the server's answer.
+#[cfg(feature = "nats")]
+pub const CREATE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Open `bucket`, creating it with `settings` when it does not exist.
 #[cfg(feature = "nats")]
@@ -212,6 +236,11 @@ pub async fn open_or_create(
 /// permissions (a single-host setup) it makes the bucket; under the
 /// generated permissions the server refuses it and only the controller
 /// creates buckets. A bucket that exists already is not an error.
+///
+/// It gives up after [`CREATE_TIMEOUT`]: a hive finds a bucket "missing"
+/// (no responders) also while its stream elects a leader after a failover,
+/// and then the create gets no answer; waiting the client's 10 s for it
+/// held up the hive's wanted task (docs/benchmarks-scale.md, "Failover").
 #[cfg(feature = "nats")]
 pub async fn create_bucket(
     js: &jetstream::Context,
@@ -219,7 +248,14 @@ pub async fn create_bucket(
     settings: &BucketSettings,
 ) -> Result<(), BucketError> {
     use jetstream::context::CreateStreamErrorKind;
-    match js.create_stream(stream_config(bucket, settings)).await {
+    let create = js.create_stream(stream_config(bucket, settings));
+    let created = tokio::time::timeout(CREATE_TIMEOUT, create)
+        .await
+        .map_err(|_| BucketError::CreateTimedOut {
+            bucket: bucket.name(),
+            after: CREATE_TIMEOUT,
+        })?;
+    match created {
         Ok(_) => Ok(()),
         Err(e) if matches!(e.kind(), CreateStreamErrorKind::JetStream(ref j) if j.error_code() == jetstream::ErrorCode::STREAM_NAME_EXIST) => {
             Ok(())

@@ -94,6 +94,12 @@ pub struct NatsConfig {
     pub name: Option<String>,
     /// How buckets are created when missing (history, storage, replicas).
     pub buckets: BucketsConfig,
+    /// The JetStream domain that holds the buckets, when it is not the one
+    /// of the server connected to: a hive on a leaf-node site whose server
+    /// runs its own JetStream reaches the hub's with `jetstream_domain =
+    /// "hub"` (its API is then `$JS.hub.API.>`). Unset: the local
+    /// `$JS.API.>`.
+    pub jetstream_domain: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -112,6 +118,8 @@ pub enum ConnectError {
     NkeySeed { path: PathBuf, reason: String },
     #[error("TLS: {0}")]
     Tls(String),
+    #[error(transparent)]
+    Domain(#[from] BadDomain),
     #[error("cannot connect to NATS at {servers}")]
     Connect {
         servers: String,
@@ -198,6 +206,11 @@ impl NatsConfig {
                 }
             }
         }
+        if let Some(domain) = &self.jetstream_domain {
+            if let Err(e) = check_domain(domain) {
+                problems.push(format!("nats.jetstream_domain: {e}"));
+            }
+        }
         for bucket in Bucket::ALL {
             let s = self.buckets.get(bucket);
             if !(1..=64).contains(&s.history) {
@@ -217,6 +230,39 @@ impl NatsConfig {
         }
         problems
     }
+}
+
+/// A JetStream domain name that cannot be used as a subject token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "JetStream domain {domain:?} is not usable: {reason} (it becomes one subject token, \
+     `$JS.<domain>.API`, and must match the server's `jetstream {{ domain }}`)"
+)]
+pub struct BadDomain {
+    pub domain: String,
+    pub reason: &'static str,
+}
+
+/// A domain is one subject token: not empty, no `.`, `*`, `>` or
+/// whitespace (nats-server refuses the same in its `domain` setting).
+pub fn check_domain(domain: &str) -> Result<(), BadDomain> {
+    let fail = |reason| BadDomain {
+        domain: domain.to_string(),
+        reason,
+    };
+    if domain.is_empty() {
+        return Err(fail("it is empty"));
+    }
+    if domain.len() > 64 {
+        return Err(fail("it is longer than 64 characters"));
+    }
+    if domain.contains(['.', '*', '>']) {
+        return Err(fail("it holds `.`, `*` or `>`"));
+    }
+    if domain.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(fail("it holds whitespace or a control character"));
+    }
+    Ok(())
 }
 
 /// Read and check an nkey user seed file. The seed itself never appears in
@@ -256,6 +302,20 @@ pub struct Connection {
     pub connects: watch::Receiver<u64>,
     /// Where it connects to, for messages.
     pub servers: String,
+    /// The JetStream domain of the buckets ([`NatsConfig::jetstream_domain`]).
+    pub jetstream_domain: Option<String>,
+}
+
+impl Connection {
+    /// A JetStream context on the buckets' domain: the local API, or
+    /// `$JS.<domain>.API` when a domain is configured. Every JetStream use
+    /// of the daemons goes through it.
+    pub fn jetstream(&self) -> async_nats::jetstream::Context {
+        match &self.jetstream_domain {
+            Some(domain) => async_nats::jetstream::with_domain(self.client.clone(), domain),
+            None => async_nats::jetstream::new(self.client.clone()),
+        }
+    }
 }
 
 /// Connect with the hyperhive defaults: reconnect forever, retry the initial
@@ -267,6 +327,9 @@ pub struct Connection {
 /// read. `config.name` changes what the server shows, never the inbox.
 pub async fn connect(config: &NatsConfig, name: &str) -> Result<Connection, ConnectError> {
     let addrs = config.server_addrs()?;
+    if let Some(domain) = &config.jetstream_domain {
+        check_domain(domain)?;
+    }
     let servers = addrs
         .iter()
         .map(|a| a.clone().into_inner().to_string())
@@ -353,6 +416,7 @@ pub async fn connect(config: &NatsConfig, name: &str) -> Result<Connection, Conn
         client,
         connects: rx,
         servers,
+        jetstream_domain: config.jetstream_domain.clone(),
     })
 }
 
@@ -505,6 +569,31 @@ mod tests {
         ));
         std::fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    #[test]
+    fn jetstream_domains_are_one_subject_token() {
+        assert_eq!(check_domain("hub"), Ok(()));
+        assert_eq!(check_domain("site-7_eu"), Ok(()));
+        for (bad, why) in [
+            ("", "empty"),
+            ("a.b", "`.`"),
+            ("hub*", "`*`"),
+            ("h>", "`>`"),
+            ("my hub", "whitespace"),
+            (&"x".repeat(65), "longer than 64"),
+        ] {
+            let e = check_domain(bad).unwrap_err().to_string();
+            assert!(e.contains(why) && e.contains(&format!("{bad:?}")), "{e}");
+        }
+        let c = toml_like(r#"{"url":"nats://a:4222","jetstream_domain":"a.b"}"#);
+        assert!(
+            c.check()
+                .iter()
+                .any(|p| p.starts_with("nats.jetstream_domain:") && p.contains("\"a.b\"")),
+            "{:?}",
+            c.check()
+        );
     }
 
     #[test]

@@ -12,9 +12,12 @@
 //! |---|---|
 //! | [`KeyReader::last`] | `$JS.API.DIRECT.GET.KV_<bucket>.$KV.<bucket>.<key>`, empty body |
 //! | [`put_own`] | a JetStream publish to `$KV.<bucket>.<key>` with `Nats-Expected-Stream: KV_<bucket>`; the ack comes to the inbox |
+//! | [`put_own_key`] in a domain | the same to `$JS.<domain>.API.$KV.<bucket>.<key>` (a leaf-node site) |
 //!
 //! Neither asks for the stream's info, so neither needs the bucket to be
-//! "opened" first. A bucket that does not exist (deleted, or never
+//! "opened" first. A read gives up after [`READ_TIMEOUT`], not the client's
+//! 10 s: a direct get is answered in milliseconds by any replica, and the
+//! caller's retry (a new read) is what gets through after a failover. A bucket that does not exist (deleted, or never
 //! created) answers both with "no responders", reported as
 //! [`ReadKeyError::BucketMissing`] / [`PutOwnError::BucketMissing`] naming
 //! the bucket.
@@ -23,6 +26,9 @@ use async_nats::jetstream::{self, stream::DirectGetErrorKind};
 use async_nats::StatusCode;
 
 use crate::buckets::Bucket;
+
+/// How long [`KeyReader::last`] waits for an answer.
+pub const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// What a KV message says about its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,7 +55,8 @@ pub struct KeyEntry {
 pub enum ReadKeyError {
     #[error(
         "KV bucket {bucket} is missing: no server answers a direct get for it (it was deleted, \
-         or made without allow_direct); the controller creates it"
+         or made without allow_direct, or its JetStream domain is out of reach: a leaf node's \
+         link to the hub down); the controller creates it"
     )]
     BucketMissing { bucket: &'static str },
     #[error("reading {key} in {bucket} timed out")]
@@ -102,10 +109,14 @@ impl KeyReader {
     pub async fn last(&self, key: &str) -> Result<Option<KeyEntry>, ReadKeyError> {
         let bucket = self.bucket.name();
         let subject = self.bucket.key_subject(key);
-        let message = match self
-            .stream
-            .direct_get_last_for_subject(subject.as_str())
+        let timed_out = || ReadKeyError::TimedOut {
+            bucket,
+            key: key.to_string(),
+        };
+        let read = self.stream.direct_get_last_for_subject(subject.as_str());
+        let message = match tokio::time::timeout(READ_TIMEOUT, read)
             .await
+            .map_err(|_| timed_out())?
         {
             Ok(m) => m,
             Err(e) => {
@@ -114,10 +125,7 @@ impl KeyReader {
                     DirectGetErrorKind::ErrorResponse(StatusCode::NO_RESPONDERS, _) => {
                         Err(ReadKeyError::BucketMissing { bucket })
                     }
-                    DirectGetErrorKind::TimedOut => Err(ReadKeyError::TimedOut {
-                        bucket,
-                        key: key.to_string(),
-                    }),
+                    DirectGetErrorKind::TimedOut => Err(timed_out()),
                     _ => Err(ReadKeyError::Read {
                         bucket,
                         key: key.to_string(),
@@ -178,7 +186,37 @@ pub async fn put_own(
     key: &str,
     value: bytes::Bytes,
 ) -> Result<u64, PutOwnError> {
+    let own = OwnKey {
+        bucket,
+        key,
+        domain: None,
+    };
+    put_own_key(js, own, value).await
+}
+
+/// The key a [`put_own_key`] writes, and the JetStream domain its bucket is
+/// in when that is not the local one.
+#[derive(Debug, Clone, Copy)]
+pub struct OwnKey<'a> {
+    pub bucket: Bucket,
+    pub key: &'a str,
+    /// `Some` for a bucket reached through a leaf node in another domain:
+    /// the put goes to [`Bucket::put_subject`].
+    pub domain: Option<&'a str>,
+}
+
+/// [`put_own`] for a key whose bucket may be in another JetStream domain.
+pub async fn put_own_key(
+    js: &jetstream::Context,
+    own: OwnKey<'_>,
+    value: bytes::Bytes,
+) -> Result<u64, PutOwnError> {
     use jetstream::context::PublishErrorKind;
+    let OwnKey {
+        bucket,
+        key,
+        domain,
+    } = own;
     let name = bucket.name();
     let fail = |source: jetstream::context::PublishError| {
         if source.kind() == PublishErrorKind::StreamNotFound {
@@ -198,7 +236,7 @@ pub async fn put_own(
         .payload(value)
         .expected_stream(bucket.stream_name());
     let ack = js
-        .send_publish(bucket.key_subject(key), message)
+        .send_publish(bucket.put_subject(key, domain), message)
         .await
         .map_err(fail)?
         .await

@@ -491,6 +491,7 @@ fn reference_table_matches_the_crate() {
     let not_names = [
         "open_or_create",
         "create_bucket",
+        "CREATE_TIMEOUT",
         "stream_config",
         "unsafe_settings",
         "check_buckets",

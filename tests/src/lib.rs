@@ -17,6 +17,8 @@
 //! - [`bare`]: the containers a hive makes, made directly through bollard:
 //!   the benchmarks' baseline.
 //! - [`jobs`]: a client of a hive's operator API, on its Unix socket.
+//! - [`link`]: a TCP forwarder a test can cut and restore (a leaf link).
+//! - [`log_time`]: when, after an event, a daemon's log shows a line.
 //! - [`browser`]: a headless Chromium driven over the DevTools protocol.
 //! - [`sse`]: a reader of the controller's server-sent events.
 //! - [`Daemon`]: a `hive` or `swarm-controller` process with its log
@@ -30,6 +32,8 @@ pub mod hive;
 pub mod identity;
 pub mod jobs;
 pub mod kv;
+pub mod link;
+pub mod log_time;
 pub mod nats;
 pub mod oracle;
 pub mod process;

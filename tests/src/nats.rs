@@ -166,6 +166,39 @@ impl NatsServer {
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }
+
+    /// `http://127.0.0.1:<port>` of the monitoring endpoint, when the server
+    /// was started with `-m -1` (the port is read back from this start's log).
+    pub fn monitor_url(&self) -> Option<String> {
+        let text = std::fs::read_to_string(self.log_path()).ok()?;
+        let line = text
+            .lines()
+            .find(|l| l.contains("Starting http monitor on"))?;
+        let addr = line.rsplit(' ').next()?.trim();
+        Some(format!("http://{addr}"))
+    }
+
+    /// The names of the client connections this server holds now, from its
+    /// monitoring endpoint (`/connz`); the server must run with `-m -1`.
+    pub async fn client_names(&self) -> Vec<String> {
+        let base = self
+            .monitor_url()
+            .expect("the server was started with -m -1 (monitoring)");
+        let body: serde_json::Value = reqwest::get(format!("{base}/connz?limit=100000"))
+            .await
+            .expect("GET /connz")
+            .json()
+            .await
+            .expect("connz JSON");
+        body["connections"]
+            .as_array()
+            .map(|cs| {
+                cs.iter()
+                    .filter_map(|c| c["name"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
 }
 
 impl Drop for NatsServer {

@@ -12,6 +12,15 @@
 //! `cluster {}` block each, routes to the other two) and the swarm's buckets
 //! are created with 3 replicas, both by the hives' config and by
 //! [`TestSwarm::connect`] before a test declares anything.
+//!
+//! [`HivesOn`] says which server the hives are given: every server (the
+//! client picks one at random), only the first (it learns the others from
+//! the cluster's INFO, so a test knows which server to kill), or a *leaf
+//! site*: the servers above become a hub with JetStream domain `hub` and a
+//! leafnode listener each, a site server (its own domain `site`) joins them
+//! as a leaf node through a [`TcpLink`] per hub server, and the hives connect
+//! only to the site, reaching the buckets with `jetstream_domain = "hub"`.
+//! The controller and [`TestSwarm::connect`] always use the hub.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -24,7 +33,24 @@ use serde_json::{json, Value};
 use crate::docker::{ContainerGuard, TestImage};
 use crate::hive::{HiveProc, HiveSpec};
 use crate::kv::Swarm;
+use crate::link::TcpLink;
 use crate::{controller_bin, unique_name, wait_until, NatsServer};
+
+/// The JetStream domain of the hub in a leaf-site swarm.
+pub const HUB_DOMAIN: &str = "hub";
+
+/// Which server(s) the hives are given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HivesOn {
+    /// Every server's URL; the client picks one.
+    #[default]
+    AllServers,
+    /// The first server's URL only; the hives learn the others from the
+    /// cluster's INFO and fail over to them.
+    FirstServer,
+    /// A site server joined to the servers as a leaf node.
+    LeafSite,
+}
 
 /// How the swarm is set up.
 pub struct SwarmSpec<'a> {
@@ -40,6 +66,8 @@ pub struct SwarmSpec<'a> {
     pub hive_envs: &'a [(&'a str, &'a str)],
     /// How many hives (3 unless a test needs more; they share one dockerd).
     pub hives: usize,
+    /// Which server(s) the hives connect to.
+    pub hives_on: HivesOn,
 }
 
 impl Default for SwarmSpec<'_> {
@@ -51,6 +79,7 @@ impl Default for SwarmSpec<'_> {
             hive_extra: "",
             hive_envs: &[],
             hives: 3,
+            hives_on: HivesOn::AllServers,
         }
     }
 }
@@ -60,10 +89,13 @@ pub struct TestSwarm {
     pub hives: Vec<HiveProc>,
     _containers: Vec<ContainerGuard>,
     pub image: TestImage,
+    /// The site server and its links to the hub, with [`HivesOn::LeafSite`].
+    pub site: Option<LeafSite>,
     pub nats: Vec<NatsServer>,
     /// The hives' names, in the order of [`TestSwarm::hives`].
     pub names: Vec<String>,
-    /// Every server's URL joined with commas (what the hives are given).
+    /// Every server's URL joined with commas (what the controller and
+    /// [`TestSwarm::connect`] are given; the hub with a leaf site).
     pub url: String,
     pub controller_config: PathBuf,
     replicas: usize,
@@ -80,19 +112,88 @@ fn free_port() -> u16 {
 
 /// Three servers forming a JetStream cluster on loopback.
 pub fn start_cluster(name: &str) -> Vec<NatsServer> {
-    let routes: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    start_servers(name, true, None)
+}
+
+/// A site server joined as a leaf node to the swarm's servers (the hub),
+/// one [`TcpLink`] per hub server in between.
+pub struct LeafSite {
+    pub server: NatsServer,
+    pub links: Vec<TcpLink>,
+}
+
+impl LeafSite {
+    /// Sever the leaf link (every connection of it; the site server and
+    /// its clients stay up) until [`LeafSite::restore`].
+    pub fn cut(&self) {
+        self.links.iter().for_each(TcpLink::cut);
+    }
+
+    pub fn restore(&self) {
+        self.links.iter().for_each(TcpLink::restore);
+    }
+
+    /// How many leaf-node connections the site server holds now (its
+    /// monitoring endpoint's `/leafz`).
+    pub async fn leaf_links(&self) -> usize {
+        let base = self.server.monitor_url().expect("the site runs with -m -1");
+        let body: serde_json::Value = reqwest::get(format!("{base}/leafz"))
+            .await
+            .expect("GET /leafz")
+            .json()
+            .await
+            .expect("leafz JSON");
+        body["leafnodes"].as_u64().unwrap_or(0) as usize
+    }
+}
+
+/// Per-server config text of a hub server whose leafnode listener is on
+/// `leaf_port`: its JetStream domain, and no advertising of its real
+/// leafnode address (the site must reach it only through the link).
+fn hub_config(leaf_port: u16) -> String {
+    format!(
+        "jetstream {{ domain: {HUB_DOMAIN} }}\nleafnodes {{\n  listen: \"127.0.0.1:{leaf_port}\"\n  no_advertise: true\n}}\n"
+    )
+}
+
+/// The site server, joined to the hub through links to `leaf_ports`.
+fn start_site(name: &str, leaf_ports: &[u16]) -> LeafSite {
+    let links: Vec<TcpLink> = leaf_ports.iter().map(|p| TcpLink::start(*p)).collect();
+    let urls: Vec<String> = links
+        .iter()
+        .map(|l| format!("\"nats-leaf://127.0.0.1:{}\"", l.port()))
+        .collect();
+    let text = format!(
+        "server_name: {name}-site\njetstream {{ domain: site }}\nleafnodes {{\n  reconnect: \"1s\"\n  remotes: [ {{ urls: [{}] }} ]\n}}\n",
+        urls.join(", ")
+    );
+    let server = NatsServer::start_with(Some(&text), &["-m", "-1"]);
+    LeafSite { server, links }
+}
+
+/// The swarm's servers: one, or three in a JetStream cluster on loopback;
+/// with `leaf_ports`, each is a hub server listening for leaf nodes there.
+fn start_servers(name: &str, cluster: bool, leaf_ports: Option<&[u16]>) -> Vec<NatsServer> {
+    let count = if cluster { 3 } else { 1 };
+    let routes: Vec<u16> = (0..count).map(|_| free_port()).collect();
     let mut servers = Vec::new();
     for (i, port) in routes.iter().enumerate() {
-        let others: Vec<String> = routes
-            .iter()
-            .filter(|p| *p != port)
-            .map(|p| format!("\"nats-route://127.0.0.1:{p}\""))
-            .collect();
-        let text = format!(
-            "server_name: {name}-n{i}\ncluster {{\n  name: {name}\n  listen: \"127.0.0.1:{port}\"\n  routes: [{}]\n}}\n",
-            others.join(", ")
-        );
-        servers.push(NatsServer::start_with(Some(&text), &[]));
+        let mut text = format!("server_name: {name}-n{i}\n");
+        if cluster {
+            let others: Vec<String> = routes
+                .iter()
+                .filter(|p| *p != port)
+                .map(|p| format!("\"nats-route://127.0.0.1:{p}\""))
+                .collect();
+            text.push_str(&format!(
+                "cluster {{\n  name: {name}\n  listen: \"127.0.0.1:{port}\"\n  routes: [{}]\n}}\n",
+                others.join(", ")
+            ));
+        }
+        if let Some(ports) = leaf_ports {
+            text.push_str(&hub_config(ports[i]));
+        }
+        servers.push(NatsServer::start_with(Some(&text), &["-m", "-1"]));
     }
     servers
 }
@@ -106,17 +207,29 @@ impl TestSwarm {
         let names: Vec<String> = (0..spec.hives)
             .map(|i| unique_name(&format!("{}{i}", spec.test)))
             .collect();
-        let nats = if spec.cluster {
-            start_cluster(&unique_name(spec.test))
-        } else {
-            vec![NatsServer::start()]
-        };
+        let server_name = unique_name(spec.test);
+        let count = if spec.cluster { 3 } else { 1 };
+        let leaf_ports: Option<Vec<u16>> =
+            (spec.hives_on == HivesOn::LeafSite).then(|| (0..count).map(|_| free_port()).collect());
+        let nats = start_servers(&server_name, spec.cluster, leaf_ports.as_deref());
+        let site = leaf_ports.map(|ports| start_site(&server_name, &ports));
         let replicas = nats.len();
         let url = nats
             .iter()
             .map(NatsServer::url)
             .collect::<Vec<_>>()
             .join(",");
+        let mut hive_nats = format!(
+            "[nats]\nurl = {:?}\n",
+            match (&site, spec.hives_on) {
+                (Some(site), _) => site.server.url(),
+                (None, HivesOn::FirstServer) => nats[0].url(),
+                (None, _) => url.clone(),
+            }
+        );
+        if site.is_some() {
+            hive_nats.push_str(&format!("jetstream_domain = {HUB_DOMAIN:?}\n"));
+        }
         let image = TestImage::busybox(spec.test);
         let containers = names.iter().map(|n| ContainerGuard::new(n)).collect();
 
@@ -129,11 +242,12 @@ impl TestSwarm {
                 tables.push_str(&format!("[nats.buckets.{b}]\nreplicas = {replicas}\n"));
             }
         }
-        let extra = format!("{}\n{tables}", spec.hive_extra);
+        let extra = format!("{}\n{hive_nats}{tables}", spec.hive_extra);
         let mut swarm = TestSwarm {
             hives: Vec::new(),
             _containers: containers,
             image,
+            site,
             nats,
             names,
             url,
@@ -147,7 +261,6 @@ impl TestSwarm {
         for n in swarm.names.clone() {
             let hive = HiveProc::start(HiveSpec {
                 name: Some(&n),
-                nats_url: Some(&swarm.url),
                 extra: &extra,
                 envs: spec.hive_envs,
                 ..Default::default()

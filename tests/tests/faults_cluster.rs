@@ -1,20 +1,46 @@
 //! A JetStream cluster of three servers on loopback, buckets with 3
-//! replicas: one server killed, the hives keep publishing, watching and
-//! converging; the server back, nothing is lost (every declared revision
-//! still readable).
+//! replicas: the server every hive is connected to killed, the hives fail
+//! over, keep publishing, watching and converging; the server back, nothing
+//! is lost (every declared revision still readable).
+//!
+//! The failover's time is printed (`FIGURES:`), never asserted, with where
+//! it went: the test's own client finding the other servers, the streams'
+//! new leaders, the put, and per hive the reconnect and the read of the new
+//! declaration (from the hives' logs), docs/benchmarks-scale.md "Failover".
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-use hyperhive_tests::swarm::{SwarmSpec, TestSwarm};
+use hyperhive_tests::log_time::first_after;
+use hyperhive_tests::swarm::{HivesOn, SwarmSpec, TestSwarm};
 use hyperhive_tests::wait_until;
 
 const T: Duration = Duration::from_secs(50);
 
+/// Where the streams' leaders are when the hives' server is killed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leads {
+    /// Another server leads both streams: the failover is the hives'.
+    Neither,
+    /// The killed server leads both: each stream elects a new leader too.
+    Both,
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_of_three_survives_one_server_down() {
+    for leads in [Leads::Neither, Leads::Both] {
+        failover(leads).await;
+    }
+}
+
+/// One swarm: declare, kill the server every hive is connected to, declare
+/// again and wait for all converged; restart it, declare, check every
+/// revision through it alone.
+async fn failover(leads: Leads) {
     let mut swarm = TestSwarm::start(SwarmSpec {
         test: "f-clu",
         cluster: true,
+        hives_on: HivesOn::FirstServer,
+        hive_envs: &[("RUST_LOG", "info,hive=debug")],
         ..Default::default()
     })
     .await;
@@ -27,19 +53,33 @@ async fn cluster_of_three_survives_one_server_down() {
     swarm.all_converged(&kv, &first, T).await;
     all.extend(first);
     let pids = swarm.pids();
-
-    // Kill one server (whichever; the first is the one in every URL list).
-    swarm.nats[0].stop();
-    let down = Instant::now();
-    let kv = wait_until(T, "a client on the remaining two", || async {
-        let kv = swarm.connect().await;
-        kv.js
-            .get_key_value("hyperhive-wanted")
-            .await
-            .ok()
-            .map(|_| kv)
+    wait_until(T, "every hive connected to the first server", || async {
+        let held = swarm.nats[0].client_names().await;
+        let on_first = |n: &String| held.iter().any(|c| *c == format!("hive-{n}"));
+        swarm.names.iter().all(on_first).then_some(())
     })
     .await;
+    let dead = leaders(&kv).await.server("-n0");
+    let leader = match leads {
+        Leads::Both => dead.clone(),
+        Leads::Neither => leaders(&kv).await.server("-n1"),
+    };
+    place_leaders(&kv, &leader).await;
+
+    // Kill the server every hive is connected to.
+    swarm.nats[0].stop();
+    let down = Instant::now();
+    let down_at = SystemTime::now();
+    // The test's own client stands in for the controller: on the other two
+    // servers, with short request timeouts, so its polling measures the
+    // cluster and not a 5 s client timeout.
+    let kv = probe_client(&swarm).await;
+    wait_until(T, "live leaders for both streams", || async {
+        let now = leaders(&kv).await;
+        now.all_led_by_others(&dead).then_some(())
+    })
+    .await;
+    let leaders_ms = down.elapsed().as_millis();
     let before: Vec<u64> = {
         let mut v = Vec::new();
         for n in &swarm.names {
@@ -56,8 +96,24 @@ async fn cluster_of_three_survives_one_server_down() {
         Some(revs)
     })
     .await;
+    let put_ms = down.elapsed().as_millis();
     swarm.all_converged(&kv, &second, T).await;
     let converged_down = down.elapsed();
+    let per_hive = |needle: &str| -> String {
+        let at: Vec<String> = swarm
+            .hives
+            .iter()
+            .map(|h| {
+                first_after(&h.daemon.log(), down_at, needle)
+                    .map_or("-".to_string(), |d| d.as_millis().to_string())
+            })
+            .collect();
+        at.join("/")
+    };
+    let reconnected = per_hive("connected to NATS");
+    let status_put = per_hive("status published");
+    let read = per_hive("new declaration");
+    let converged = per_hive("hive::converger: converged");
     for (n, r0) in swarm.names.iter().zip(&before) {
         wait_until(T, &format!("{n} still publishing"), || async {
             let (r, _) = kv.status(n).await?;
@@ -67,8 +123,10 @@ async fn cluster_of_three_survives_one_server_down() {
     }
     all.extend(second);
 
-    // Back again: nothing lost.
+    // Back again: nothing lost. The same declare → converged with no server
+    // down is the baseline of the one above.
     swarm.nats[0].restart();
+    let kv = swarm.connect().await;
     let back = Instant::now();
     let third = swarm.declare_all(&kv, "3").await;
     swarm.all_converged(&kv, &third, T).await;
@@ -94,10 +152,106 @@ async fn cluster_of_three_survives_one_server_down() {
             "revision {r}"
         );
     }
+    // Per-hive figures are ms after the kill, from each hive's log.
     println!(
-        "FIGURES: faults_cluster servers=3 replicas=3 one_down_declare_to_all_converged_ms={} back_declare_to_all_converged_ms={} revisions_checked={}",
+        "FIGURES: faults_cluster servers=3 replicas=3 hives_on=killed killed_leads={leads:?} \
+         kill_to_all_converged_ms={} new_leaders_ms={leaders_ms} put_accepted_ms={put_ms} \
+         hive_reconnected_ms={reconnected} hive_first_status_ms={status_put} \
+         hive_read_declaration_ms={read} hive_converged_ms={converged} \
+         no_failover_declare_to_all_converged_ms={} revisions_checked={}",
         converged_down.as_millis(),
         converged_back.as_millis(),
         all.len()
     );
+    // FAILOVER_LOGS=1 shows the hives' debug logs the figures come from.
+    if std::env::var_os("FAILOVER_LOGS").is_some() {
+        for (n, h) in swarm.names.iter().zip(&swarm.hives) {
+            eprintln!("--- {n} log ---\n{}", h.daemon.log());
+        }
+    }
+}
+
+/// Step the leaders of both streams down until `server` leads them.
+async fn place_leaders(kv: &hyperhive_tests::kv::Swarm, server: &str) {
+    wait_until(T, &format!("{server} leading both streams"), || async {
+        let now = leaders(kv).await;
+        if now
+            .streams
+            .iter()
+            .all(|(_, l)| l.as_deref() == Some(server))
+        {
+            return Some(());
+        }
+        for (short, leader) in &now.streams {
+            if leader.as_deref() != Some(server) {
+                let subject = format!("$JS.API.STREAM.LEADER.STEPDOWN.KV_hyperhive-{short}");
+                let body = format!("{{\"placement\":{{\"preferred\":{server:?}}}}}");
+                let _ = kv.client.request(subject, body.into()).await;
+            }
+        }
+        None
+    })
+    .await;
+}
+
+/// A client of the servers left (not the first), whose JetStream requests
+/// time out after 250 ms instead of async-nats' 10 s.
+async fn probe_client(swarm: &TestSwarm) -> hyperhive_tests::kv::Swarm {
+    let others: Vec<async_nats::ServerAddr> = swarm.nats[1..]
+        .iter()
+        .map(|n| n.url().parse().expect("a server URL"))
+        .collect();
+    let client = async_nats::ConnectOptions::new()
+        .request_timeout(Some(Duration::from_millis(250)))
+        .connect(others)
+        .await
+        .expect("connect to the servers left");
+    let js = async_nats::jetstream::new(client.clone());
+    hyperhive_tests::kv::Swarm { client, js }
+}
+
+/// The leader of each bucket's stream, by server name, and every server
+/// name seen among the replicas.
+struct Leaders {
+    /// (stream, leader) for the wanted and status streams.
+    streams: Vec<(&'static str, Option<String>)>,
+    servers: Vec<String>,
+}
+
+impl Leaders {
+    fn all_led_by_others(&self, dead: &str) -> bool {
+        self.streams
+            .iter()
+            .all(|(_, l)| l.as_deref().is_some_and(|l| l != dead))
+    }
+
+    /// The server whose name ends with `suffix` (`-n0`, `-n1`).
+    fn server(&self, suffix: &str) -> String {
+        self.servers
+            .iter()
+            .find(|n| n.ends_with(suffix))
+            .cloned()
+            .unwrap_or_else(|| panic!("no server named …{suffix} in {:?}", self.servers))
+    }
+}
+
+async fn leaders(kv: &hyperhive_tests::kv::Swarm) -> Leaders {
+    let mut streams = Vec::new();
+    let mut servers = Vec::new();
+    for (short, stream) in [
+        ("wanted", "KV_hyperhive-wanted"),
+        ("status", "KV_hyperhive-status"),
+    ] {
+        let info = match kv.js.get_stream(stream).await {
+            Ok(mut s) => s.info().await.ok().cloned(),
+            Err(_) => None,
+        };
+        let cluster = info.and_then(|i| i.cluster);
+        if let Some(c) = &cluster {
+            servers.extend(c.replicas.iter().map(|r| r.name.clone()));
+            servers.extend(c.leader.clone());
+        }
+        streams.push((short, cluster.and_then(|c| c.leader)));
+    }
+    Leaders { streams, servers }
 }

@@ -260,9 +260,12 @@ fn report_server_log(index: usize, log: &str) {
         .lines()
         .filter(|l| l.contains("[WRN]") || l.contains("[ERR]"))
     {
-        // `[pid] date time [WRN] client - cid - "name" - what: value`
+        // `[pid] date time [WRN] what`, where a client's `what` is
+        // `addr - cid - "name" - what: value`.
         let time = line.split_whitespace().nth(2).unwrap_or("").to_string();
-        let what = line.rsplit(" - ").next().unwrap_or(line);
+        let text = line.split_once("] ").map_or(line, |(_, t)| t);
+        let text = text.split_once("] ").map_or(text, |(_, t)| t);
+        let what = text.rsplit(" - ").next().unwrap_or(text);
         let kind = what.split(':').next().unwrap_or(what).to_string();
         let entry = kinds.entry(kind).or_insert((0, time.clone(), time.clone()));
         entry.0 += 1;

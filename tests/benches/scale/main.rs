@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use hyperhive_tests::swarm::{start_cluster, write_controller_config};
-use hyperhive_tests::{controller_bin, NatsServer};
+use hyperhive_tests::{controller_bin, wait_until, NatsServer};
 use measure::{pct, proc_kib, Consumers};
 use serde_json::{json, Value};
 use swarm_queue_client::{open_or_create, Bucket, BucketSettings};
@@ -157,9 +157,12 @@ async fn run(n: usize, servers: usize, steady: Duration) -> Figures {
                 replicas: servers,
                 ..BucketSettings::default_for(b)
             };
-            open_or_create(&js, b, &settings)
-                .await
-                .expect("create a bucket")
+            // A cluster just started may have no meta leader yet ("no
+            // suitable peers for placement"): try until it has.
+            wait_until(Duration::from_secs(60), "the bucket made", || async {
+                open_or_create(&js, b, &settings).await.ok()
+            })
+            .await
         }
     };
     let status_kv = bucket(Bucket::Status).await;

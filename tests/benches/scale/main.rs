@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use hyperhive_tests::swarm::{start_cluster, write_controller_config};
-use hyperhive_tests::{controller_bin, NatsServer};
+use hyperhive_tests::{controller_bin, wait_until, NatsServer};
 use measure::{pct, proc_kib, Consumers};
 use serde_json::{json, Value};
 use swarm_queue_client::{open_or_create, Bucket, BucketSettings};
@@ -157,9 +157,12 @@ async fn run(n: usize, servers: usize, steady: Duration) -> Figures {
                 replicas: servers,
                 ..BucketSettings::default_for(b)
             };
-            open_or_create(&js, b, &settings)
-                .await
-                .expect("create a bucket")
+            // A cluster just started may have no meta leader yet ("no
+            // suitable peers for placement"): try until it has.
+            wait_until(Duration::from_secs(60), "the bucket made", || async {
+                open_or_create(&js, b, &settings).await.ok()
+            })
+            .await
         }
     };
     let status_kv = bucket(Bucket::Status).await;
@@ -260,9 +263,12 @@ fn report_server_log(index: usize, log: &str) {
         .lines()
         .filter(|l| l.contains("[WRN]") || l.contains("[ERR]"))
     {
-        // `[pid] date time [WRN] client - cid - "name" - what: value`
+        // `[pid] date time [WRN] what`, where a client's `what` is
+        // `addr - cid - "name" - what: value`.
         let time = line.split_whitespace().nth(2).unwrap_or("").to_string();
-        let what = line.rsplit(" - ").next().unwrap_or(line);
+        let text = line.split_once("] ").map_or(line, |(_, t)| t);
+        let text = text.split_once("] ").map_or(text, |(_, t)| t);
+        let what = text.rsplit(" - ").next().unwrap_or(text);
         let kind = what.split(':').next().unwrap_or(what).to_string();
         let entry = kinds.entry(kind).or_insert((0, time.clone(), time.clone()));
         entry.0 += 1;

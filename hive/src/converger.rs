@@ -278,23 +278,14 @@ impl<R: ContainerRuntime> Converger<R> {
             .collect())
     }
 
-    async fn queue(&self, agent: &AgentName, request: JobRequest) -> Result<JobId, StoreError> {
-        let a = agent.clone();
-        let kind = request.kind();
-        let q = self
-            .deps
-            .store
-            .call(move |s| s.enqueue(&a, request, now_ms()))
-            .await?;
-        tracing::info!(hive = %self.deps.hive, %agent, job = q.job.0, kind = kind.as_str(), coalesced = q.coalesced, "job queued");
-        Ok(q.job)
-    }
-
     /// Queue many requests in one transaction.
     async fn queue_all(
         &self,
         requests: Vec<(AgentName, JobRequest)>,
     ) -> Result<Vec<JobId>, StoreError> {
+        if requests.is_empty() {
+            return Ok(Vec::new());
+        }
         let kinds: Vec<_> = requests
             .iter()
             .map(|(a, r)| (a.clone(), r.kind()))
@@ -310,16 +301,34 @@ impl<R: ContainerRuntime> Converger<R> {
         Ok(queued.into_iter().map(|q| q.job).collect())
     }
 
-    /// Queue what a decided action needs. `wanted` gives specs for deploys.
-    async fn carry_out(
-        &self,
-        action: &Action,
+    /// Queue what the decided actions need, all in one transaction: one
+    /// fsync, not one per agent, before the worker is woken (a new
+    /// revision of 100 agents, or a boot that finds 100 containers gone).
+    /// `wanted` gives specs for deploys.
+    async fn queue_actions(
+        &mut self,
+        actions: &[&Action],
         wanted: Option<&Wanted>,
-    ) -> Result<Option<JobId>, StoreError> {
-        match self.request_for(action, wanted).await? {
-            Some(request) => self.queue(action.agent(), request).await.map(Some),
-            None => Ok(None),
+        seen: Option<&BTreeMap<AgentName, Seen>>,
+    ) -> Result<Vec<(AgentName, JobId)>, StoreError> {
+        let mut planned = Vec::new();
+        for action in actions {
+            if let Some(request) = self.request_for(action, wanted).await? {
+                planned.push((*action, request));
+            }
         }
+        let requests = planned
+            .iter()
+            .map(|(a, r)| (a.agent().clone(), r.clone()))
+            .collect();
+        let queued = self.queue_all(requests).await?;
+        let mut jobs = Vec::new();
+        for ((action, _), job) in planned.iter().zip(queued) {
+            self.queued.insert(action.agent().clone(), job);
+            self.note_removal(action, seen, job);
+            jobs.push((action.agent().clone(), job));
+        }
+        Ok(jobs)
     }
 
     /// The job request a decided action needs; `None` when there is
@@ -368,25 +377,10 @@ impl<R: ContainerRuntime> Converger<R> {
         tracing::info!(hive = %self.deps.hive, revision = wanted.revision, actions = actions.len(), "applying declaration");
         // A new revision: every agent may be tried at once.
         self.retries.reset_all();
-        // Every job of the revision in one transaction: one fsync, not
-        // one per agent, before the worker is woken.
-        let mut planned = Vec::new();
-        for action in &actions {
-            if let Some(request) = self.request_for(action, Some(wanted)).await? {
-                planned.push((action, request));
-            }
-        }
-        let requests = planned
-            .iter()
-            .map(|(a, r)| (a.agent().clone(), r.clone()))
-            .collect();
-        let queued = self.queue_all(requests).await?;
-        let mut jobs = Vec::new();
-        for ((action, _), job) in planned.iter().zip(queued) {
-            self.queued.insert(action.agent().clone(), job);
-            self.note_removal(action, observation.as_ref(), job);
-            jobs.push((action.agent().clone(), job));
-        }
+        let all: Vec<&Action> = actions.iter().collect();
+        let jobs = self
+            .queue_actions(&all, Some(wanted), observation.as_ref())
+            .await?;
         self.applied = Some(wanted.revision);
         self.revision_jobs = jobs;
         self.deps.wake.notify_one();
@@ -432,7 +426,7 @@ impl<R: ContainerRuntime> Converger<R> {
         let needing: BTreeSet<&AgentName> = needs.iter().map(Action::agent).collect();
         self.retries
             .retain(|a| needing.contains(a) || busy.contains(a));
-        let mut queued = 0;
+        let mut due = Vec::new();
         for action in &needs {
             let agent = action.agent();
             if self.retries.waiting(agent, now) || !self.fresh_reap(action, seen).await? {
@@ -440,12 +434,9 @@ impl<R: ContainerRuntime> Converger<R> {
             }
             let attempt = self.retries.get(agent).map_or(0, |r| r.attempts) + 1;
             tracing::info!(hive = %self.deps.hive, %agent, ?action, attempt, "reconciler queues a job");
-            if let Some(job) = self.carry_out(action, wanted).await? {
-                self.queued.insert(agent.clone(), job);
-                self.note_removal(action, Some(seen), job);
-                queued += 1;
-            }
+            due.push(action);
         }
+        let queued = self.queue_actions(&due, wanted, Some(seen)).await?.len();
         self.reaped.retain(|a, _| seen.contains_key(a));
         if queued > 0 {
             self.deps.wake.notify_one();

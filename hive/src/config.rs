@@ -27,6 +27,7 @@ pub struct FileConfig {
     pub name: Option<String>,
     pub state_dir: Option<PathBuf>,
     pub http_listen: Option<String>,
+    pub http_allowed_hosts: Vec<String>,
     pub publish_interval_secs: Option<u64>,
     pub reconcile_interval_secs: Option<u64>,
     pub orphan_grace_secs: Option<u64>,
@@ -64,6 +65,11 @@ pub struct HiveConfig {
     /// Health and metrics (and the API only with remote writes on);
     /// loopback only.
     pub http_listen: SocketAddr,
+    /// Names besides IP literals, `localhost` and this machine's own name
+    /// that the TCP listener answers to (see
+    /// [`swarm_queue_client::http_host`]): for scrapers and proxies that
+    /// reach it by a DNS name.
+    pub http_allowed_hosts: Vec<String>,
     pub publish_interval: Duration,
     pub reconcile_interval: Duration,
     pub orphan_grace: Duration,
@@ -337,6 +343,11 @@ pub fn load(
             p.display().to_string()
         ));
     }
+    for name in &file.http_allowed_hosts {
+        if let Err(e) = swarm_queue_client::http_host::check_allowed_name(name) {
+            problems.push(e.to_string());
+        }
+    }
     let agent_retry_base = Interval {
         field: "agent_retry_base_secs",
         default: crate::retry::DEFAULT_BASE.as_secs(),
@@ -358,6 +369,7 @@ pub fn load(
         name,
         state_dir,
         http_listen,
+        http_allowed_hosts: file.http_allowed_hosts,
         publish_interval,
         reconcile_interval,
         orphan_grace,

@@ -82,16 +82,26 @@ enum PassError {
     Docker(String),
 }
 
+/// Which message of the wanted key: a revision number and the server's time
+/// for it. A bucket made again can reach the number handled before with
+/// another declaration, so the number alone does not name a message.
+type MessageId = (u64, Option<i64>);
+
+fn message_id(w: &Wanted) -> MessageId {
+    (w.revision, w.created_ns)
+}
+
 /// What one look at Docker showed; `None` when Docker could not be asked.
 type Observation = Option<BTreeMap<AgentName, Seen>>;
 
 struct Converger<R> {
     deps: ConvergerDeps<R>,
-    /// The revision whose jobs have been queued.
-    applied: Option<u64>,
+    /// The wanted message whose jobs have been queued.
+    applied: Option<MessageId>,
     /// Jobs queued for `applied`.
     revision_jobs: Vec<(AgentName, JobId)>,
-    converged: Option<u64>,
+    /// The wanted message the agents were last seen as declared for.
+    converged: Option<MessageId>,
     orphan_first_seen: BTreeMap<AgentName, Instant>,
     next_round: Instant,
     backoff: Duration,
@@ -381,7 +391,15 @@ impl<R: ContainerRuntime> Converger<R> {
         let jobs = self
             .queue_actions(&all, Some(wanted), observation.as_ref())
             .await?;
-        self.applied = Some(wanted.revision);
+        // What was converged belongs to another bucket when its number is
+        // not below this one's: it says nothing about this declaration.
+        if self
+            .converged
+            .is_some_and(|c| c.0 >= wanted.revision && c != message_id(wanted))
+        {
+            self.converged = None;
+        }
+        self.applied = Some(message_id(wanted));
         self.revision_jobs = jobs;
         self.deps.wake.notify_one();
         Ok(())
@@ -503,7 +521,7 @@ impl<R: ContainerRuntime> Converger<R> {
         self.deps.health.set_agents(agents, due);
 
         if let (Some(w), Some(seen)) = (wanted, observation) {
-            if self.applied == Some(w.revision) {
+            if self.applied == Some(message_id(w)) {
                 let inst: BTreeMap<AgentName, Installed> = installed
                     .iter()
                     .map(|(a, i)| {
@@ -517,7 +535,7 @@ impl<R: ContainerRuntime> Converger<R> {
         }
         self.deps
             .health
-            .set_revisions(wanted.map(|w| w.revision), self.converged);
+            .set_revisions(wanted.map(|w| w.revision), self.converged.map(|c| c.0));
         Ok(())
     }
 
@@ -573,10 +591,10 @@ impl<R: ContainerRuntime> Converger<R> {
     ) {
         match converge::convergence_gap(&w.declaration.agents, power, seen, installed, outcomes) {
             None => {
-                if self.converged != Some(w.revision) {
+                if self.converged != Some(message_id(w)) {
                     tracing::info!(hive = %self.deps.hive, revision = w.revision, "converged");
                 }
-                self.converged = Some(w.revision);
+                self.converged = Some(message_id(w));
             }
             Some(gap) => {
                 tracing::debug!(hive = %self.deps.hive, revision = w.revision, %gap, "not converged yet")
@@ -618,7 +636,7 @@ impl<R: ContainerRuntime> Converger<R> {
         // only a pass that used it successfully clears it.
         let mut store: Option<Result<(), String>> = None;
         if let Some(w) = wanted.as_deref() {
-            if self.applied != Some(w.revision) {
+            if self.applied != Some(message_id(w)) {
                 match perf::ENQUEUE_REVISION
                     .time(self.apply(w, &observation))
                     .await

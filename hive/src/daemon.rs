@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use swarm_queue_client::credentials::XKey;
+use swarm_queue_client::http_host::HostRule;
 use swarm_queue_client::{Bucket, Connection, HiveName, Level};
 use tokio::sync::Notify;
 
@@ -85,6 +86,10 @@ pub async fn run(config: HiveConfig, shutdown: Shutdown) -> Result<(), DaemonErr
     let health_routes = http::health_router(state.health.clone());
     let (tcp_routes, socket_routes) =
         crate::access::routers(health_routes, api_routes, config.api_token.clone());
+    let tcp_routes = http::guard_host(
+        tcp_routes,
+        HostRule::for_this_machine(config.http_allowed_hosts.clone()),
+    );
     start_local_side(&config, &state, tcp_routes, &mut tasks);
     let socket = Arc::clone(&state.socket);
     tasks.spawn("api_socket", Role::Auxiliary, move |shutdown| {

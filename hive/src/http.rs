@@ -5,11 +5,13 @@
 
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use swarm_queue_client::http_host::HostRule;
 
 use crate::readiness::{render_metrics, Health};
 use crate::shutdown::Shutdown;
@@ -38,6 +40,27 @@ async fn metrics(State(health): State<Arc<Health>>) -> Response {
     let mut text = render_metrics(&health.snapshot());
     text.push_str(&crate::perf::render());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+/// `router` answering only requests whose `Host` names this machine (the
+/// guard against DNS rebinding): any other gets 421 and reaches no route.
+pub fn guard_host(router: Router, rule: HostRule) -> Router {
+    router.layer(middleware::from_fn(move |req: Request, next: Next| {
+        let rule = rule.clone();
+        async move {
+            let host = req
+                .headers()
+                .get(header::HOST)
+                .map(|h| h.to_str().unwrap_or("(not text)"));
+            match rule.check(host) {
+                Ok(()) => next.run(req).await,
+                Err(refused) => {
+                    tracing::warn!(host = %refused.host, "refused a request by its Host header");
+                    (StatusCode::MISDIRECTED_REQUEST, format!("{refused}\n")).into_response()
+                }
+            }
+        }
+    }))
 }
 
 /// Serve `router` on `listener` until shutdown.

@@ -84,6 +84,11 @@ pub struct Config {
     pub attention_progressing: Duration,
     /// Where `serve` listens.
     pub http_listen: SocketAddr,
+    /// Names besides IP literals, `localhost` and this machine's own name
+    /// that the dashboard answers to (the DNS-rebinding guard,
+    /// [`swarm_queue_client::http_host`]), for a proxy that keeps its own
+    /// `Host`.
+    pub http_allowed_hosts: Vec<String>,
     /// The controller's xkey seed, used to seal credentials. Created with
     /// mode 0600 on first use when missing.
     pub xkey_seed_file: Option<PathBuf>,
@@ -115,6 +120,8 @@ struct RawConfig {
     attention_progressing_secs: u64,
     #[serde(default)]
     http_listen: Option<String>,
+    #[serde(default)]
+    http_allowed_hosts: Vec<String>,
     #[serde(default)]
     xkey_seed_file: Option<PathBuf>,
     #[serde(default)]
@@ -253,6 +260,12 @@ impl Config {
             }
         };
 
+        for name in &raw.http_allowed_hosts {
+            if let Err(e) = swarm_queue_client::http_host::check_allowed_name(name) {
+                problems.push(e.to_string());
+            }
+        }
+
         let mut nats = raw.nats;
         if let Some(url) = nats_url {
             nats.url = Some(url.to_string());
@@ -332,6 +345,7 @@ impl Config {
             attention_progressing: Duration::from_secs(raw.attention_progressing_secs),
             // Checked above: a parse failure is a problem, and we returned.
             http_listen: http_listen.unwrap_or_else(|| ([127, 0, 0, 1], 7380).into()),
+            http_allowed_hosts: raw.http_allowed_hosts,
             xkey_seed_file,
             webhook_secret_file,
             knowledge_repo,

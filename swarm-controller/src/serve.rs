@@ -30,8 +30,9 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{Query as QueryPairs, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{Query as QueryPairs, Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
@@ -39,6 +40,7 @@ use axum::serve::ListenerExt;
 use axum::{Json, Router};
 use futures_util::stream::{self, StreamExt};
 use serde_json::json;
+use swarm_queue_client::http_host::HostRule;
 use time::OffsetDateTime;
 use tokio::sync::{broadcast, watch};
 
@@ -209,7 +211,8 @@ pub async fn start(
 
     tokio::spawn(follow(shared.clone(), follower, shutdown.clone()));
     tokio::spawn(expire(shared.clone(), shutdown.clone()));
-    let app = router(shared.clone());
+    let hosts = HostRule::for_this_machine(config.http_allowed_hosts.clone());
+    let app = router(shared.clone(), hosts);
     // Each pushed row is a small write; without TCP_NODELAY, Nagle's
     // algorithm holds it until the page's delayed ACK (about 40 ms).
     let listener = listener.tap_io(|tcp| {
@@ -271,15 +274,32 @@ async fn expire(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
     }
 }
 
-fn router(shared: Arc<Shared>) -> Router {
+/// The page and its API answer only a `Host` that names this machine: a
+/// page elsewhere that made its name resolve here (DNS rebinding) would
+/// otherwise read the fleet. The webhook is signed and the liveness probe
+/// says nothing, so those two answer any name.
+fn router(shared: Arc<Shared>, hosts: HostRule) -> Router {
     Router::new()
         .route("/", get(dashboard))
         .route("/api/status", get(api_status))
         .route("/api/events", get(events))
         .route("/api/stats", get(api_stats))
+        .route_layer(middleware::from_fn_with_state(hosts, guard_host))
         .route("/hooks/forge", post(forge_hook))
         .route("/health/live", get(|| async { "ok\n" }))
         .with_state(shared)
+}
+
+async fn guard_host(State(hosts): State<HostRule>, req: Request, next: Next) -> Response {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .map(|h| h.to_str().unwrap_or("(not text)"));
+    if let Err(refused) = hosts.check(host) {
+        tracing::warn!(host = %refused.host, "refused a dashboard request by its Host header");
+        return (StatusCode::MISDIRECTED_REQUEST, format!("{refused}\n")).into_response();
+    }
+    next.run(req).await
 }
 
 async fn dashboard() -> Html<&'static str> {

@@ -16,6 +16,8 @@
 //! - [`connect`]: connection options and `ensure_connected`.
 //! - [`containers`]: container names, labels and mounts a hive uses in Docker.
 //! - [`limits`]: every bound, in one place.
+//! - [`http_host`]: the `Host` rule both daemons' HTTP listeners apply
+//!   against DNS rebinding.
 //! - [`permissions`]: the per-identity nats-server authorization (which
 //!   subjects each hive and the controller may use).
 //!
@@ -30,6 +32,7 @@ pub mod containers;
 pub mod credentials;
 #[cfg(feature = "nats")]
 pub mod direct;
+pub mod http_host;
 pub mod limits;
 pub mod names;
 pub mod payload;

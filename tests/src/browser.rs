@@ -33,6 +33,13 @@ pub struct Page {
 
 impl Page {
     pub async fn launch(log: &Path) -> Page {
+        Page::launch_with(log, &[]).await
+    }
+
+    /// [`Page::launch`] with extra Chromium switches, for example
+    /// `--host-resolver-rules=MAP rebind.test 127.0.0.1` to play a name
+    /// that an attacker's DNS points at this machine.
+    pub async fn launch_with(log: &Path, extra: &[&str]) -> Page {
         assert!(
             Path::new(CHROMIUM).is_file(),
             "{CHROMIUM} is missing: apt-get install -y chromium"
@@ -48,25 +55,22 @@ impl Page {
         let tmp = profile.path().join("tmp");
         std::fs::create_dir(&tmp).unwrap();
         let tmp = tmp.display().to_string();
-        let browser = Daemon::spawn(
-            Path::new(CHROMIUM),
-            &[
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--remote-debugging-address=127.0.0.1",
-                "--remote-debugging-port=0",
-                &user_data,
-                "about:blank",
-            ],
-            &[("TMPDIR", &tmp)],
-            log,
-        );
+        let mut args = vec![
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--remote-debugging-address=127.0.0.1",
+            "--remote-debugging-port=0",
+            &user_data,
+        ];
+        args.extend_from_slice(extra);
+        args.push("about:blank");
+        let browser = Daemon::spawn(Path::new(CHROMIUM), &args, &[("TMPDIR", &tmp)], log);
         // Chromium writes the port it chose into the profile directory.
         let port_file = profile.path().join("DevToolsActivePort");
         let port = wait_until(T, "Chromium's DevTools port", || async {

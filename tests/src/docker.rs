@@ -105,26 +105,25 @@ impl TestImage {
 
 impl Drop for TestImage {
     fn drop(&mut self) {
-        // Containers still using the image would turn `rmi -f` into a mere
-        // untag and leave a dangling image behind, whatever order a test
-        // dropped its guards in.
-        if let Ok(out) = Command::new("docker")
-            .args([
-                "ps",
-                "-aq",
-                "--filter",
-                &format!("ancestor={}", self.reference),
-            ])
-            .output()
-        {
-            for id in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-                let _ = Command::new("docker").args(["rm", "-f", id]).output();
-            }
-        }
-        let _ = Command::new("docker")
-            .args(["rmi", "-f", &self.reference])
-            .output();
+        remove_image(&self.reference);
     }
+}
+
+/// Remove `reference` and every container made from it. Containers still
+/// using the image would turn `rmi -f` into a mere untag and leave a
+/// dangling image behind, whatever order a test dropped its guards in.
+pub fn remove_image(reference: &str) {
+    if let Ok(out) = Command::new("docker")
+        .args(["ps", "-aq", "--filter", &format!("ancestor={reference}")])
+        .output()
+    {
+        for id in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+            let _ = Command::new("docker").args(["rm", "-f", id]).output();
+        }
+    }
+    let _ = Command::new("docker")
+        .args(["rmi", "-f", reference])
+        .output();
 }
 
 /// Removes every container carrying `org.hyperhive.hive=<hive>` on drop, so a

@@ -278,7 +278,8 @@ fn the_hive_config_refuses_bad_names_and_seed_files() {
 }
 
 /// Intervals past their upper bounds, in both configs: exit 64 naming the
-/// field, so no `Instant + Duration` in the daemons can overflow.
+/// field, so no `Instant + Duration` in the daemons can overflow; and an
+/// `http_allowed_hosts` entry that is no plain host name.
 #[test]
 fn both_configs_refuse_intervals_past_their_bounds() {
     let dir = tempfile::tempdir().unwrap();
@@ -303,6 +304,17 @@ fn both_configs_refuse_intervals_past_their_bounds() {
             hyperhive_tests::controller_bin(),
             format!("stale_after_secs = {huge}\n[nats]\nurl = \"nats://127.0.0.1:4222\"\n"),
             "stale_after_secs = 9223372036854775807: it must be at most 604800",
+        ),
+        (
+            hive_bin(),
+            "http_allowed_hosts = [\"metrics.internal:9100\"]\n".to_string(),
+            "http_allowed_hosts entry \"metrics.internal:9100\" is not a host name",
+        ),
+        (
+            hyperhive_tests::controller_bin(),
+            "http_allowed_hosts = [\"*.example\"]\n[nats]\nurl = \"nats://127.0.0.1:4222\"\n"
+                .to_string(),
+            "http_allowed_hosts entry \"*.example\" is not a host name",
         ),
     ];
     for (bin, text, want) in cases {

@@ -7,6 +7,8 @@
 
 use std::time::Duration;
 
+use futures_util::StreamExt;
+
 use hyperhive_tests::docker::{ContainerGuard, TestImage};
 use hyperhive_tests::hive::{warning_keys, HiveProc, HiveSpec};
 use hyperhive_tests::kv::{container, Swarm};
@@ -122,6 +124,84 @@ async fn a_wanted_bucket_made_again_is_taken_as_the_truth() {
             s["converged_revision"].as_u64() == Some(r2)
         })
         .await;
+}
+
+/// A bucket made again while the hive could not hear it (frozen with
+/// SIGSTOP) reaches the very revision number the hive had converged on, with
+/// another declaration. The number alone cannot tell them apart: the hive
+/// must apply the new one, not keep reporting the old one converged.
+#[tokio::test]
+async fn a_new_bucket_at_the_same_revision_number_is_applied() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let hive = unique_name("rs-same");
+    let img = TestImage::busybox("rs-same");
+    let _guard = ContainerGuard::new(&hive);
+    let swarm = Swarm::connect(&url).await;
+    swarm.declare(&hive, &decl(&img.reference, "1")).await;
+    let r2 = swarm.declare(&hive, &decl(&img.reference, "2")).await;
+    let h = HiveProc::start(HiveSpec {
+        name: Some(&hive),
+        nats_url: Some(&url),
+        ..Default::default()
+    });
+    swarm.converged(&hive, r2, T).await;
+    let (_, _, old_spec) = container(&hive, "a").unwrap();
+
+    h.daemon.signal("STOP");
+    swarm.js.delete_key_value("hyperhive-wanted").await.unwrap();
+    swarm.declare(&hive, &decl(&img.reference, "a")).await;
+    let again = swarm.declare(&hive, &decl(&img.reference, "b")).await;
+    // Every status the hive publishes from here on.
+    let mut watch = swarm
+        .bucket("hyperhive-status")
+        .await
+        .watch(&hive)
+        .await
+        .unwrap();
+    let published = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
+    let sink = published.clone();
+    let watcher = tokio::spawn(async move {
+        while let Some(Ok(entry)) = watch.next().await {
+            if let Ok(v) = serde_json::from_slice(&entry.value) {
+                sink.lock().unwrap().push(v);
+            }
+        }
+    });
+    h.daemon.signal("CONT");
+    assert_eq!(again, r2, "the new bucket reached the same revision number");
+
+    let new_spec = wait_until(T, "the new bucket's declaration applied", || async {
+        let (_, running, spec) = container(&hive, "a")?;
+        (running && spec != old_spec).then_some(spec)
+    })
+    .await;
+    let s = swarm
+        .status_until(&hive, "converged on the new declaration", T, |s| {
+            s["converged_revision"].as_u64() == Some(r2)
+                && s["agents"]["a"]["observed"] == "running"
+        })
+        .await;
+    let (_, _, spec) = container(&hive, "a").unwrap();
+    assert_eq!(spec, new_spec, "{s}");
+    let (_, r) = h.ready().await;
+    let reset = warning(&r, "wanted_reset").unwrap_or_else(|| panic!("{r}"));
+    assert!(reset.contains(&format!("revision {r2}")), "{reset}");
+
+    // No status claimed the revision converged while the agent it shows
+    // ran another spec than the one it shows declared.
+    watcher.abort();
+    let published = published.lock().unwrap();
+    assert!(!published.is_empty(), "the hive published after SIGCONT");
+    for p in published.iter() {
+        if p["converged_revision"].as_u64() == Some(r2) {
+            let a = &p["agents"]["a"];
+            assert_eq!(
+                a["spec"], a["declared_spec"],
+                "converged on {r2} claimed with another spec running: {p}"
+            );
+        }
+    }
 }
 
 #[tokio::test]

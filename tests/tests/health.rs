@@ -8,7 +8,7 @@
 mod controller_support;
 
 use controller_support::*;
-use hyperhive_tests::docker::{docker, ContainerGuard, TestImage};
+use hyperhive_tests::docker::{docker, remove_image, ContainerGuard, TestImage};
 use hyperhive_tests::hive::{HiveProc, HiveSpec};
 use hyperhive_tests::unique_name;
 
@@ -34,9 +34,7 @@ impl HealthImage {
 
 impl Drop for HealthImage {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("docker")
-            .args(["rmi", "-f", &self.0])
-            .output();
+        remove_image(&self.0);
     }
 }
 

@@ -398,7 +398,13 @@ async fn repeated_rebuilds_keep_the_current_and_previous_image_and_no_foreign_on
     for round in 1..=4 {
         s.push_digest("hh/app");
         hive(&["rebuild", "app", "--relock", "--wait"]).await;
-        let (ids, size) = local_images_of(&repo);
+        // The cleanup runs once the job is recorded done, which is when
+        // `--wait` returns: wait for it, not for the job.
+        let (ids, size) = wait_until(T, "the cleanup after the rebuild", || async {
+            let (ids, size) = local_images_of(&repo);
+            (ids.len() <= 2).then_some((ids, size))
+        })
+        .await;
         let (new_id, _, _) = container(&s.hive_name, "app").unwrap();
         let running =
             hyperhive_tests::docker::docker(&["inspect", "--format", "{{.Image}}", &new_id]);

@@ -132,6 +132,58 @@ async fn a_first_deploy_that_failed_is_retried_until_the_image_appears() {
     assert!(container(&hive, "web").is_some_and(|(_, running, _)| running));
 }
 
+/// An operator's `hive deploy` does not wait out the agent's backoff: with
+/// a retry base of an hour, the next automatic try is an hour away, and the
+/// deploy runs the agent at once and clears the retry record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_deploy_skips_the_backoff_and_resets_it() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let hive = unique_name("heal-op");
+    let _containers = ContainerGuard::new(&hive);
+    let image = TestImage::busybox("heal-op");
+    let late = format!("{}:late", unique_name("heal-op-late"));
+    let _late_guard = hyperhive_tests::docker::ImageGuard {
+        reference: late.clone(),
+    };
+    let kv = Swarm::connect(&url).await;
+    let h = HiveProc::start(HiveSpec {
+        name: Some(&hive),
+        nats_url: Some(&url),
+        extra: "reconcile_interval_secs = 1\nagent_retry_base_secs = 3600",
+        ..Default::default()
+    });
+    first_status(&kv, &hive).await;
+    let r1 = kv
+        .declare(&hive, &decl(json!({ "web": agent(&late) })))
+        .await;
+    let s = kv
+        .status_until(&hive, "web failing with a retry an hour away", T, |s| {
+            let r = &s["agents"]["web"]["retry"];
+            r["attempts"].as_u64() >= Some(1) && r["next_try_in_secs"].as_u64() > Some(600)
+        })
+        .await;
+    assert_eq!(s["agents"]["web"]["observed"], "missing", "{s:#}");
+
+    docker(&["tag", &image.reference, &late]);
+    let api = h.socket().await;
+    let out = tokio::process::Command::new(hyperhive_tests::hive_bin())
+        .args(["deploy", "web", "--wait"])
+        .env("HYPERHIVE_API", &api)
+        .output()
+        .await
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "hive deploy web: {printed}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = kv.converged(&hive, r1, T).await;
+    assert_eq!(s["agents"]["web"]["observed"], "running", "{s:#}");
+    assert!(s["agents"]["web"]["retry"].is_null(), "reset: {s:#}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn docker_down_longer_than_the_job_retry_window_heals_by_itself() {
     use hyperhive_tests::docker::PrivateDockerd;

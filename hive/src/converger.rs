@@ -285,43 +285,53 @@ impl<R: ContainerRuntime> Converger<R> {
             .collect())
     }
 
-    async fn queue(&self, agent: &AgentName, request: JobRequest) -> Result<JobId, StoreError> {
-        let kind = request.kind();
-        let q = self.deps.store.enqueue(agent, request, now_ms()).await?;
-        tracing::info!(hive = %self.deps.hive, %agent, job = q.job.0, kind = kind.as_str(), coalesced = q.coalesced, "job queued");
-        Ok(q.job)
-    }
-
     /// Queue many requests in one transaction.
     async fn queue_all(
         &self,
         requests: Vec<(AgentName, JobRequest)>,
     ) -> Result<Vec<JobId>, StoreError> {
+        if requests.is_empty() {
+            return Ok(Vec::new());
+        }
         let kinds: Vec<_> = requests
             .iter()
             .map(|(a, r)| (a.clone(), r.kind()))
             .collect();
-        let queued = self
-            .deps
-            .store
-            .call(move |s| s.enqueue_all(requests, now_ms()))
-            .await?;
+        let queued = self.deps.store.enqueue_all(requests, now_ms()).await?;
         for ((agent, kind), q) in kinds.iter().zip(&queued) {
             tracing::info!(hive = %self.deps.hive, %agent, job = q.job.0, kind = kind.as_str(), coalesced = q.coalesced, "job queued");
         }
         Ok(queued.into_iter().map(|q| q.job).collect())
     }
 
-    /// Queue what a decided action needs. `wanted` gives specs for deploys.
-    async fn carry_out(
-        &self,
-        action: &Action,
+    /// Queue what the decided actions need, all in one transaction: one
+    /// fsync, not one per agent, before the worker is woken (a new
+    /// revision of 100 agents, or a boot that finds 100 containers gone).
+    /// `wanted` gives specs for deploys.
+    async fn queue_actions(
+        &mut self,
+        actions: &[&Action],
         wanted: Option<&Wanted>,
-    ) -> Result<Option<JobId>, StoreError> {
-        match self.request_for(action, wanted).await? {
-            Some(request) => self.queue(action.agent(), request).await.map(Some),
-            None => Ok(None),
+        seen: Option<&BTreeMap<AgentName, Seen>>,
+    ) -> Result<Vec<(AgentName, JobId)>, StoreError> {
+        let mut planned = Vec::new();
+        for action in actions {
+            if let Some(request) = self.request_for(action, wanted).await? {
+                planned.push((*action, request));
+            }
         }
+        let requests = planned
+            .iter()
+            .map(|(a, r)| (a.agent().clone(), r.clone()))
+            .collect();
+        let queued = self.queue_all(requests).await?;
+        let mut jobs = Vec::new();
+        for ((action, _), job) in planned.iter().zip(queued) {
+            self.queued.insert(action.agent().clone(), job);
+            self.note_removal(action, seen, job);
+            jobs.push((action.agent().clone(), job));
+        }
+        Ok(jobs)
     }
 
     /// The job request a decided action needs; `None` when there is
@@ -367,25 +377,10 @@ impl<R: ContainerRuntime> Converger<R> {
         tracing::info!(hive = %self.deps.hive, revision = wanted.revision, actions = actions.len(), "applying declaration");
         // A new revision: every agent may be tried at once.
         self.retries.reset_all();
-        // Every job of the revision in one transaction: one fsync, not
-        // one per agent, before the worker is woken.
-        let mut planned = Vec::new();
-        for action in &actions {
-            if let Some(request) = self.request_for(action, Some(wanted)).await? {
-                planned.push((action, request));
-            }
-        }
-        let requests = planned
-            .iter()
-            .map(|(a, r)| (a.agent().clone(), r.clone()))
-            .collect();
-        let queued = self.queue_all(requests).await?;
-        let mut jobs = Vec::new();
-        for ((action, _), job) in planned.iter().zip(queued) {
-            self.queued.insert(action.agent().clone(), job);
-            self.note_removal(action, observation.as_ref(), job);
-            jobs.push((action.agent().clone(), job));
-        }
+        let all: Vec<&Action> = actions.iter().collect();
+        let jobs = self
+            .queue_actions(&all, Some(wanted), observation.as_ref())
+            .await?;
         // What was converged belongs to another bucket when its number is
         // not below this one's: it says nothing about this declaration.
         if self
@@ -439,7 +434,7 @@ impl<R: ContainerRuntime> Converger<R> {
         let needing: BTreeSet<&AgentName> = needs.iter().map(Action::agent).collect();
         self.retries
             .retain(|a| needing.contains(a) || busy.contains(a));
-        let mut queued = 0;
+        let mut due = Vec::new();
         for action in &needs {
             let agent = action.agent();
             if self.retries.waiting(agent, now) || !self.fresh_reap(action, seen).await? {
@@ -447,12 +442,9 @@ impl<R: ContainerRuntime> Converger<R> {
             }
             let attempt = self.retries.get(agent).map_or(0, |r| r.attempts) + 1;
             tracing::info!(hive = %self.deps.hive, %agent, ?action, attempt, "reconciler queues a job");
-            if let Some(job) = self.carry_out(action, wanted).await? {
-                self.queued.insert(agent.clone(), job);
-                self.note_removal(action, Some(seen), job);
-                queued += 1;
-            }
+            due.push(action);
         }
+        let queued = self.queue_actions(&due, wanted, Some(seen)).await?.len();
         self.reaped.retain(|a, _| seen.contains_key(a));
         if queued > 0 {
             self.deps.wake.notify_one();

@@ -2,7 +2,9 @@
 //!
 //! Every image the worker pulls or builds is recorded in the job database
 //! (table `images`) with the agent it was for. After a rebuild, a retire or
-//! a purge finishes, [`clean`] removes the recorded images that no
+//! a purge finishes (once the worker has no node running, so a burst of
+//! rebuilds is cleaned up once; at the latest a minute after the first),
+//! [`clean`] removes the recorded images that no
 //! installed agent needs (each keeps its current and its previous image,
 //! for a rollback) and no container uses, so repeated rebuilds do not fill
 //! the disk. An image the hive did not record is never considered: an

@@ -60,6 +60,9 @@ pub const PULL_PROGRESS_EVERY: Duration = Duration::from_secs(1);
 /// Tries to record one node's outcome before leaving it to crash recovery.
 const FINISH_ATTEMPTS: u32 = 3;
 
+/// The longest a wanted image cleanup waits for the worker to be idle.
+const IMAGE_CLEAN_DEFER_MAX: Duration = Duration::from_secs(60);
+
 /// How the worker behaves. `Default` is what the daemon ships.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
@@ -232,10 +235,12 @@ pub async fn run<R: ContainerRuntime>(deps: WorkerDeps<R>, mut shutdown: Shutdow
             Err(e) => tracing::error!(error = %crate::error_chain(&e), "cannot recover running nodes"),
         }
         let in_flight: Arc<Mutex<BTreeSet<AgentName>>> = Arc::default();
+        let images: Arc<ImageCleanup> = Arc::default();
         let mut running: JoinSet<()> = JoinSet::new();
         let mut last_prune: Option<tokio::time::Instant> = None;
         loop {
             replay_idle_cleanups(&deps, &in_flight).await;
+            images.run_if_due(&deps, running.is_empty()).await;
             if last_prune.is_none_or(|t| t.elapsed() > Duration::from_secs(3600)) {
                 match deps.store.prune(clock.now(), deps.config.retention).await {
                     Ok(0) => {}
@@ -256,6 +261,10 @@ pub async fn run<R: ContainerRuntime>(deps: WorkerDeps<R>, mut shutdown: Shutdow
                         let deps = Arc::clone(&deps);
                         let in_flight = Arc::clone(&in_flight);
                         let shutdown = shutdown.clone();
+                        let task = Task {
+                            clock,
+                            images: Arc::clone(&images),
+                        };
                         lock(&in_flight).insert(claim.agent.clone());
                         running.spawn(async move {
                             let agent = claim.agent.clone();
@@ -264,7 +273,7 @@ pub async fn run<R: ContainerRuntime>(deps: WorkerDeps<R>, mut shutdown: Shutdow
                             let mut next = Some(claim);
                             while let Some(claim) = next {
                                 let chain = !shutdown.is_requested();
-                                next = perf::NODES.time(execute(&deps, clock, claim, chain)).await;
+                                next = perf::NODES.time(execute(&deps, &task, claim, chain)).await;
                             }
                             lock(&in_flight).remove(&agent);
                             deps.wake.notify_one();
@@ -323,7 +332,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// agent's next runnable node in the same transaction and return it.
 async fn execute<R: ContainerRuntime>(
     deps: &WorkerDeps<R>,
-    clock: Clock,
+    task: &Task,
     claim: Claim,
     chain: bool,
 ) -> Option<Claim> {
@@ -350,9 +359,9 @@ async fn execute<R: ContainerRuntime>(
                 Outcome::Failed { error, transient }
             }
         };
-        let (state, next) = record_outcome(deps, clock, &claim, outcome, chain).await;
+        let (state, next) = record_outcome(deps, task.clock, &claim, outcome, chain).await;
         if let Some(state) = state {
-            job_finished(deps, &claim, state).await;
+            job_finished(deps, &claim, state, &task.images);
         }
         next
     }
@@ -401,12 +410,13 @@ async fn record_outcome<R: ContainerRuntime>(
     (None, None)
 }
 
-/// A job ended: count it, and clean up images after a job that may have
-/// left one unused.
-async fn job_finished<R: ContainerRuntime>(
+/// A job ended: count it, and want an image cleanup after a job that may
+/// have left an image unused.
+fn job_finished<R: ContainerRuntime>(
     deps: &WorkerDeps<R>,
     claim: &Claim,
     state: crate::jobs::JobState,
+    images: &ImageCleanup,
 ) {
     let kind = claim.request.kind();
     tracing::info!(state = %state, kind = %kind, "job finished");
@@ -421,8 +431,44 @@ async fn job_finished<R: ContainerRuntime>(
                 | crate::jobs::JobKind::Purge
         )
     {
-        if let Err(e) = crate::images::clean(&deps.store, deps.runtime.as_ref()).await {
-            tracing::warn!(error = %crate::error_chain(&e), "image cleanup failed; the next one tries again");
+        images.want();
+    }
+}
+
+/// What the worker loop hands each node task besides the deps.
+struct Task {
+    clock: Clock,
+    images: Arc<ImageCleanup>,
+}
+
+/// An image cleanup ([`crate::images::clean`]) wanted by a finished job,
+/// run by the worker loop once no node is running, or at the latest
+/// [`IMAGE_CLEAN_DEFER_MAX`] after it was first wanted. A cleanup lists
+/// every container of the hive: after a rebuild of a hundred agents this
+/// is one listing, not one per job, and none runs beside a create.
+#[derive(Default)]
+struct ImageCleanup {
+    wanted_since: Mutex<Option<tokio::time::Instant>>,
+}
+
+impl ImageCleanup {
+    fn want(&self) {
+        lock(&self.wanted_since).get_or_insert_with(tokio::time::Instant::now);
+    }
+
+    async fn run_if_due<R: ContainerRuntime>(&self, deps: &WorkerDeps<R>, idle: bool) {
+        let due = {
+            let mut since = lock(&self.wanted_since);
+            let due = since.is_some_and(|t| idle || t.elapsed() >= IMAGE_CLEAN_DEFER_MAX);
+            if due {
+                *since = None;
+            }
+            due
+        };
+        if due {
+            if let Err(e) = crate::images::clean(&deps.store, deps.runtime.as_ref()).await {
+                tracing::warn!(error = %crate::error_chain(&e), "image cleanup failed; the next one tries again");
+            }
         }
     }
 }
@@ -657,7 +703,7 @@ async fn agent_containers<R: ContainerRuntime>(
 ) -> Result<Vec<ContainerInfo>, NodeError> {
     let mut found: Vec<ContainerInfo> = deps
         .runtime
-        .list()
+        .list_agent(agent)
         .await
         .map_err(NodeError::runtime(format!(
             "list the containers of {agent}"

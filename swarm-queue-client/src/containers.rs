@@ -34,6 +34,12 @@ pub fn hive_label_filter(hive: &HiveName) -> String {
     format!("{LABEL_HIVE}={hive}")
 }
 
+/// Docker `label=` filter value selecting the containers of one agent
+/// (together with [`hive_label_filter`], of one hive's agent).
+pub fn agent_label_filter(agent: &AgentName) -> String {
+    format!("{LABEL_AGENT}={agent}")
+}
+
 /// The tag given to an image the hive builds itself from a build context:
 /// `hyperhive-build/<hive>/<agent>:<first 16 hex digits of the spec hash>`.
 /// A new spec is a new tag, so a build never overwrites the image a running

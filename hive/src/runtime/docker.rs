@@ -20,8 +20,8 @@ use bollard::query_parameters::{
 };
 use bollard::{Docker, API_DEFAULT_VERSION};
 use futures_util::StreamExt;
-use swarm_queue_client::containers::hive_label_filter;
-use swarm_queue_client::HiveName;
+use swarm_queue_client::containers::{agent_label_filter, hive_label_filter};
+use swarm_queue_client::{AgentName, HiveName};
 
 use crate::perf;
 use crate::registry_auth::{registry_of, Login, RegistryAuth};
@@ -619,8 +619,24 @@ impl ContainerRuntime for DockerRuntime {
     }
 
     async fn list(&self) -> Result<Vec<ContainerInfo>, RuntimeError> {
+        self.list_labelled(vec![hive_label_filter(&self.hive)])
+            .await
+    }
+
+    async fn list_agent(&self, agent: &AgentName) -> Result<Vec<ContainerInfo>, RuntimeError> {
+        self.list_labelled(vec![
+            hive_label_filter(&self.hive),
+            agent_label_filter(agent),
+        ])
+        .await
+    }
+}
+
+impl DockerRuntime {
+    /// The containers carrying every one of `labels` (Docker ANDs them).
+    async fn list_labelled(&self, labels: Vec<String>) -> Result<Vec<ContainerInfo>, RuntimeError> {
         let docker = self.client()?;
-        let filters = HashMap::from([("label".to_string(), vec![hive_label_filter(&self.hive)])]);
+        let filters = HashMap::from([("label".to_string(), labels)]);
         let options = ListContainersOptions {
             all: true,
             filters: Some(filters),

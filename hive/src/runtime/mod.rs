@@ -333,6 +333,22 @@ pub trait ContainerRuntime: Send + Sync + 'static {
 
     /// Every container carrying this hive's label, running or not.
     fn list(&self) -> impl Future<Output = Result<Vec<ContainerInfo>, RuntimeError>> + Send;
+
+    /// The containers carrying this hive's label and `agent`'s. A runtime
+    /// that can filter does so: a hive of many agents otherwise lists all
+    /// of them for each agent's stop and remove.
+    fn list_agent(
+        &self,
+        agent: &AgentName,
+    ) -> impl Future<Output = Result<Vec<ContainerInfo>, RuntimeError>> + Send {
+        async move {
+            let all = self.list().await?;
+            Ok(all
+                .into_iter()
+                .filter(|c| c.agent() == Some(agent.as_str()))
+                .collect())
+        }
+    }
 }
 
 /// The health status in the text `docker ps` shows for a container

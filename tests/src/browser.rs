@@ -25,8 +25,8 @@ type Socket =
 
 /// A headless Chromium page driven over CDP.
 pub struct Page {
-    _browser: Daemon,
-    _profile: tempfile::TempDir,
+    browser: Daemon,
+    profile: tempfile::TempDir,
     socket: Socket,
     next_id: AtomicU64,
 }
@@ -101,8 +101,8 @@ impl Page {
             .to_string();
         let (socket, _) = tokio_tungstenite::connect_async(ws.as_str()).await.unwrap();
         Page {
-            _browser: browser,
-            _profile: profile,
+            browser,
+            profile,
             socket,
             next_id: AtomicU64::new(1),
         }
@@ -155,4 +155,44 @@ impl Page {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
     }
+}
+
+impl Drop for Page {
+    /// Kill the browser, then its helper processes (renderer, zygote,
+    /// network service: started by it, each with `--user-data-dir=` of this
+    /// profile), which outlive it for a moment and keep writing into the
+    /// profile; only then can the profile be removed for good.
+    fn drop(&mut self) {
+        self.browser.kill();
+        let marker = format!("--user-data-dir={}", self.profile.path().display());
+        let path = self.profile.path().to_path_buf();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let helpers = helper_pids(&marker);
+            for pid in &helpers {
+                let _ = std::process::Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status();
+            }
+            let _ = std::fs::remove_dir_all(&path);
+            if (helpers.is_empty() && !path.exists()) || std::time::Instant::now() > deadline {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// The processes whose command line holds `marker`.
+fn helper_pids(marker: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.split(|b| *b == 0).any(|arg| arg == marker.as_bytes()))
+        })
+        .collect()
 }

@@ -35,6 +35,7 @@ use swarm_queue_client::{HiveName, NatsConfig};
 use toml::Spanned;
 
 use crate::swarm_file::SwarmFile;
+use crate::toml_lines::{describe_toml_error, Lines};
 
 /// Default `stale_after_secs`: twice the hive's 60 s publish interval, so one
 /// late or lost publish does not make a hive look stale.
@@ -146,43 +147,6 @@ fn default_stale_after() -> u64 {
 
 fn default_attention_progressing() -> u64 {
     crate::view::DEFAULT_PROGRESSING_ATTENTION.as_secs()
-}
-
-/// Byte offset to line number, for error messages. Built once per file so
-/// that a config with 10,000 hive tables does not rescan the text for each.
-pub(crate) struct Lines {
-    /// Byte offsets of every '\n'.
-    newlines: Vec<usize>,
-}
-
-impl Lines {
-    pub(crate) fn new(text: &str) -> Lines {
-        Lines {
-            newlines: text
-                .bytes()
-                .enumerate()
-                .filter(|(_, b)| *b == b'\n')
-                .map(|(i, _)| i)
-                .collect(),
-        }
-    }
-
-    /// 1-based line of byte offset `at`.
-    pub(crate) fn line(&self, at: usize) -> usize {
-        self.newlines.partition_point(|&nl| nl < at) + 1
-    }
-}
-
-/// A toml error as "line N: message".
-pub(crate) fn describe_toml_error(text: &str, err: &toml::de::Error) -> String {
-    match err.span() {
-        Some(span) => format!(
-            "line {}: {}",
-            Lines::new(text).line(span.start),
-            err.message()
-        ),
-        None => err.message().to_string(),
-    }
 }
 
 impl Config {
@@ -564,14 +528,6 @@ mod tests {
             "xkey_seed_file = \"xkey.seed\"\nwebhook_secret_file = \"webhook-secret\"\n{MINIMAL}"
         );
         Config::parse(&dir.path().join("c.toml"), &text, None).unwrap();
-    }
-
-    #[test]
-    fn line_numbers() {
-        let lines = Lines::new("a\nbb\n\nc");
-        for (at, line) in [(0, 1), (1, 1), (2, 2), (4, 2), (5, 3), (6, 4), (99, 4)] {
-            assert_eq!(lines.line(at), line, "offset {at}");
-        }
     }
 
     #[test]

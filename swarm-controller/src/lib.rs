@@ -21,7 +21,8 @@
 //! - [`render`]: the JSON report and the status table.
 //! - [`swarm_file`], [`groups`] and [`declare`]: parsing a swarm file,
 //!   merging each hive's table with the groups that select it, and
-//!   publishing each hive's declaration.
+//!   publishing each hive's declaration; `toml_lines` gives both TOML
+//!   files' errors their line numbers.
 //! - [`rollout`]: staged rollouts in waves, their state in
 //!   `hyperhive-rollouts` (compare-and-set), and the rollout verbs.
 //! - [`deploy`], [`credential`], [`knowledge`]: the event verbs.
@@ -52,5 +53,6 @@ pub mod rollback;
 pub mod rollout;
 pub mod serve;
 pub mod swarm_file;
+mod toml_lines;
 pub mod view;
 pub mod webhook;

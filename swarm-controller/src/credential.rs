@@ -100,11 +100,18 @@ pub fn check_seed_file(path: &Path) -> Vec<String> {
     }
 }
 
-fn read_seed(path: &Path) -> Result<XKey, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+fn read_seed(path: &Path) -> Result<XKey, CredentialPutError> {
+    let fail = |reason: String| CredentialPutError::Seed {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
     // The error of from_seed never includes the seed itself.
-    XKey::from_seed(text.trim())
-        .map_err(|e| format!("not an xkey seed (SX…, as `nk -gen x25519` prints): {e}"))
+    XKey::from_seed(text.trim()).map_err(|e| {
+        fail(format!(
+            "not an xkey seed (SX…, as `nk -gen x25519` prints): {e}"
+        ))
+    })
 }
 
 /// The controller's xkey, created (mode 0600) when the file does not exist.
@@ -123,7 +130,7 @@ pub fn load_or_create_seed(path: &Path) -> Result<XKey, CredentialPutError> {
                 "the controller's xkey seed is readable by others; chmod 600 it"
             );
         }
-        return read_seed(path).map_err(fail);
+        return read_seed(path);
     }
     let key = XKey::new();
     let seed = key.seed().map_err(|e| fail(e.to_string()))?;
@@ -152,7 +159,7 @@ pub fn load_or_create_seed(path: &Path) -> Result<XKey, CredentialPutError> {
             tracing::info!(path = %path.display(), public = %key.public_key(), "created the controller's xkey");
             Ok(key)
         }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read_seed(path).map_err(fail),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read_seed(path),
         Err(e) => Err(fail(e.to_string())),
     }
 }

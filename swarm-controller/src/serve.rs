@@ -158,7 +158,7 @@ pub enum ServeError {
         source: std::io::Error,
     },
     #[error("webhook secret: {0}")]
-    Secret(String),
+    Secret(#[from] webhook::SecretError),
     #[error("HTTP server failed: {0}")]
     Http(#[source] std::io::Error),
 }
@@ -556,7 +556,7 @@ async fn forge_hook(
     }
     let push = match webhook::parse_push(&body) {
         Ok(p) => p,
-        Err(e) => return reply(StatusCode::BAD_REQUEST, json!({ "error": e })),
+        Err(e) => return reply(StatusCode::BAD_REQUEST, json!({ "error": e.to_string() })),
     };
     let plan = {
         let fleet = shared.fleet.read().unwrap_or_else(|p| p.into_inner());

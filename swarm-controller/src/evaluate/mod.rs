@@ -29,7 +29,7 @@ use std::fmt;
 use std::time::Duration;
 
 use serde::Serialize;
-use swarm_queue_client::payload::readiness_matches_key;
+use swarm_queue_client::payload::{readiness_matches_key, DecodeError};
 use swarm_queue_client::{
     decode, AgentName, Declaration, HiveName, HiveState, JobSummary, Observed, Power, Readiness,
     RetryStatus,
@@ -116,6 +116,24 @@ impl fmt::Display for Convergence {
     }
 }
 
+/// Why a stored status or declaration is no evidence. Clone and comparable
+/// (rows are), so a decode error is kept as its operator-grade text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EntryError {
+    /// The value does not decode: [`DecodeError`]'s message.
+    #[error("{0}")]
+    Undecodable(String),
+    /// A status value under one hive's key that says it is another hive.
+    #[error("the value stored under key {key:?} says it is hive {claims:?}")]
+    ClaimsOtherHive { key: String, claims: String },
+}
+
+impl EntryError {
+    fn undecodable(e: &DecodeError) -> Self {
+        EntryError::Undecodable(e.to_string())
+    }
+}
+
 /// One value of `hyperhive-status/<hive>`, decoded once when it arrives.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StatusEntry {
@@ -124,7 +142,7 @@ pub struct StatusEntry {
     /// When the server stored it: the only clock freshness trusts.
     pub created: OffsetDateTime,
     /// The readiness, or why it could not be read.
-    pub readiness: Result<Readiness, String>,
+    pub readiness: Result<Readiness, EntryError>,
     /// Things the reader should know (for example a newer schema).
     pub notes: Vec<String>,
 }
@@ -140,17 +158,17 @@ impl StatusEntry {
                     .unwrap_or(true);
                 if claims_other {
                     (
-                        Err(format!(
-                            "the value stored under key {key:?} says it is hive {:?}",
-                            d.value.hive.as_str()
-                        )),
+                        Err(EntryError::ClaimsOtherHive {
+                            key: key.to_string(),
+                            claims: d.value.hive.as_str().to_string(),
+                        }),
                         d.warnings,
                     )
                 } else {
                     (Ok(d.value), d.warnings)
                 }
             }
-            Err(e) => (Err(e.to_string()), Vec::new()),
+            Err(e) => (Err(EntryError::undecodable(&e)), Vec::new()),
         };
         StatusEntry {
             revision,
@@ -188,7 +206,7 @@ pub struct WantedEntry {
     /// KV revision: the declaration's identity.
     pub revision: u64,
     pub created: OffsetDateTime,
-    pub declared: Result<Declared, String>,
+    pub declared: Result<Declared, EntryError>,
     pub notes: Vec<String>,
 }
 
@@ -196,7 +214,7 @@ impl WantedEntry {
     pub fn decode(revision: u64, created: OffsetDateTime, bytes: &[u8]) -> Self {
         let (declared, notes) = match decode::<Declaration>(bytes) {
             Ok(d) => (Ok(Declared::new(d.value)), d.warnings),
-            Err(e) => (Err(e.to_string()), Vec::new()),
+            Err(e) => (Err(EntryError::undecodable(&e)), Vec::new()),
         };
         WantedEntry {
             revision,

@@ -113,7 +113,9 @@ fn freshness_table() {
     let undecodable = StatusEntry {
         revision: 9,
         created: t0(),
-        readiness: Err("readiness is not valid: expected value".into()),
+        readiness: Err(EntryError::Undecodable(
+            "readiness is not valid: expected value".into(),
+        )),
         notes: vec![],
     };
     let cases: Vec<(&str, bool, Option<StatusEntry>, Freshness, &str)> = vec![
@@ -205,7 +207,7 @@ fn age_and_stale_deadline_come_from_the_entry_timestamp() {
 fn a_value_under_another_hives_key_is_not_evidence() {
     let bytes = serde_json::to_vec(&ok_hive(1, 1)).unwrap();
     let entry = StatusEntry::decode("beta", 4, t0(), &bytes);
-    let err = entry.readiness.unwrap_err();
+    let err = entry.readiness.unwrap_err().to_string();
     assert!(
         err.contains("\"beta\"") && err.contains("\"alpha\""),
         "{err}"
@@ -214,6 +216,7 @@ fn a_value_under_another_hives_key_is_not_evidence() {
     assert!(garbage
         .readiness
         .unwrap_err()
+        .to_string()
         .contains("readiness is not valid"));
 }
 
@@ -224,7 +227,9 @@ fn convergence_table() {
     let undecodable_wanted = WantedEntry {
         revision: 5,
         created: t0(),
-        declared: Err("declaration is not valid: missing field `agents`".into()),
+        declared: Err(EntryError::Undecodable(
+            "declaration is not valid: missing field `agents`".into(),
+        )),
         notes: vec![],
     };
     let drifted_spec = {

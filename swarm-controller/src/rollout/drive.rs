@@ -157,11 +157,11 @@ async fn write_wave(deps: &Deps<'_>, r: &mut Rollout) -> Result<Option<Outcome>,
                 }
                 wrote.push(format!("{hive} (revision {revision})"));
             }
-            Err(reason) => {
+            Err(changed) => {
                 return Ok(Some(Outcome::Halted {
                     halted_wave: wave,
                     hive: Some(hive),
-                    reason,
+                    reason: changed.to_string(),
                 }))
             }
         }
@@ -180,15 +180,33 @@ async fn write_wave(deps: &Deps<'_>, r: &mut Rollout) -> Result<Option<Outcome>,
     Ok(None)
 }
 
+/// A hive's wanted key that moved away from the revision the rollout planned
+/// against, to something other than the rollout's target: the rollout halts.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "hyperhive-wanted/{hive} changed outside the rollout (revision {}, planned against {})",
+    revision_text(*current),
+    revision_text(*expected)
+)]
+struct ChangedOutside {
+    hive: HiveName,
+    current: Option<u64>,
+    expected: Option<u64>,
+}
+
+fn revision_text(revision: Option<u64>) -> String {
+    revision.map_or("none".into(), |r| r.to_string())
+}
+
 /// Publish `target` for `hive` if its key is still at `expected`; the
 /// revision written, or adopted when the key already holds the target.
-/// `Ok(Err(reason))`: the key changed to something else outside the rollout.
+/// `Ok(Err(_))`: the key changed to something else outside the rollout.
 async fn write_hive(
     wanted: &kv::Store,
     hive: &HiveName,
     target: &Declaration,
     expected: Option<u64>,
-) -> Result<Result<u64, String>, DriveError> {
+) -> Result<Result<u64, ChangedOutside>, DriveError> {
     let fail = |reason: String| DriveError::Wanted {
         hive: hive.clone(),
         reason,
@@ -210,11 +228,11 @@ async fn write_hive(
                     tracing::info!(%hive, revision, "already holds the rollout's target; not writing it again");
                     Ok(revision)
                 }
-                _ => Err(format!(
-                    "hyperhive-wanted/{hive} changed outside the rollout (revision {}, planned against {})",
-                    current.map_or("none".into(), |r| r.to_string()),
-                    expected.map_or("none".into(), |r| r.to_string()),
-                )),
+                _ => Err(ChangedOutside {
+                    hive: hive.clone(),
+                    current,
+                    expected,
+                }),
             });
         }
         let result = match expected {

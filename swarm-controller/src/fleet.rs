@@ -237,6 +237,14 @@ impl Fleet {
         fleet
     }
 
+    /// The fleet a controller process watches: `config`'s roster,
+    /// stale_after and attention_progressing_secs.
+    pub fn for_config(config: &crate::config::Config, now: OffsetDateTime) -> Self {
+        let mut fleet = Fleet::new(config.hives.clone(), config.stale_after, now);
+        fleet.set_progress_limit(config.attention_progressing, now);
+        fleet
+    }
+
     pub fn roster(&self) -> &Roster {
         &self.roster
     }

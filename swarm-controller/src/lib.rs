@@ -32,10 +32,13 @@
 //! - [`nats_config`]: the nkey users and authorization blocks of a swarm
 //!   with per-hive NATS identities (see `docs/security.md`).
 //! - [`cli`]: the command line; `main.rs` only calls [`cli::main`];
-//!   [`cli_declare`] holds the declaring verbs.
+//!   [`cli_declare`] holds the declaring verbs, `cli_events` the event
+//!   verbs and `cli_status` the `status` verb.
 
 pub mod cli;
 pub mod cli_declare;
+mod cli_events;
+mod cli_status;
 pub mod config;
 pub mod credential;
 pub mod declare;

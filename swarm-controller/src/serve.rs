@@ -184,13 +184,7 @@ pub async fn start(
         Some(p) => Some(webhook::read_secret(p).map_err(ServeError::Secret)?),
         None => None,
     };
-    let mut fleet = Fleet::new(
-        config.hives.clone(),
-        config.stale_after,
-        OffsetDateTime::now_utc(),
-    );
-    fleet.set_progress_limit(config.attention_progressing, OffsetDateTime::now_utc());
-    let fleet = RwLock::new(fleet);
+    let fleet = RwLock::new(Fleet::for_config(config, OffsetDateTime::now_utc()));
     let follower = crate::nats::load(buckets, &fleet).await?;
     let (pushes, _) = broadcast::channel(PUSH_BUFFER);
     let shared = Arc::new(Shared {

@@ -76,18 +76,19 @@ pub(crate) async fn credential_put_cmd(config: &Config, put: CredentialPut) -> a
     let secret = credential::read_secret_file(&from_file)?;
     let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
     let buckets = nats::open_buckets(&conn, &config.nats).await?;
-    let stored = credential::put(
-        &conn.client,
-        &buckets.status,
-        &buckets.credentials,
-        &key,
-        &hive,
-        &agent,
-        &account,
-        secret,
-        config.stale_after,
-    )
-    .await?;
+    let cx = credential::PutContext {
+        client: &conn.client,
+        status: &buckets.status,
+        credentials: &buckets.credentials,
+        controller: &key,
+        stale_after: config.stale_after,
+    };
+    let owner = credential::CredentialFor {
+        hive: &hive,
+        agent: &agent,
+        account: &account,
+    };
+    let stored = credential::put(&cx, owner, secret).await?;
     if json {
         print_json(&stored)?;
     } else {

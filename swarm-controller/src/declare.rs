@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use async_nats::jetstream::kv::{self, Operation, UpdateErrorKind};
+use async_nats::jetstream::kv::{self, Operation};
 use bytes::Bytes;
 use serde::Serialize;
 use swarm_queue_client::{
@@ -21,6 +21,7 @@ use swarm_queue_client::{
 };
 
 use crate::groups::{Origin, Resolved};
+use crate::nats::CasError;
 
 /// How one agent differs between the stored and the new declaration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -279,26 +280,9 @@ pub async fn publish(
                 reason: e.to_string(),
             })?;
             let expected = plan.expected_revision();
-            let result = match expected {
-                Some(rev) => wanted
-                    .update(plan.hive.as_str(), Bytes::from(bytes), rev)
-                    .await
-                    .map_err(|e| {
-                        (
-                            e.kind() == UpdateErrorKind::WrongLastRevision,
-                            e.to_string(),
-                        )
-                    }),
-                None => wanted
-                    .create(plan.hive.as_str(), Bytes::from(bytes))
-                    .await
-                    .map_err(|e| {
-                        (
-                            e.kind() == kv::CreateErrorKind::AlreadyExists,
-                            e.to_string(),
-                        )
-                    }),
-            };
+            let result =
+                crate::nats::write_if(wanted, plan.hive.as_str(), Bytes::from(bytes), expected)
+                    .await;
             match result {
                 Ok(revision) => {
                     tracing::info!(revision, "published a declaration");
@@ -307,7 +291,7 @@ pub async fn publish(
                     plan.stored_declaration = Some(plan.declaration.clone());
                     pending = false;
                 }
-                Err((true, _)) => {
+                Err(CasError::Conflict) => {
                     // Someone wrote between our read and our write: look again.
                     let again = plan_hive(wanted, &plan.hive, &plan.declaration).await?;
                     if !again.changed {
@@ -327,10 +311,10 @@ pub async fn publish(
                         plan.changes = again.changes;
                     }
                 }
-                Err((false, reason)) => {
+                Err(e) => {
                     return Err(DeclareError::Write {
                         hive: plan.hive.clone(),
-                        reason,
+                        reason: e.to_string(),
                     })
                 }
             }

@@ -17,13 +17,14 @@
 use std::sync::RwLock;
 use std::time::Duration;
 
-use async_nats::jetstream::kv::{self, Operation, UpdateErrorKind};
+use async_nats::jetstream::kv::{self, Operation};
 use bytes::Bytes;
 use swarm_queue_client::{decode, encode_pretty, Declaration, HiveName};
 use time::OffsetDateTime;
 
 use crate::config::Roster;
 use crate::fleet::Fleet;
+use crate::nats::CasError;
 use crate::nats::{self, Buckets, NatsError};
 use crate::render::unix_ms;
 use crate::rollout::state::{judge_wave, Outcome, Rollout, Step, Verdict};
@@ -235,31 +236,14 @@ async fn write_hive(
                 }),
             });
         }
-        let result = match expected {
-            Some(rev) => wanted
-                .update(hive.as_str(), Bytes::from(bytes.clone()), rev)
-                .await
-                .map_err(|e| {
-                    (
-                        e.kind() == UpdateErrorKind::WrongLastRevision,
-                        e.to_string(),
-                    )
-                }),
-            None => wanted
-                .create(hive.as_str(), Bytes::from(bytes.clone()))
-                .await
-                .map_err(|e| {
-                    (
-                        e.kind() == kv::CreateErrorKind::AlreadyExists,
-                        e.to_string(),
-                    )
-                }),
-        };
+        let result =
+            crate::nats::write_if(wanted, hive.as_str(), Bytes::from(bytes.clone()), expected)
+                .await;
         match result {
             Ok(revision) => return Ok(Ok(revision)),
             // Someone wrote between our read and our write: look again.
-            Err((true, _)) => continue,
-            Err((false, reason)) => return Err(fail(reason)),
+            Err(CasError::Conflict) => continue,
+            Err(e) => return Err(fail(e.to_string())),
         }
     }
     Err(fail("the key kept changing under us".into()))

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use swarm_queue_client::{AccountName, AgentName, HiveName};
+use swarm_queue_client::{AgentName, HiveName};
 use tokio::sync::watch;
 
 use crate::cli_declare::{self, DeclareArgs, RolloutVerb};
@@ -199,19 +199,20 @@ enum RolloutCommand {
     Abort,
 }
 
+impl From<RolloutCommand> for RolloutVerb {
+    fn from(action: RolloutCommand) -> Self {
+        match action {
+            RolloutCommand::Status { json } => RolloutVerb::Status { json },
+            RolloutCommand::Resume => RolloutVerb::Resume,
+            RolloutCommand::Abort => RolloutVerb::Abort,
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 enum CredentialCommand {
     /// Seal a secret to the hive's xkey, store it, and notify the hive.
-    Put {
-        hive: HiveName,
-        agent: AgentName,
-        account: AccountName,
-        /// File holding the secret (read as bytes; never printed or logged).
-        #[arg(long, value_name = "FILE")]
-        from_file: PathBuf,
-        #[arg(long)]
-        json: bool,
-    },
+    Put(CredentialPut),
     /// Print the controller's public xkey (creating its seed file if there is
     /// none): the value every hive lists in trusted_controller_xkeys.
     Xkey,
@@ -325,14 +326,7 @@ async fn run(config: Config, command: Command) -> anyhow::Result<i32> {
             };
             cli_declare::declare_cmd(&config, args).await
         }
-        Command::Rollout { action } => {
-            let verb = match action {
-                RolloutCommand::Status { json } => RolloutVerb::Status { json },
-                RolloutCommand::Resume => RolloutVerb::Resume,
-                RolloutCommand::Abort => RolloutVerb::Abort,
-            };
-            cli_declare::rollout_cmd(&config, verb).await
-        }
+        Command::Rollout { action } => cli_declare::rollout_cmd(&config, action.into()).await,
         Command::Rollback {
             hive,
             to,
@@ -358,24 +352,8 @@ async fn run(config: Config, command: Command) -> anyhow::Result<i32> {
             action: CredentialCommand::Xkey,
         } => cli_events::xkey_cmd(&config),
         Command::Credential {
-            action:
-                CredentialCommand::Put {
-                    hive,
-                    agent,
-                    account,
-                    from_file,
-                    json,
-                },
-        } => {
-            let put = CredentialPut {
-                hive,
-                agent,
-                account,
-                from_file,
-                json,
-            };
-            cli_events::credential_put_cmd(&config, put).await
-        }
+            action: CredentialCommand::Put(put),
+        } => cli_events::credential_put_cmd(&config, put).await,
         Command::KnowledgeChanged => cli_events::knowledge_cmd(&config).await,
         Command::Serve { http_listen } => serve_cmd(&config, http_listen).await,
         Command::NatsConfig { check: true, .. } => {

@@ -16,13 +16,16 @@ use crate::credential::{self, CredentialPutError};
 use crate::{deploy, knowledge, nats};
 
 /// The arguments of `credential put`.
+#[derive(Debug, clap::Args)]
 pub(crate) struct CredentialPut {
-    pub hive: HiveName,
-    pub agent: AgentName,
-    pub account: AccountName,
-    /// File holding the secret (never printed or logged).
-    pub from_file: PathBuf,
-    pub json: bool,
+    hive: HiveName,
+    agent: AgentName,
+    account: AccountName,
+    /// File holding the secret (read as bytes; never printed or logged).
+    #[arg(long, value_name = "FILE")]
+    from_file: PathBuf,
+    #[arg(long)]
+    json: bool,
 }
 
 /// `deploy HIVE AGENT`: ask the hive to deploy now; exit 0 once it queued.

@@ -100,20 +100,6 @@ pub fn check_seed_file(path: &Path) -> Vec<String> {
     }
 }
 
-fn read_seed(path: &Path) -> Result<XKey, CredentialPutError> {
-    let fail = |reason: String| CredentialPutError::Seed {
-        path: path.to_path_buf(),
-        reason,
-    };
-    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
-    // The error of from_seed never includes the seed itself.
-    XKey::from_seed(text.trim()).map_err(|e| {
-        fail(format!(
-            "not an xkey seed (SX…, as `nk -gen x25519` prints): {e}"
-        ))
-    })
-}
-
 /// The controller's xkey, created (mode 0600) when the file does not exist.
 /// Two controllers creating it at once end up with the same key: the file is
 /// linked into place only if nobody else did first.
@@ -302,6 +288,20 @@ async fn notify(
         .await
         .map_err(|e| fail(e.to_string()))?;
     client.flush().await.map_err(|e| fail(e.to_string()))
+}
+
+fn read_seed(path: &Path) -> Result<XKey, CredentialPutError> {
+    let fail = |reason: String| CredentialPutError::Seed {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+    // The error of from_seed never includes the seed itself.
+    XKey::from_seed(text.trim()).map_err(|e| {
+        fail(format!(
+            "not an xkey seed (SX…, as `nk -gen x25519` prints): {e}"
+        ))
+    })
 }
 
 #[cfg(test)]

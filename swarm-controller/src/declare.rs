@@ -42,15 +42,6 @@ impl std::fmt::Display for AgentDiff {
     }
 }
 
-/// The fields of a spec, by their wire names, so a diff names what changed
-/// without a second list of the contract's fields.
-fn fields(spec: &AgentSpec) -> BTreeMap<String, serde_json::Value> {
-    match serde_json::to_value(spec) {
-        Ok(serde_json::Value::Object(map)) => map.into_iter().collect(),
-        _ => BTreeMap::new(),
-    }
-}
-
 /// Agent-by-agent difference from `current` (None: nothing stored) to `new`.
 pub fn diff(current: Option<&Declaration>, new: &Declaration) -> Vec<AgentDiff> {
     let empty = BTreeMap::new();
@@ -141,43 +132,6 @@ pub enum DeclareError {
     Write { hive: HiveName, reason: String },
     #[error("hyperhive-wanted/{hive} kept changing under us; try again")]
     Contended { hive: HiveName },
-}
-
-async fn read_stored(
-    wanted: &kv::Store,
-    hive: &HiveName,
-) -> Result<(Stored, Option<Declaration>), DeclareError> {
-    let entry = wanted
-        .entry(hive.as_str())
-        .await
-        .map_err(|e| DeclareError::Read {
-            hive: hive.clone(),
-            reason: e.to_string(),
-        })?;
-    Ok(match entry {
-        None => (Stored::Nothing { revision: None }, None),
-        Some(e) if e.operation != Operation::Put => (
-            Stored::Nothing {
-                revision: Some(e.revision),
-            },
-            None,
-        ),
-        Some(e) => match decode::<Declaration>(&e.value) {
-            Ok(d) => (
-                Stored::Declaration {
-                    revision: e.revision,
-                },
-                Some(d.value),
-            ),
-            Err(err) => (
-                Stored::Undecodable {
-                    revision: e.revision,
-                    error: err.to_string(),
-                },
-                None,
-            ),
-        },
-    })
 }
 
 pub(crate) async fn plan_hive(
@@ -352,6 +306,52 @@ pub fn describe(plans: &[HivePlan]) -> String {
         }
     }
     out
+}
+
+/// The fields of a spec, by their wire names, so a diff names what changed
+/// without a second list of the contract's fields.
+fn fields(spec: &AgentSpec) -> BTreeMap<String, serde_json::Value> {
+    match serde_json::to_value(spec) {
+        Ok(serde_json::Value::Object(map)) => map.into_iter().collect(),
+        _ => BTreeMap::new(),
+    }
+}
+
+async fn read_stored(
+    wanted: &kv::Store,
+    hive: &HiveName,
+) -> Result<(Stored, Option<Declaration>), DeclareError> {
+    let entry = wanted
+        .entry(hive.as_str())
+        .await
+        .map_err(|e| DeclareError::Read {
+            hive: hive.clone(),
+            reason: e.to_string(),
+        })?;
+    Ok(match entry {
+        None => (Stored::Nothing { revision: None }, None),
+        Some(e) if e.operation != Operation::Put => (
+            Stored::Nothing {
+                revision: Some(e.revision),
+            },
+            None,
+        ),
+        Some(e) => match decode::<Declaration>(&e.value) {
+            Ok(d) => (
+                Stored::Declaration {
+                    revision: e.revision,
+                },
+                Some(d.value),
+            ),
+            Err(err) => (
+                Stored::Undecodable {
+                    revision: e.revision,
+                    error: err.to_string(),
+                },
+                None,
+            ),
+        },
+    })
 }
 
 #[cfg(test)]

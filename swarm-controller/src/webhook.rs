@@ -208,13 +208,6 @@ pub fn normalize_repo(s: &str) -> String {
     s
 }
 
-fn last_two_segments(path: &str) -> &str {
-    match path.rmatch_indices('/').nth(1) {
-        Some((i, _)) => &path[i + 1..],
-        None => path,
-    }
-}
-
 /// Whether a repository named in config or a declaration (`org/bot` or a
 /// clone URL) is the repository a push is about.
 pub fn repo_matches(named: &str, push: &Push) -> bool {
@@ -281,6 +274,13 @@ pub fn plan<'a>(
         }
     }
     Plan { knowledge, deploys }
+}
+
+fn last_two_segments(path: &str) -> &str {
+    match path.rmatch_indices('/').nth(1) {
+        Some((i, _)) => &path[i + 1..],
+        None => path,
+    }
 }
 
 #[cfg(test)]

@@ -3,23 +3,19 @@
 //! config). Everything a verb does lives in the library modules; this file
 //! only wires them to arguments and output.
 
-use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::RwLock;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
-use swarm_queue_client::{AccountName, AgentName, HiveName};
-use time::OffsetDateTime;
+use swarm_queue_client::{AgentName, HiveName};
 use tokio::sync::watch;
 
 use crate::cli_declare::{self, DeclareArgs, RolloutVerb};
+use crate::cli_events::{self, CredentialPut};
+use crate::cli_status;
 use crate::config::Config;
-use crate::fleet::Fleet;
-use crate::render::Report;
-use crate::{credential, deploy, knowledge, nats, serve};
+use crate::{nats, serve};
 
 pub const EXIT_OK: i32 = 0;
 pub const EXIT_FAILURE: i32 = 1;
@@ -28,9 +24,6 @@ pub const EXIT_CONFIG: i32 = 64;
 
 /// How long a one-shot verb waits for NATS before giving up.
 pub(crate) const CONNECT_WAIT: Duration = Duration::from_secs(5);
-/// How long `status` may take to read both buckets (10,000 hives take well
-/// under a second; this only turns a stuck server into an error).
-const LOAD_WAIT: Duration = Duration::from_secs(120);
 
 #[derive(Debug, Parser)]
 #[command(
@@ -206,19 +199,20 @@ enum RolloutCommand {
     Abort,
 }
 
+impl From<RolloutCommand> for RolloutVerb {
+    fn from(action: RolloutCommand) -> Self {
+        match action {
+            RolloutCommand::Status { json } => RolloutVerb::Status { json },
+            RolloutCommand::Resume => RolloutVerb::Resume,
+            RolloutCommand::Abort => RolloutVerb::Abort,
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 enum CredentialCommand {
     /// Seal a secret to the hive's xkey, store it, and notify the hive.
-    Put {
-        hive: HiveName,
-        agent: AgentName,
-        account: AccountName,
-        /// File holding the secret (read as bytes; never printed or logged).
-        #[arg(long, value_name = "FILE")]
-        from_file: PathBuf,
-        #[arg(long)]
-        json: bool,
-    },
+    Put(CredentialPut),
     /// Print the controller's public xkey (creating its seed file if there is
     /// none): the value every hive lists in trusted_controller_xkeys.
     Xkey,
@@ -317,7 +311,7 @@ pub(crate) fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
 async fn run(config: Config, command: Command) -> anyhow::Result<i32> {
     match command {
         Command::Roster { swarm_file, json } => cli_declare::roster_cmd(&config, swarm_file, json),
-        Command::Status { json, watch } => status(&config, json, watch).await,
+        Command::Status { json, watch } => cli_status::status_cmd(&config, json, watch).await,
         Command::Declare {
             file,
             dry_run,
@@ -332,14 +326,7 @@ async fn run(config: Config, command: Command) -> anyhow::Result<i32> {
             };
             cli_declare::declare_cmd(&config, args).await
         }
-        Command::Rollout { action } => {
-            let verb = match action {
-                RolloutCommand::Status { json } => RolloutVerb::Status { json },
-                RolloutCommand::Resume => RolloutVerb::Resume,
-                RolloutCommand::Abort => RolloutVerb::Abort,
-            };
-            cli_declare::rollout_cmd(&config, verb).await
-        }
+        Command::Rollout { action } => cli_declare::rollout_cmd(&config, action.into()).await,
         Command::Rollback {
             hive,
             to,
@@ -352,94 +339,22 @@ async fn run(config: Config, command: Command) -> anyhow::Result<i32> {
             timeout_secs,
             json,
         } => {
-            if !config.hives.contains_key(&hive) {
-                bail!(
-                    "hive {hive} is not on the roster in {}",
-                    config.path.display()
-                );
-            }
-            let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
-            let outcome = deploy::request(
-                &conn.client,
+            cli_events::deploy_cmd(
+                &config,
                 &hive,
                 &agent,
                 Duration::from_secs(timeout_secs),
+                json,
             )
-            .await;
-            if json {
-                print_json(&outcome)?;
-            } else {
-                println!("{hive}/{agent}: {outcome}");
-            }
-            Ok(if outcome.is_queued() {
-                EXIT_OK
-            } else {
-                EXIT_FAILURE
-            })
+            .await
         }
         Command::Credential {
             action: CredentialCommand::Xkey,
-        } => {
-            let seed_path = config
-                .xkey_seed_file
-                .as_ref()
-                .ok_or(credential::CredentialPutError::NoSeedFile)?;
-            let key = credential::load_or_create_seed(seed_path)?;
-            println!("{}", key.public_key());
-            Ok(EXIT_OK)
-        }
+        } => cli_events::xkey_cmd(&config),
         Command::Credential {
-            action:
-                CredentialCommand::Put {
-                    hive,
-                    agent,
-                    account,
-                    from_file,
-                    json,
-                },
-        } => {
-            if !config.hives.contains_key(&hive) {
-                return Err(credential::CredentialPutError::NotRostered { hive }.into());
-            }
-            let seed_path = config
-                .xkey_seed_file
-                .as_ref()
-                .ok_or(credential::CredentialPutError::NoSeedFile)?;
-            let key = credential::load_or_create_seed(seed_path)?;
-            let secret = credential::read_secret_file(&from_file)?;
-            let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
-            let buckets = nats::open_buckets(&conn, &config.nats).await?;
-            let stored = credential::put(
-                &conn.client,
-                &buckets.status,
-                &buckets.credentials,
-                &key,
-                &hive,
-                &agent,
-                &account,
-                secret,
-                config.stale_after,
-            )
-            .await?;
-            if json {
-                print_json(&stored)?;
-            } else {
-                println!(
-                    "stored {} (revision {}) sealed to hive {hive}, and notified it",
-                    stored.key, stored.revision
-                );
-                if let Some(note) = &stored.hive_not_fresh {
-                    println!("note: {note}; it delivers stored credentials when it starts");
-                }
-            }
-            Ok(EXIT_OK)
-        }
-        Command::KnowledgeChanged => {
-            let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
-            knowledge::publish(&conn.client).await?;
-            println!("published {}", swarm_queue_client::subjects::KNOWLEDGE);
-            Ok(EXIT_OK)
-        }
+            action: CredentialCommand::Put(put),
+        } => cli_events::credential_put_cmd(&config, put).await,
+        Command::KnowledgeChanged => cli_events::knowledge_cmd(&config).await,
         Command::Serve { http_listen } => serve_cmd(&config, http_listen).await,
         Command::NatsConfig { check: true, .. } => {
             let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
@@ -506,83 +421,6 @@ fn nats_config_cmd(config: &Config, json: bool) -> i32 {
     }
 }
 
-async fn status(config: &Config, json: bool, watch_mode: bool) -> anyhow::Result<i32> {
-    let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
-    let buckets = nats::open_buckets(&conn, &config.nats).await?;
-    let mut fleet = Fleet::new(
-        config.hives.clone(),
-        config.stale_after,
-        OffsetDateTime::now_utc(),
-    );
-    fleet.set_progress_limit(config.attention_progressing, OffsetDateTime::now_utc());
-    let fleet = RwLock::new(fleet);
-    let mut follower = tokio::time::timeout(LOAD_WAIT, nats::load(&buckets, &fleet))
-        .await
-        .map_err(|_| anyhow::anyhow!("reading the buckets took over {LOAD_WAIT:?}"))?
-        .context("reading the status and wanted buckets")?;
-    let rollouts = buckets.rollouts.clone();
-    let show = |fleet: &RwLock<Fleet>, rollout: Option<serde_json::Value>| -> anyhow::Result<()> {
-        let mut report = {
-            let f = fleet.read().unwrap_or_else(|p| p.into_inner());
-            Report::of_fleet(&f, OffsetDateTime::now_utc())
-        };
-        report.rollout = rollout;
-        if json && watch_mode {
-            println!("{}", serde_json::to_string(&report)?);
-        } else if json {
-            print_json(&report)?;
-        } else {
-            if watch_mode && std::io::stdout().is_terminal() {
-                print!("\x1b[H\x1b[2J");
-            }
-            print!("{}", report.table());
-            if watch_mode {
-                println!();
-            }
-        }
-        Ok(())
-    };
-    show(&fleet, rollout_summary(&rollouts).await)?;
-    if !watch_mode {
-        return Ok(EXIT_OK);
-    }
-    let (stop_tx, mut stop) = watch::channel(false);
-    tokio::spawn(async move {
-        shutdown_signal().await;
-        let _ = stop_tx.send(true);
-    });
-    loop {
-        let next_stale = fleet
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .next_stale_at()
-            .map(|at| {
-                Duration::try_from(at - OffsetDateTime::now_utc()).unwrap_or(Duration::ZERO)
-                    + Duration::from_millis(5)
-            })
-            .unwrap_or(Duration::from_secs(1))
-            .min(Duration::from_secs(1));
-        tokio::select! {
-            // Cancel-safe: an entry not yet taken stays in the watch.
-            change = follower.apply_next(&fleet) => {
-                let _ = change;
-                show(&fleet, rollout_summary(&rollouts).await)?;
-            }
-            // Cancel-safe: a sleep holds nothing.
-            _ = tokio::time::sleep(next_stale) => {
-                let expired = fleet
-                    .write()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .expire(OffsetDateTime::now_utc());
-                if !expired.is_empty() {
-                    show(&fleet, rollout_summary(&rollouts).await)?;
-                }
-            }
-            _ = stop.wait_for(|s| *s) => return Ok(EXIT_OK),
-        }
-    }
-}
-
 async fn serve_cmd(config: &Config, http_listen: Option<SocketAddr>) -> anyhow::Result<i32> {
     let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
     let buckets = nats::open_buckets(&conn, &config.nats).await?;
@@ -604,22 +442,8 @@ async fn serve_cmd(config: &Config, http_listen: Option<SocketAddr>) -> anyhow::
     }
 }
 
-/// The stored rollout for `status`; a read error is logged, not fatal, since
-/// the fleet's rows do not depend on it.
-async fn rollout_summary(rollouts: &async_nats::jetstream::kv::Store) -> Option<serde_json::Value> {
-    match crate::rollout::store::read(rollouts).await {
-        Ok(stored) => stored
-            .as_ref()
-            .map(|s| cli_declare::status_json(Some(s), OffsetDateTime::now_utc())),
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot read the rollout state");
-            None
-        }
-    }
-}
-
 /// SIGINT or SIGTERM.
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let term = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut s) => {

@@ -69,22 +69,6 @@ pub struct DeclareArgs {
     pub json: bool,
 }
 
-/// The swarm file, merged with the roster's labels.
-fn load_swarm(
-    config: &Config,
-    path: &Path,
-) -> anyhow::Result<(SwarmFile, BTreeMap<HiveName, Resolved>)> {
-    let swarm = SwarmFile::load(path)?;
-    match groups::resolve(&swarm, &config.hives) {
-        Ok(hives) => Ok((swarm, hives)),
-        Err(problems) => bail!(
-            "swarm file {} is refused:\n  - {}",
-            path.display(),
-            problems.join("\n  - ")
-        ),
-    }
-}
-
 pub async fn declare_cmd(config: &Config, args: DeclareArgs) -> anyhow::Result<i32> {
     let Some(path) = args.file.or_else(|| config.swarm_file.clone()) else {
         eprintln!("swarm-controller declare: give a swarm file, or set swarm_file in the config");
@@ -126,47 +110,6 @@ pub async fn declare_cmd(config: &Config, args: DeclareArgs) -> anyhow::Result<i
         );
     }
     Ok(EXIT_OK)
-}
-
-fn print_line(line: &str) {
-    println!("{line}");
-}
-
-/// What the rollout verbs need, with progress printed to stdout.
-fn deps<'a>(
-    config: &'a Config,
-    client: &'a async_nats::Client,
-    buckets: &'a nats::Buckets,
-    me: &'a str,
-) -> Deps<'a> {
-    Deps {
-        client,
-        buckets,
-        roster: &config.hives,
-        stale_after: config.stale_after,
-        me,
-        report: &print_line,
-    }
-}
-
-/// The exit code of a driven rollout, after printing how it ended.
-fn ended_code(ended: &Ended) -> i32 {
-    match ended {
-        Ended::Completed => EXIT_OK,
-        Ended::Halted { hive, reason } => {
-            let who = hive
-                .as_ref()
-                .map(|h| format!("hive {h} "))
-                .unwrap_or_default();
-            println!("rollout halted: {who}{reason}");
-            println!("fix the cause, then `rollout resume`; or `rollout abort` to restore the written hives");
-            EXIT_FAILURE
-        }
-        Ended::Lost { line } => {
-            println!("stopped driving: another controller holds the rollout now: {line}");
-            EXIT_FAILURE
-        }
-    }
 }
 
 pub async fn rollback_cmd(
@@ -287,4 +230,61 @@ pub fn status_text(r: &Rollout) -> String {
         out.push_str(&format!("  wave {}: {}\n", i + 1, hives.join("; ")));
     }
     out
+}
+
+/// The swarm file, merged with the roster's labels.
+fn load_swarm(
+    config: &Config,
+    path: &Path,
+) -> anyhow::Result<(SwarmFile, BTreeMap<HiveName, Resolved>)> {
+    let swarm = SwarmFile::load(path)?;
+    match groups::resolve(&swarm, &config.hives) {
+        Ok(hives) => Ok((swarm, hives)),
+        Err(problems) => bail!(
+            "swarm file {} is refused:\n  - {}",
+            path.display(),
+            problems.join("\n  - ")
+        ),
+    }
+}
+
+fn print_line(line: &str) {
+    println!("{line}");
+}
+
+/// What the rollout verbs need, with progress printed to stdout.
+fn deps<'a>(
+    config: &'a Config,
+    client: &'a async_nats::Client,
+    buckets: &'a nats::Buckets,
+    me: &'a str,
+) -> Deps<'a> {
+    Deps {
+        client,
+        buckets,
+        roster: &config.hives,
+        stale_after: config.stale_after,
+        me,
+        report: &print_line,
+    }
+}
+
+/// The exit code of a driven rollout, after printing how it ended.
+fn ended_code(ended: &Ended) -> i32 {
+    match ended {
+        Ended::Completed => EXIT_OK,
+        Ended::Halted { hive, reason } => {
+            let who = hive
+                .as_ref()
+                .map(|h| format!("hive {h} "))
+                .unwrap_or_default();
+            println!("rollout halted: {who}{reason}");
+            println!("fix the cause, then `rollout resume`; or `rollout abort` to restore the written hives");
+            EXIT_FAILURE
+        }
+        Ended::Lost { line } => {
+            println!("stopped driving: another controller holds the rollout now: {line}");
+            EXIT_FAILURE
+        }
+    }
 }

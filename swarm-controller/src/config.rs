@@ -35,6 +35,7 @@ use swarm_queue_client::{HiveName, NatsConfig};
 use toml::Spanned;
 
 use crate::swarm_file::SwarmFile;
+use crate::toml_lines::{describe_toml_error, Lines};
 
 /// Default `stale_after_secs`: twice the hive's 60 s publish interval, so one
 /// late or lost publish does not make a hive look stale.
@@ -111,80 +112,6 @@ pub struct ConfigError {
     pub problems: Vec<String>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawConfig {
-    #[serde(default = "default_stale_after")]
-    stale_after_secs: u64,
-    #[serde(default = "default_attention_progressing")]
-    attention_progressing_secs: u64,
-    #[serde(default)]
-    http_listen: Option<String>,
-    #[serde(default)]
-    http_allowed_hosts: Vec<String>,
-    #[serde(default)]
-    xkey_seed_file: Option<PathBuf>,
-    #[serde(default)]
-    webhook_secret_file: Option<PathBuf>,
-    #[serde(default)]
-    knowledge_repo: Option<String>,
-    #[serde(default)]
-    swarm_file: Option<PathBuf>,
-    #[serde(default)]
-    nats: NatsConfig,
-    #[serde(default)]
-    controller: ControllerEntry,
-    /// Kept raw so that each hive table is checked on its own and every bad
-    /// one is reported, not only the first.
-    #[serde(default)]
-    hives: BTreeMap<String, Spanned<toml::Value>>,
-}
-
-fn default_stale_after() -> u64 {
-    DEFAULT_STALE_AFTER_SECS
-}
-
-fn default_attention_progressing() -> u64 {
-    crate::view::DEFAULT_PROGRESSING_ATTENTION.as_secs()
-}
-
-/// Byte offset to line number, for error messages. Built once per file so
-/// that a config with 10,000 hive tables does not rescan the text for each.
-pub(crate) struct Lines {
-    /// Byte offsets of every '\n'.
-    newlines: Vec<usize>,
-}
-
-impl Lines {
-    pub(crate) fn new(text: &str) -> Lines {
-        Lines {
-            newlines: text
-                .bytes()
-                .enumerate()
-                .filter(|(_, b)| *b == b'\n')
-                .map(|(i, _)| i)
-                .collect(),
-        }
-    }
-
-    /// 1-based line of byte offset `at`.
-    pub(crate) fn line(&self, at: usize) -> usize {
-        self.newlines.partition_point(|&nl| nl < at) + 1
-    }
-}
-
-/// A toml error as "line N: message".
-pub(crate) fn describe_toml_error(text: &str, err: &toml::de::Error) -> String {
-    match err.span() {
-        Some(span) => format!(
-            "line {}: {}",
-            Lines::new(text).line(span.start),
-            err.message()
-        ),
-        None => err.message().to_string(),
-    }
-}
-
 impl Config {
     /// Read and check `path`. `nats_url` (from `--nats-url`) replaces the
     /// file's server list.
@@ -231,41 +158,8 @@ impl Config {
         let resolve = |p: Option<PathBuf>| p.map(|p| base.join(p));
         let mut problems = Vec::new();
 
-        if raw.stale_after_secs == 0 {
-            problems.push("stale_after_secs must be at least 1".to_string());
-        } else if raw.stale_after_secs > MAX_STALE_AFTER_SECS {
-            problems.push(format!(
-                "stale_after_secs = {}: it must be at most {MAX_STALE_AFTER_SECS} (a week)",
-                raw.stale_after_secs
-            ));
-        }
-        // Bounded like stale_after: the deadline is the declaration's time
-        // plus this, and a sum past the calendar would not be a time.
-        if raw.attention_progressing_secs == 0
-            || raw.attention_progressing_secs > MAX_STALE_AFTER_SECS
-        {
-            problems.push(format!(
-                "attention_progressing_secs = {}: it must be between 1 and {MAX_STALE_AFTER_SECS} (a week)",
-                raw.attention_progressing_secs
-            ));
-        }
-        let listen_text = raw.http_listen.as_deref().unwrap_or(DEFAULT_HTTP_LISTEN);
-        let http_listen = match listen_text.parse::<SocketAddr>() {
-            Ok(a) => Some(a),
-            Err(e) => {
-                problems.push(format!(
-                    "http_listen {listen_text:?} is not an address and port like \"127.0.0.1:7380\": {e}"
-                ));
-                None
-            }
-        };
-
-        for name in &raw.http_allowed_hosts {
-            if let Err(e) = swarm_queue_client::http_host::check_allowed_name(name) {
-                problems.push(e.to_string());
-            }
-        }
-
+        problems.extend(check_timings(&raw));
+        let http_listen = check_http(&raw, &mut problems);
         let mut nats = raw.nats;
         if let Some(url) = nats_url {
             nats.url = Some(url.to_string());
@@ -279,63 +173,17 @@ impl Config {
         }
 
         let xkey_seed_file = resolve(raw.xkey_seed_file);
-        if let Some(p) = &xkey_seed_file {
-            problems.extend(crate::credential::check_seed_file(p));
-        }
         let webhook_secret_file = resolve(raw.webhook_secret_file);
-        // Only whether it is there: its content is checked when `serve`
-        // starts (a build-time check may see an empty stand-in).
-        if let Some(p) = &webhook_secret_file {
-            if !p.is_file() {
-                problems.push(format!(
-                    "webhook_secret_file {} does not exist or is not a file",
-                    p.display()
-                ));
-            }
-        }
         let knowledge_repo = raw.knowledge_repo.map(|r| r.trim().to_string());
-        if let Some(repo) = &knowledge_repo {
-            if let Err(e) = crate::webhook::check_repo_name(repo) {
-                problems.push(format!("knowledge_repo: {e}"));
-            }
-        }
-
-        let mut hives = Roster::new();
-        let lines = Lines::new(text);
-        for (name, value) in raw.hives {
-            let line = lines.line(value.span().start);
-            let name = match HiveName::new(name.as_str()) {
-                Ok(n) => n,
-                Err(e) => {
-                    problems.push(format!("line {line}: [hives.{name}]: {e}"));
-                    continue;
-                }
-            };
-            match RosterEntry::deserialize(value.into_inner()) {
-                Ok(entry) => {
-                    problems.extend(
-                        check_roster_entry(&entry)
-                            .into_iter()
-                            .map(|p| format!("line {line}: hives.{name}.{p}")),
-                    );
-                    hives.insert(name, entry);
-                }
-                Err(e) => problems.push(format!("line {line}: hives.{name}: {}", e.message())),
-            }
-        }
-
+        problems.extend(check_files(
+            xkey_seed_file.as_deref(),
+            webhook_secret_file.as_deref(),
+            knowledge_repo.as_deref(),
+        ));
+        let hives = parse_roster(text, raw.hives, &mut problems);
         let swarm_file = resolve(raw.swarm_file);
         if let Some(p) = &swarm_file {
-            match SwarmFile::load(p) {
-                Ok(file) => problems.extend(
-                    crate::groups::resolve(&file, &hives)
-                        .err()
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|p| format!("swarm_file: {p}")),
-                ),
-                Err(e) => problems.push(format!("swarm_file: {e}")),
-            }
+            problems.extend(check_swarm_file(p, &hives));
         }
 
         if !problems.is_empty() {
@@ -356,6 +204,161 @@ impl Config {
             controller: raw.controller,
             hives,
         })
+    }
+}
+
+/// The file as written, before any check.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default = "default_stale_after")]
+    stale_after_secs: u64,
+    #[serde(default = "default_attention_progressing")]
+    attention_progressing_secs: u64,
+    #[serde(default)]
+    http_listen: Option<String>,
+    #[serde(default)]
+    http_allowed_hosts: Vec<String>,
+    #[serde(default)]
+    xkey_seed_file: Option<PathBuf>,
+    #[serde(default)]
+    webhook_secret_file: Option<PathBuf>,
+    #[serde(default)]
+    knowledge_repo: Option<String>,
+    #[serde(default)]
+    swarm_file: Option<PathBuf>,
+    #[serde(default)]
+    nats: NatsConfig,
+    #[serde(default)]
+    controller: ControllerEntry,
+    /// Kept raw so that each hive table is checked on its own and every bad
+    /// one is reported, not only the first.
+    #[serde(default)]
+    hives: BTreeMap<String, Spanned<toml::Value>>,
+}
+
+fn default_stale_after() -> u64 {
+    DEFAULT_STALE_AFTER_SECS
+}
+
+fn default_attention_progressing() -> u64 {
+    crate::view::DEFAULT_PROGRESSING_ATTENTION.as_secs()
+}
+
+/// stale_after_secs and attention_progressing_secs within their bounds.
+fn check_timings(raw: &RawConfig) -> Vec<String> {
+    let mut problems = Vec::new();
+    if raw.stale_after_secs == 0 {
+        problems.push("stale_after_secs must be at least 1".to_string());
+    } else if raw.stale_after_secs > MAX_STALE_AFTER_SECS {
+        problems.push(format!(
+            "stale_after_secs = {}: it must be at most {MAX_STALE_AFTER_SECS} (a week)",
+            raw.stale_after_secs
+        ));
+    }
+    // Bounded like stale_after: the deadline is the declaration's time
+    // plus this, and a sum past the calendar would not be a time.
+    if raw.attention_progressing_secs == 0 || raw.attention_progressing_secs > MAX_STALE_AFTER_SECS
+    {
+        problems.push(format!(
+            "attention_progressing_secs = {}: it must be between 1 and {MAX_STALE_AFTER_SECS} (a week)",
+            raw.attention_progressing_secs
+        ));
+    }
+    problems
+}
+
+/// The listen address (`None`: it is a problem) and the allowed Host names.
+fn check_http(raw: &RawConfig, problems: &mut Vec<String>) -> Option<SocketAddr> {
+    let listen_text = raw.http_listen.as_deref().unwrap_or(DEFAULT_HTTP_LISTEN);
+    let http_listen = match listen_text.parse::<SocketAddr>() {
+        Ok(a) => Some(a),
+        Err(e) => {
+            problems.push(format!(
+                "http_listen {listen_text:?} is not an address and port like \"127.0.0.1:7380\": {e}"
+            ));
+            None
+        }
+    };
+
+    for name in &raw.http_allowed_hosts {
+        if let Err(e) = swarm_queue_client::http_host::check_allowed_name(name) {
+            problems.push(e.to_string());
+        }
+    }
+    http_listen
+}
+
+/// The secret files are there and the knowledge repository is a name.
+fn check_files(
+    xkey_seed_file: Option<&Path>,
+    webhook_secret_file: Option<&Path>,
+    knowledge_repo: Option<&str>,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    if let Some(p) = xkey_seed_file {
+        problems.extend(crate::credential::check_seed_file(p));
+    }
+    // Only whether it is there: its content is checked when `serve`
+    // starts (a build-time check may see an empty stand-in).
+    if let Some(p) = webhook_secret_file {
+        if !p.is_file() {
+            problems.push(format!(
+                "webhook_secret_file {} does not exist or is not a file",
+                p.display()
+            ));
+        }
+    }
+    if let Some(repo) = knowledge_repo {
+        if let Err(e) = crate::webhook::check_repo_name(repo) {
+            problems.push(format!("knowledge_repo: {e}"));
+        }
+    }
+    problems
+}
+
+/// The `[hives.*]` tables; each problem names its line.
+fn parse_roster(
+    text: &str,
+    tables: BTreeMap<String, Spanned<toml::Value>>,
+    problems: &mut Vec<String>,
+) -> Roster {
+    let mut hives = Roster::new();
+    let lines = Lines::new(text);
+    for (name, value) in tables {
+        let line = lines.line(value.span().start);
+        let name = match HiveName::new(name.as_str()) {
+            Ok(n) => n,
+            Err(e) => {
+                problems.push(format!("line {line}: [hives.{name}]: {e}"));
+                continue;
+            }
+        };
+        match RosterEntry::deserialize(value.into_inner()) {
+            Ok(entry) => {
+                problems.extend(
+                    check_roster_entry(&entry)
+                        .into_iter()
+                        .map(|p| format!("line {line}: hives.{name}.{p}")),
+                );
+                hives.insert(name, entry);
+            }
+            Err(e) => problems.push(format!("line {line}: hives.{name}: {}", e.message())),
+        }
+    }
+    hives
+}
+
+/// The swarm file loads and its groups resolve against the roster.
+fn check_swarm_file(p: &Path, hives: &Roster) -> Vec<String> {
+    match SwarmFile::load(p) {
+        Ok(file) => crate::groups::resolve(&file, hives)
+            .err()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| format!("swarm_file: {p}"))
+            .collect(),
+        Err(e) => vec![format!("swarm_file: {e}")],
     }
 }
 
@@ -564,14 +567,6 @@ mod tests {
             "xkey_seed_file = \"xkey.seed\"\nwebhook_secret_file = \"webhook-secret\"\n{MINIMAL}"
         );
         Config::parse(&dir.path().join("c.toml"), &text, None).unwrap();
-    }
-
-    #[test]
-    fn line_numbers() {
-        let lines = Lines::new("a\nbb\n\nc");
-        for (at, line) in [(0, 1), (1, 1), (2, 2), (4, 2), (5, 3), (6, 4), (99, 4)] {
-            assert_eq!(lines.line(at), line, "offset {at}");
-        }
     }
 
     #[test]

@@ -100,13 +100,6 @@ pub fn check_seed_file(path: &Path) -> Vec<String> {
     }
 }
 
-fn read_seed(path: &Path) -> Result<XKey, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
-    // The error of from_seed never includes the seed itself.
-    XKey::from_seed(text.trim())
-        .map_err(|e| format!("not an xkey seed (SX…, as `nk -gen x25519` prints): {e}"))
-}
-
 /// The controller's xkey, created (mode 0600) when the file does not exist.
 /// Two controllers creating it at once end up with the same key: the file is
 /// linked into place only if nobody else did first.
@@ -123,7 +116,7 @@ pub fn load_or_create_seed(path: &Path) -> Result<XKey, CredentialPutError> {
                 "the controller's xkey seed is readable by others; chmod 600 it"
             );
         }
-        return read_seed(path).map_err(fail);
+        return read_seed(path);
     }
     let key = XKey::new();
     let seed = key.seed().map_err(|e| fail(e.to_string()))?;
@@ -152,7 +145,7 @@ pub fn load_or_create_seed(path: &Path) -> Result<XKey, CredentialPutError> {
             tracing::info!(path = %path.display(), public = %key.public_key(), "created the controller's xkey");
             Ok(key)
         }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read_seed(path).map_err(fail),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read_seed(path),
         Err(e) => Err(fail(e.to_string())),
     }
 }
@@ -165,41 +158,101 @@ pub fn read_secret_file(path: &Path) -> Result<Vec<u8>, CredentialPutError> {
     })
 }
 
-/// Seal `secret` to `hive`, store it and publish the notice.
-#[allow(clippy::too_many_arguments)]
+/// What [`put`] works with: the connection, the two buckets and the
+/// controller's xkey.
+pub struct PutContext<'a> {
+    pub client: &'a async_nats::Client,
+    /// `hyperhive-status`: where the hive's xkey is read.
+    pub status: &'a kv::Store,
+    /// `hyperhive-credentials`: where the sealed envelope is stored.
+    pub credentials: &'a kv::Store,
+    /// The controller's key, the sender of the seal.
+    pub controller: &'a XKey,
+    /// A hive whose status is older than this is named in the reply.
+    pub stale_after: std::time::Duration,
+}
+
+/// Whose a credential is: one agent's account on one hive.
+#[derive(Debug, Clone, Copy)]
+pub struct CredentialFor<'a> {
+    pub hive: &'a HiveName,
+    pub agent: &'a AgentName,
+    pub account: &'a AccountName,
+}
+
+/// Seal `secret` to the hive, store it and publish the notice. The secret
+/// is never logged and is dropped as soon as it is sealed.
 pub async fn put(
-    client: &async_nats::Client,
-    status: &kv::Store,
-    credentials: &kv::Store,
-    controller: &XKey,
-    hive: &HiveName,
-    agent: &AgentName,
-    account: &AccountName,
+    cx: &PutContext<'_>,
+    owner: CredentialFor<'_>,
     secret: Vec<u8>,
-    stale_after: std::time::Duration,
 ) -> Result<Stored, CredentialPutError> {
-    ensure_connected(client)?;
+    let CredentialFor {
+        hive,
+        agent,
+        account,
+    } = owner;
+    ensure_connected(cx.client)?;
+    let recipient = recipient(cx.status, hive, cx.stale_after).await?;
+    let envelope = seal(&secret, cx.controller, &recipient.xkey).map_err(|source| {
+        CredentialPutError::Seal {
+            hive: hive.clone(),
+            source,
+        }
+    })?;
+    drop(secret);
+    let key = credential_key(hive, agent, account);
+    let store_err = |reason: String| CredentialPutError::Store {
+        key: key.clone(),
+        reason,
+    };
+    let bytes = encode(&envelope).map_err(|e| store_err(e.to_string()))?;
+    ensure_connected(cx.client)?;
+    let revision = cx
+        .credentials
+        .put(key.as_str(), Bytes::from(bytes))
+        .await
+        .map_err(|e| store_err(e.to_string()))?;
+    tracing::info!(%hive, %agent, %account, revision, "stored a sealed credential");
+    notify(cx.client, owner, &key, revision).await?;
+    Ok(Stored {
+        key,
+        revision,
+        hive_not_fresh: recipient.not_fresh,
+    })
+}
+
+/// The hive a credential is sealed to, from its status.
+struct Recipient {
+    xkey: String,
+    /// Why the hive may not pick the credential up soon, if so.
+    not_fresh: Option<String>,
+}
+
+async fn recipient(
+    status: &kv::Store,
+    hive: &HiveName,
+    stale_after: std::time::Duration,
+) -> Result<Recipient, CredentialPutError> {
+    let status_err = |reason: String| CredentialPutError::Status {
+        hive: hive.clone(),
+        reason,
+    };
     let entry = status
         .entry(hive.as_str())
         .await
-        .map_err(|e| CredentialPutError::Status {
-            hive: hive.clone(),
-            reason: e.to_string(),
-        })?
+        .map_err(|e| status_err(e.to_string()))?
         .filter(|e| e.operation == Operation::Put)
         .ok_or_else(|| CredentialPutError::NeverReported { hive: hive.clone() })?;
     let readiness = decode::<Readiness>(&entry.value)
-        .map_err(|e| CredentialPutError::Status {
-            hive: hive.clone(),
-            reason: e.to_string(),
-        })?
+        .map_err(|e| status_err(e.to_string()))?
         .value;
     let xkey = readiness
         .xkey
-        .as_deref()
+        .clone()
         .ok_or_else(|| CredentialPutError::NoXkey { hive: hive.clone() })?;
     let age = time::OffsetDateTime::now_utc() - entry.created;
-    let hive_not_fresh = if readiness.state == swarm_queue_client::HiveState::Stopped {
+    let not_fresh = if readiness.state == swarm_queue_client::HiveState::Stopped {
         Some(format!("hive {hive} is stopped"))
     } else if age > stale_after {
         Some(format!(
@@ -209,45 +262,45 @@ pub async fn put(
     } else {
         None
     };
+    Ok(Recipient { xkey, not_fresh })
+}
 
-    let envelope = seal(&secret, controller, xkey).map_err(|source| CredentialPutError::Seal {
-        hive: hive.clone(),
-        source,
-    })?;
-    drop(secret);
-    let key = credential_key(hive, agent, account);
-    let store_err = |reason: String| CredentialPutError::Store {
-        key: key.clone(),
-        reason,
-    };
-    let bytes = encode(&envelope).map_err(|e| store_err(e.to_string()))?;
-    ensure_connected(client)?;
-    let revision = credentials
-        .put(key.as_str(), Bytes::from(bytes))
-        .await
-        .map_err(|e| store_err(e.to_string()))?;
-    tracing::info!(%hive, %agent, %account, revision, "stored a sealed credential");
-
-    let notice = CredentialNotice::new(agent.clone(), account.clone());
-    let notice_err = |reason: String| CredentialPutError::Notice {
-        hive: hive.clone(),
-        key: key.clone(),
+/// Tell the hive the credential stored under `key` at `revision` is there.
+async fn notify(
+    client: &async_nats::Client,
+    credential: CredentialFor<'_>,
+    key: &str,
+    revision: u64,
+) -> Result<(), CredentialPutError> {
+    let fail = |reason: String| CredentialPutError::Notice {
+        hive: credential.hive.clone(),
+        key: key.to_string(),
         revision,
         reason,
     };
-    let payload = encode(&notice).map_err(|e| notice_err(e.to_string()))?;
+    let notice = CredentialNotice::new(credential.agent.clone(), credential.account.clone());
+    let payload = encode(&notice).map_err(|e| fail(e.to_string()))?;
     client
-        .publish(HiveSubjects::new(hive).credential, Bytes::from(payload))
+        .publish(
+            HiveSubjects::new(credential.hive).credential,
+            Bytes::from(payload),
+        )
         .await
-        .map_err(|e| notice_err(e.to_string()))?;
-    client
-        .flush()
-        .await
-        .map_err(|e| notice_err(e.to_string()))?;
-    Ok(Stored {
-        key,
-        revision,
-        hive_not_fresh,
+        .map_err(|e| fail(e.to_string()))?;
+    client.flush().await.map_err(|e| fail(e.to_string()))
+}
+
+fn read_seed(path: &Path) -> Result<XKey, CredentialPutError> {
+    let fail = |reason: String| CredentialPutError::Seed {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+    // The error of from_seed never includes the seed itself.
+    XKey::from_seed(text.trim()).map_err(|e| {
+        fail(format!(
+            "not an xkey seed (SX…, as `nk -gen x25519` prints): {e}"
+        ))
     })
 }
 

@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use async_nats::jetstream::kv::{self, Operation, UpdateErrorKind};
+use async_nats::jetstream::kv::{self, Operation};
 use bytes::Bytes;
 use serde::Serialize;
 use swarm_queue_client::{
@@ -21,6 +21,7 @@ use swarm_queue_client::{
 };
 
 use crate::groups::{Origin, Resolved};
+use crate::nats::CasError;
 
 /// How one agent differs between the stored and the new declaration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -38,15 +39,6 @@ impl std::fmt::Display for AgentDiff {
             AgentDiff::Removed { agent } => write!(f, "- {agent} (will be retired)"),
             AgentDiff::Changed { agent, fields } => write!(f, "~ {agent}: {}", fields.join(", ")),
         }
-    }
-}
-
-/// The fields of a spec, by their wire names, so a diff names what changed
-/// without a second list of the contract's fields.
-fn fields(spec: &AgentSpec) -> BTreeMap<String, serde_json::Value> {
-    match serde_json::to_value(spec) {
-        Ok(serde_json::Value::Object(map)) => map.into_iter().collect(),
-        _ => BTreeMap::new(),
     }
 }
 
@@ -140,43 +132,6 @@ pub enum DeclareError {
     Write { hive: HiveName, reason: String },
     #[error("hyperhive-wanted/{hive} kept changing under us; try again")]
     Contended { hive: HiveName },
-}
-
-async fn read_stored(
-    wanted: &kv::Store,
-    hive: &HiveName,
-) -> Result<(Stored, Option<Declaration>), DeclareError> {
-    let entry = wanted
-        .entry(hive.as_str())
-        .await
-        .map_err(|e| DeclareError::Read {
-            hive: hive.clone(),
-            reason: e.to_string(),
-        })?;
-    Ok(match entry {
-        None => (Stored::Nothing { revision: None }, None),
-        Some(e) if e.operation != Operation::Put => (
-            Stored::Nothing {
-                revision: Some(e.revision),
-            },
-            None,
-        ),
-        Some(e) => match decode::<Declaration>(&e.value) {
-            Ok(d) => (
-                Stored::Declaration {
-                    revision: e.revision,
-                },
-                Some(d.value),
-            ),
-            Err(err) => (
-                Stored::Undecodable {
-                    revision: e.revision,
-                    error: err.to_string(),
-                },
-                None,
-            ),
-        },
-    })
 }
 
 pub(crate) async fn plan_hive(
@@ -279,26 +234,9 @@ pub async fn publish(
                 reason: e.to_string(),
             })?;
             let expected = plan.expected_revision();
-            let result = match expected {
-                Some(rev) => wanted
-                    .update(plan.hive.as_str(), Bytes::from(bytes), rev)
-                    .await
-                    .map_err(|e| {
-                        (
-                            e.kind() == UpdateErrorKind::WrongLastRevision,
-                            e.to_string(),
-                        )
-                    }),
-                None => wanted
-                    .create(plan.hive.as_str(), Bytes::from(bytes))
-                    .await
-                    .map_err(|e| {
-                        (
-                            e.kind() == kv::CreateErrorKind::AlreadyExists,
-                            e.to_string(),
-                        )
-                    }),
-            };
+            let result =
+                crate::nats::write_if(wanted, plan.hive.as_str(), Bytes::from(bytes), expected)
+                    .await;
             match result {
                 Ok(revision) => {
                     tracing::info!(revision, "published a declaration");
@@ -307,7 +245,7 @@ pub async fn publish(
                     plan.stored_declaration = Some(plan.declaration.clone());
                     pending = false;
                 }
-                Err((true, _)) => {
+                Err(CasError::Conflict) => {
                     // Someone wrote between our read and our write: look again.
                     let again = plan_hive(wanted, &plan.hive, &plan.declaration).await?;
                     if !again.changed {
@@ -327,10 +265,10 @@ pub async fn publish(
                         plan.changes = again.changes;
                     }
                 }
-                Err((false, reason)) => {
+                Err(e) => {
                     return Err(DeclareError::Write {
                         hive: plan.hive.clone(),
-                        reason,
+                        reason: e.to_string(),
                     })
                 }
             }
@@ -368,6 +306,52 @@ pub fn describe(plans: &[HivePlan]) -> String {
         }
     }
     out
+}
+
+/// The fields of a spec, by their wire names, so a diff names what changed
+/// without a second list of the contract's fields.
+fn fields(spec: &AgentSpec) -> BTreeMap<String, serde_json::Value> {
+    match serde_json::to_value(spec) {
+        Ok(serde_json::Value::Object(map)) => map.into_iter().collect(),
+        _ => BTreeMap::new(),
+    }
+}
+
+async fn read_stored(
+    wanted: &kv::Store,
+    hive: &HiveName,
+) -> Result<(Stored, Option<Declaration>), DeclareError> {
+    let entry = wanted
+        .entry(hive.as_str())
+        .await
+        .map_err(|e| DeclareError::Read {
+            hive: hive.clone(),
+            reason: e.to_string(),
+        })?;
+    Ok(match entry {
+        None => (Stored::Nothing { revision: None }, None),
+        Some(e) if e.operation != Operation::Put => (
+            Stored::Nothing {
+                revision: Some(e.revision),
+            },
+            None,
+        ),
+        Some(e) => match decode::<Declaration>(&e.value) {
+            Ok(d) => (
+                Stored::Declaration {
+                    revision: e.revision,
+                },
+                Some(d.value),
+            ),
+            Err(err) => (
+                Stored::Undecodable {
+                    revision: e.revision,
+                    error: err.to_string(),
+                },
+                None,
+            ),
+        },
+    })
 }
 
 #[cfg(test)]

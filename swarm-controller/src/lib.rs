@@ -21,7 +21,8 @@
 //! - [`render`]: the JSON report and the status table.
 //! - [`swarm_file`], [`groups`] and [`declare`]: parsing a swarm file,
 //!   merging each hive's table with the groups that select it, and
-//!   publishing each hive's declaration.
+//!   publishing each hive's declaration; `toml_lines` gives both TOML
+//!   files' errors their line numbers.
 //! - [`rollout`]: staged rollouts in waves, their state in
 //!   `hyperhive-rollouts` (compare-and-set), and the rollout verbs.
 //! - [`deploy`], [`credential`], [`knowledge`]: the event verbs.
@@ -31,10 +32,13 @@
 //! - [`nats_config`]: the nkey users and authorization blocks of a swarm
 //!   with per-hive NATS identities (see `docs/security.md`).
 //! - [`cli`]: the command line; `main.rs` only calls [`cli::main`];
-//!   [`cli_declare`] holds the declaring verbs.
+//!   [`cli_declare`] holds the declaring verbs, `cli_events` the event
+//!   verbs and `cli_status` the `status` verb.
 
 pub mod cli;
 pub mod cli_declare;
+mod cli_events;
+mod cli_status;
 pub mod config;
 pub mod credential;
 pub mod declare;
@@ -52,5 +56,6 @@ pub mod rollback;
 pub mod rollout;
 pub mod serve;
 pub mod swarm_file;
+mod toml_lines;
 pub mod view;
 pub mod webhook;

@@ -21,20 +21,6 @@ pub enum NatsConfigError {
     Roster(#[from] RosterError),
 }
 
-fn build(
-    controller_nkey: &str,
-    hives: &[(HiveName, Option<String>)],
-) -> Result<Authorization, NatsConfigError> {
-    let keyed = hives
-        .iter()
-        .map(|(hive, key)| match key {
-            Some(k) => Ok((hive.clone(), k.trim().to_string())),
-            None => Err(NatsConfigError::MissingHiveKey { hive: hive.clone() }),
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(authorization(controller_nkey.trim(), &keyed)?)
-}
-
 /// The `authorization { users = [...] }` block for nats-server, with a
 /// comment on every allowed subject. It sets no port, listen address or
 /// JetStream settings: include it from the server's own config.
@@ -54,6 +40,20 @@ pub fn render_json(
     hives: &[(HiveName, Option<String>)],
 ) -> Result<serde_json::Value, NatsConfigError> {
     Ok(build(controller_nkey, hives)?.to_json())
+}
+
+fn build(
+    controller_nkey: &str,
+    hives: &[(HiveName, Option<String>)],
+) -> Result<Authorization, NatsConfigError> {
+    let keyed = hives
+        .iter()
+        .map(|(hive, key)| match key {
+            Some(k) => Ok((hive.clone(), k.trim().to_string())),
+            None => Err(NatsConfigError::MissingHiveKey { hive: hive.clone() }),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(authorization(controller_nkey.trim(), &keyed)?)
 }
 
 #[cfg(test)]

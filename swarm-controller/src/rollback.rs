@@ -58,16 +58,6 @@ pub enum RollbackError {
     NothingEarlier { hive: HiveName, kept: Vec<u64> },
 }
 
-fn kept_list(kept: &[u64]) -> String {
-    if kept.is_empty() {
-        return "none".into();
-    }
-    kept.iter()
-        .map(u64::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// The value to restore from `kept` (oldest first): revision `to`, or the
 /// newest one before the current (last) value that differs from it.
 pub fn pick(
@@ -157,6 +147,16 @@ pub async fn plan(
     }
     let (revision, declaration) = pick(hive, &kept, to, history)?;
     Ok((revision, plan_hive(wanted, hive, &declaration).await?))
+}
+
+fn kept_list(kept: &[u64]) -> String {
+    if kept.is_empty() {
+        return "none".into();
+    }
+    kept.iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]

@@ -37,8 +37,8 @@ use serde::Deserialize;
 use swarm_queue_client::{AgentName, AgentSpec, GroupName, HiveName};
 use toml::Spanned;
 
-use crate::config::{describe_toml_error, Lines};
 use crate::rollout::settings::{RawRollout, RolloutSettings};
+use crate::toml_lines::{describe_toml_error, Lines};
 
 /// One agent as a table of the file declares it.
 #[derive(Debug, Clone, PartialEq)]

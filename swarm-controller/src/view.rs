@@ -142,10 +142,6 @@ pub fn slow_at(row: &HiveRow, progress: Progress, now: OffsetDateTime) -> Option
     (at >= now).then_some(at)
 }
 
-fn progressing_for(declared_at: Option<OffsetDateTime>, now: OffsetDateTime) -> Option<Duration> {
-    Duration::try_from(now - declared_at?).ok()
-}
-
 /// The order rows are listed in.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -329,6 +325,10 @@ fn parse_count(name: &'static str, value: &str, max: usize) -> Result<usize, Que
         return Err(bad(name, value, format!("at most {max}")));
     }
     Ok(n)
+}
+
+fn progressing_for(declared_at: Option<OffsetDateTime>, now: OffsetDateTime) -> Option<Duration> {
+    Duration::try_from(now - declared_at?).ok()
 }
 
 #[cfg(test)]

@@ -58,24 +58,50 @@ const SIGNATURE_HEADERS: [(&str, Forge, &str); 3] = [
     ("x-forgejo-signature", Forge::Forgejo, ""),
 ];
 
+/// Why the webhook's shared secret cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{} is empty", path.display())]
+    Empty { path: std::path::PathBuf },
+}
+
+/// A `knowledge_repo` that names no repository.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a repository: give its full name (\"org/knowledge\") or clone URL")]
+pub struct NotARepository(pub String);
+
+/// A webhook body that is not a push payload.
+#[derive(Debug, thiserror::Error)]
+#[error("not a push payload: {0}")]
+pub struct NotAPush(#[source] pub serde_json::Error);
+
 /// Read the shared secret; surrounding white space (a trailing newline) is
 /// not part of it.
-pub fn read_secret(path: &std::path::Path) -> Result<Vec<u8>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+pub fn read_secret(path: &std::path::Path) -> Result<Vec<u8>, SecretError> {
+    let text = std::fs::read_to_string(path).map_err(|source| SecretError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let secret = text.trim();
     if secret.is_empty() {
-        return Err(format!("{} is empty", path.display()));
+        return Err(SecretError::Empty {
+            path: path.to_path_buf(),
+        });
     }
     Ok(secret.as_bytes().to_vec())
 }
 
 /// A forge repository name (`owner/name`) or clone URL.
-pub fn check_repo_name(repo: &str) -> Result<(), String> {
+pub fn check_repo_name(repo: &str) -> Result<(), NotARepository> {
     let n = normalize_repo(repo);
     if n.is_empty() || repo.chars().any(char::is_whitespace) || !n.contains('/') {
-        return Err(format!(
-            "{repo:?} is not a repository: give its full name (\"org/knowledge\") or clone URL"
-        ));
+        return Err(NotARepository(repo.to_string()));
     }
     Ok(())
 }
@@ -154,8 +180,8 @@ pub struct Repository {
 }
 
 /// Parse a push payload (already authenticated).
-pub fn parse_push(body: &[u8]) -> Result<Push, String> {
-    serde_json::from_slice(body).map_err(|e| format!("not a push payload: {e}"))
+pub fn parse_push(body: &[u8]) -> Result<Push, NotAPush> {
+    serde_json::from_slice(body).map_err(NotAPush)
 }
 
 /// `https://user@Forge.example/Org/Bot.git/` -> `forge.example/org/bot`;
@@ -180,13 +206,6 @@ pub fn normalize_repo(s: &str) -> String {
         s = stripped.trim_end_matches('/').to_string();
     }
     s
-}
-
-fn last_two_segments(path: &str) -> &str {
-    match path.rmatch_indices('/').nth(1) {
-        Some((i, _)) => &path[i + 1..],
-        None => path,
-    }
 }
 
 /// Whether a repository named in config or a declaration (`org/bot` or a
@@ -255,6 +274,13 @@ pub fn plan<'a>(
         }
     }
     Plan { knowledge, deploys }
+}
+
+fn last_two_segments(path: &str) -> &str {
+    match path.rmatch_indices('/').nth(1) {
+        Some((i, _)) => &path[i + 1..],
+        None => path,
+    }
 }
 
 #[cfg(test)]
@@ -440,7 +466,10 @@ mod tests {
             "clone_url":"https://github.com/org/bot.git","default_branch":"main","id":1},"pusher":{}}"#;
         let p = parse_push(github).unwrap();
         assert_eq!(p.repository.full_name, "org/bot");
-        assert!(parse_push(b"{}").unwrap_err().contains("repository"));
+        assert!(parse_push(b"{}")
+            .unwrap_err()
+            .to_string()
+            .contains("repository"));
         assert!(check_repo_name("org/knowledge").is_ok());
         assert!(check_repo_name("https://forge/org/knowledge.git").is_ok());
         assert!(check_repo_name("knowledge").is_err());

@@ -17,13 +17,14 @@
 use std::sync::RwLock;
 use std::time::Duration;
 
-use async_nats::jetstream::kv::{self, Operation, UpdateErrorKind};
+use async_nats::jetstream::kv::{self, Operation};
 use bytes::Bytes;
 use swarm_queue_client::{decode, encode_pretty, Declaration, HiveName};
 use time::OffsetDateTime;
 
 use crate::config::Roster;
 use crate::fleet::Fleet;
+use crate::nats::CasError;
 use crate::nats::{self, Buckets, NatsError};
 use crate::render::unix_ms;
 use crate::rollout::state::{judge_wave, Outcome, Rollout, Step, Verdict};
@@ -157,11 +158,11 @@ async fn write_wave(deps: &Deps<'_>, r: &mut Rollout) -> Result<Option<Outcome>,
                 }
                 wrote.push(format!("{hive} (revision {revision})"));
             }
-            Err(reason) => {
+            Err(changed) => {
                 return Ok(Some(Outcome::Halted {
                     halted_wave: wave,
                     hive: Some(hive),
-                    reason,
+                    reason: changed.to_string(),
                 }))
             }
         }
@@ -180,15 +181,33 @@ async fn write_wave(deps: &Deps<'_>, r: &mut Rollout) -> Result<Option<Outcome>,
     Ok(None)
 }
 
+/// A hive's wanted key that moved away from the revision the rollout planned
+/// against, to something other than the rollout's target: the rollout halts.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "hyperhive-wanted/{hive} changed outside the rollout (revision {}, planned against {})",
+    revision_text(*current),
+    revision_text(*expected)
+)]
+struct ChangedOutside {
+    hive: HiveName,
+    current: Option<u64>,
+    expected: Option<u64>,
+}
+
+fn revision_text(revision: Option<u64>) -> String {
+    revision.map_or("none".into(), |r| r.to_string())
+}
+
 /// Publish `target` for `hive` if its key is still at `expected`; the
 /// revision written, or adopted when the key already holds the target.
-/// `Ok(Err(reason))`: the key changed to something else outside the rollout.
+/// `Ok(Err(_))`: the key changed to something else outside the rollout.
 async fn write_hive(
     wanted: &kv::Store,
     hive: &HiveName,
     target: &Declaration,
     expected: Option<u64>,
-) -> Result<Result<u64, String>, DriveError> {
+) -> Result<Result<u64, ChangedOutside>, DriveError> {
     let fail = |reason: String| DriveError::Wanted {
         hive: hive.clone(),
         reason,
@@ -210,38 +229,21 @@ async fn write_hive(
                     tracing::info!(%hive, revision, "already holds the rollout's target; not writing it again");
                     Ok(revision)
                 }
-                _ => Err(format!(
-                    "hyperhive-wanted/{hive} changed outside the rollout (revision {}, planned against {})",
-                    current.map_or("none".into(), |r| r.to_string()),
-                    expected.map_or("none".into(), |r| r.to_string()),
-                )),
+                _ => Err(ChangedOutside {
+                    hive: hive.clone(),
+                    current,
+                    expected,
+                }),
             });
         }
-        let result = match expected {
-            Some(rev) => wanted
-                .update(hive.as_str(), Bytes::from(bytes.clone()), rev)
-                .await
-                .map_err(|e| {
-                    (
-                        e.kind() == UpdateErrorKind::WrongLastRevision,
-                        e.to_string(),
-                    )
-                }),
-            None => wanted
-                .create(hive.as_str(), Bytes::from(bytes.clone()))
-                .await
-                .map_err(|e| {
-                    (
-                        e.kind() == kv::CreateErrorKind::AlreadyExists,
-                        e.to_string(),
-                    )
-                }),
-        };
+        let result =
+            crate::nats::write_if(wanted, hive.as_str(), Bytes::from(bytes.clone()), expected)
+                .await;
         match result {
             Ok(revision) => return Ok(Ok(revision)),
             // Someone wrote between our read and our write: look again.
-            Err((true, _)) => continue,
-            Err((false, reason)) => return Err(fail(reason)),
+            Err(CasError::Conflict) => continue,
+            Err(e) => return Err(fail(e.to_string())),
         }
     }
     Err(fail("the key kept changing under us".into()))

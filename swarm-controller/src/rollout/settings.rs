@@ -30,14 +30,6 @@ pub struct RawRollout {
     lease_secs: u64,
 }
 
-fn default_wait() -> u64 {
-    DEFAULT_WAIT_CONVERGED_SECS
-}
-
-fn default_lease() -> u64 {
-    DEFAULT_LEASE_SECS
-}
-
 /// One wave's cumulative size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -131,24 +123,6 @@ impl Default for RolloutSettings {
     }
 }
 
-fn parse_wave(text: &str) -> Result<WaveSize, SettingsError> {
-    let unreadable = || SettingsError::Unreadable(text.to_string());
-    let size = match text.trim().strip_suffix('%') {
-        Some(p) => {
-            let p: u32 = p.trim().parse().map_err(|_| unreadable())?;
-            if p > 100 {
-                return Err(SettingsError::OverHundred(text.to_string()));
-            }
-            WaveSize::Percent(p as u8)
-        }
-        None => WaveSize::Count(text.trim().parse().map_err(|_| unreadable())?),
-    };
-    if matches!(size, WaveSize::Count(0) | WaveSize::Percent(0)) {
-        return Err(SettingsError::Zero(text.to_string()));
-    }
-    Ok(size)
-}
-
 /// Split `hives` (in rollout order) into waves, as the module says.
 pub fn split<T: Clone>(hives: &[T], waves: &[WaveSize]) -> Vec<Vec<T>> {
     let total = hives.len();
@@ -169,6 +143,32 @@ pub fn split<T: Clone>(hives: &[T], waves: &[WaveSize]) -> Vec<Vec<T>> {
         out.push(hives[done..].to_vec());
     }
     out
+}
+
+fn default_wait() -> u64 {
+    DEFAULT_WAIT_CONVERGED_SECS
+}
+
+fn default_lease() -> u64 {
+    DEFAULT_LEASE_SECS
+}
+
+fn parse_wave(text: &str) -> Result<WaveSize, SettingsError> {
+    let unreadable = || SettingsError::Unreadable(text.to_string());
+    let size = match text.trim().strip_suffix('%') {
+        Some(p) => {
+            let p: u32 = p.trim().parse().map_err(|_| unreadable())?;
+            if p > 100 {
+                return Err(SettingsError::OverHundred(text.to_string()));
+            }
+            WaveSize::Percent(p as u8)
+        }
+        None => WaveSize::Count(text.trim().parse().map_err(|_| unreadable())?),
+    };
+    if matches!(size, WaveSize::Count(0) | WaveSize::Percent(0)) {
+        return Err(SettingsError::Zero(text.to_string()));
+    }
+    Ok(size)
 }
 
 #[cfg(test)]

@@ -8,11 +8,12 @@
 //! `resume` takes a running rollout over only when that is older than the
 //! lease, by the reader's clock against the server's stamp (as freshness).
 
-use async_nats::jetstream::kv::{self, Operation, UpdateErrorKind};
+use async_nats::jetstream::kv::{self, Operation};
 use bytes::Bytes;
 use swarm_queue_client::buckets::CURRENT_ROLLOUT_KEY;
 use time::OffsetDateTime;
 
+use crate::nats::CasError;
 use crate::rollout::state::Rollout;
 
 /// The stored rollout, with what a compare-and-set needs.
@@ -85,28 +86,12 @@ pub async fn write(
             max,
         });
     }
-    match expected {
-        Some(rev) => store
-            .update(CURRENT_ROLLOUT_KEY, Bytes::from(bytes), rev)
-            .await
-            .map_err(|e| {
-                if e.kind() == UpdateErrorKind::WrongLastRevision {
-                    StoreError::Conflict { expected }
-                } else {
-                    StoreError::Write(e.to_string())
-                }
-            }),
-        None => store
-            .create(CURRENT_ROLLOUT_KEY, Bytes::from(bytes))
-            .await
-            .map_err(|e| {
-                if e.kind() == kv::CreateErrorKind::AlreadyExists {
-                    StoreError::Conflict { expected }
-                } else {
-                    StoreError::Write(e.to_string())
-                }
-            }),
-    }
+    crate::nats::write_if(store, CURRENT_ROLLOUT_KEY, Bytes::from(bytes), expected)
+        .await
+        .map_err(|e| match e {
+            CasError::Conflict => StoreError::Conflict { expected },
+            other => StoreError::Write(other.to_string()),
+        })
 }
 
 /// Write `stored.rollout` over the revision it was read at (or last

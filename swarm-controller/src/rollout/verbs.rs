@@ -176,59 +176,6 @@ pub async fn resume(deps: &Deps<'_>) -> Result<Ended, VerbError> {
     Ok(drive(deps, stored).await?)
 }
 
-/// Record `stored` by compare-and-set; a lost one is [`VerbError::LostRace`]
-/// with what the winner wrote, and this verb does nothing more.
-async fn update_or_back_off(deps: &Deps<'_>, stored: &mut Stored) -> Result<(), VerbError> {
-    match store::update(&deps.buckets.rollouts, stored).await {
-        Ok(()) => Ok(()),
-        Err(StoreError::Conflict { .. }) => Err(VerbError::LostRace(
-            store::winner_line(&deps.buckets.rollouts).await?,
-        )),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Ask each hive in `hives` to deploy every agent of its target that is not
-/// running as declared: a request the hive takes as "try now", so a fixed
-/// cause (an image pushed, a registry back) does not wait for its backoff.
-async fn retry_now(deps: &Deps<'_>, r: &Rollout, hives: &[HiveName]) {
-    if hives.is_empty() {
-        return;
-    }
-    let now = OffsetDateTime::now_utc();
-    let fleet = std::sync::RwLock::new(Fleet::new(deps.roster.clone(), deps.stale_after, now));
-    if let Err(e) = crate::nats::load(deps.buckets, &fleet).await {
-        tracing::warn!(error = %e, "cannot read the fleet to retry failed hives; they retry on their own");
-        return;
-    }
-    // Decide every request first, so no lock is held across a request.
-    let mut requests = Vec::new();
-    {
-        let f = fleet.read().unwrap_or_else(|p| p.into_inner());
-        for hive in hives {
-            let Some(target) = r.target(hive) else {
-                continue;
-            };
-            let row = f.peek_row(hive.as_str(), now);
-            for agent in target.agents.keys() {
-                let as_declared = row.as_ref().is_some_and(|row| {
-                    row.agents
-                        .iter()
-                        .any(|a| a.name == agent.as_str() && a.spec_matches == Some(true))
-                });
-                if !as_declared {
-                    requests.push((hive.clone(), agent.clone()));
-                }
-            }
-        }
-    }
-    for (hive, agent) in requests {
-        let outcome =
-            crate::deploy::request(deps.client, &hive, &agent, Duration::from_secs(10)).await;
-        (deps.report)(&format!("retry {hive}/{agent}: {outcome}"));
-    }
-}
-
 /// `rollout abort`: record the rollout aborted, then declare each hive's
 /// pre-rollout revision again (from the wanted bucket's history, as
 /// `rollback --to`) where the rollout's target is what the hive has now.
@@ -323,4 +270,57 @@ async fn restore_hive(
         true,
         format!("declared revision {previous} again: {}", plans[0].outcome),
     )))
+}
+
+/// Record `stored` by compare-and-set; a lost one is [`VerbError::LostRace`]
+/// with what the winner wrote, and this verb does nothing more.
+async fn update_or_back_off(deps: &Deps<'_>, stored: &mut Stored) -> Result<(), VerbError> {
+    match store::update(&deps.buckets.rollouts, stored).await {
+        Ok(()) => Ok(()),
+        Err(StoreError::Conflict { .. }) => Err(VerbError::LostRace(
+            store::winner_line(&deps.buckets.rollouts).await?,
+        )),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Ask each hive in `hives` to deploy every agent of its target that is not
+/// running as declared: a request the hive takes as "try now", so a fixed
+/// cause (an image pushed, a registry back) does not wait for its backoff.
+async fn retry_now(deps: &Deps<'_>, r: &Rollout, hives: &[HiveName]) {
+    if hives.is_empty() {
+        return;
+    }
+    let now = OffsetDateTime::now_utc();
+    let fleet = std::sync::RwLock::new(Fleet::new(deps.roster.clone(), deps.stale_after, now));
+    if let Err(e) = crate::nats::load(deps.buckets, &fleet).await {
+        tracing::warn!(error = %e, "cannot read the fleet to retry failed hives; they retry on their own");
+        return;
+    }
+    // Decide every request first, so no lock is held across a request.
+    let mut requests = Vec::new();
+    {
+        let f = fleet.read().unwrap_or_else(|p| p.into_inner());
+        for hive in hives {
+            let Some(target) = r.target(hive) else {
+                continue;
+            };
+            let row = f.peek_row(hive.as_str(), now);
+            for agent in target.agents.keys() {
+                let as_declared = row.as_ref().is_some_and(|row| {
+                    row.agents
+                        .iter()
+                        .any(|a| a.name == agent.as_str() && a.spec_matches == Some(true))
+                });
+                if !as_declared {
+                    requests.push((hive.clone(), agent.clone()));
+                }
+            }
+        }
+    }
+    for (hive, agent) in requests {
+        let outcome =
+            crate::deploy::request(deps.client, &hive, &agent, Duration::from_secs(10)).await;
+        (deps.report)(&format!("retry {hive}/{agent}: {outcome}"));
+    }
 }

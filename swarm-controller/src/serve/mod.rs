@@ -25,44 +25,36 @@
 //! Everything here is in memory and rebuilt from NATS at start: two `serve`
 //! processes show the same fleet and never write the buckets.
 
-use std::collections::VecDeque;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use axum::body::Bytes;
 use axum::extract::{Query as QueryPairs, Request, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::serve::ListenerExt;
 use axum::{Json, Router};
-use futures_util::stream::{self, StreamExt};
 use serde_json::json;
 use swarm_queue_client::http_host::HostRule;
 use time::OffsetDateTime;
 use tokio::sync::{broadcast, watch};
 
 use crate::config::Config;
-use crate::deploy::{self, DeployOutcome};
 use crate::fleet::{Change, Fleet, Update};
-use crate::live::{LiveView, Push};
+use crate::live::Push;
 use crate::nats::{Buckets, Follower, NatsError};
 use crate::render::{unix_ms, Report};
-use crate::view::{Query, QueryError, DEFAULT_PAGE};
+use crate::view::{Query, QueryError};
 use crate::webhook;
 
-/// How long a webhook waits for each hive's deploy reply. Forges give up on
-/// a webhook after about 10 s; the requests run in parallel.
-const WEBHOOK_DEPLOY_TIMEOUT: Duration = Duration::from_secs(5);
+mod events;
+mod hook;
+
 /// Pushes buffered per page before it gets a new snapshot.
 const PUSH_BUFFER: usize = 4096;
-/// Most pushes one page handles as one batch (one reselection at most).
-const BATCH: usize = 1024;
 /// Longest the expiry task sleeps, so a clock step is noticed soon.
 const EXPIRY_MAX_SLEEP: Duration = Duration::from_secs(1);
 
@@ -158,7 +150,7 @@ pub enum ServeError {
         source: std::io::Error,
     },
     #[error("webhook secret: {0}")]
-    Secret(String),
+    Secret(#[from] webhook::SecretError),
     #[error("HTTP server failed: {0}")]
     Http(#[source] std::io::Error),
 }
@@ -184,13 +176,7 @@ pub async fn start(
         Some(p) => Some(webhook::read_secret(p).map_err(ServeError::Secret)?),
         None => None,
     };
-    let mut fleet = Fleet::new(
-        config.hives.clone(),
-        config.stale_after,
-        OffsetDateTime::now_utc(),
-    );
-    fleet.set_progress_limit(config.attention_progressing, OffsetDateTime::now_utc());
-    let fleet = RwLock::new(fleet);
+    let fleet = RwLock::new(Fleet::for_config(config, OffsetDateTime::now_utc()));
     let follower = crate::nats::load(buckets, &fleet).await?;
     let (pushes, _) = broadcast::channel(PUSH_BUFFER);
     let shared = Arc::new(Shared {
@@ -288,11 +274,11 @@ fn router(shared: Arc<Shared>, hosts: HostRule) -> Router {
     Router::new()
         .route("/", get(dashboard))
         .route("/api/status", get(api_status))
-        .route("/api/events", get(events))
+        .route("/api/events", get(events::events))
         .route("/api/stats", get(api_stats))
         .route("/api/rollout", get(api_rollout))
         .route_layer(middleware::from_fn_with_state(hosts, guard_host))
-        .route("/hooks/forge", post(forge_hook))
+        .route("/hooks/forge", post(hook::forge_hook))
         .route("/health/live", get(|| async { "ok\n" }))
         .with_state(shared)
 }
@@ -358,247 +344,6 @@ async fn api_stats(State(shared): State<Arc<Shared>>) -> Json<serde_json::Value>
     }))
 }
 
-/// A snapshot of the page the query asks for (at most [`DEFAULT_PAGE`]
-/// rows unless `limit` says otherwise), then what changes on it. Ends at
-/// shutdown, so open pages do not hold the server up.
-async fn events(State(shared): State<Arc<Shared>>, pairs: Pairs) -> Response {
-    let mut query = match Query::parse(&pairs.0) {
-        Ok(q) => q,
-        Err(e) => return bad_query(e),
-    };
-    query.limit = Some(query.limit.unwrap_or(DEFAULT_PAGE));
-    // Subscribe before the snapshot; changes it already holds are skipped
-    // by their sequence number.
-    let rx = shared.pushes.subscribe();
-    let (view, snapshot) = snapshot(&shared, query);
-    let page = Page {
-        shared: shared.clone(),
-        rx,
-        view,
-        pending: VecDeque::from([snapshot]),
-    };
-    let live = stream::unfold(page, |mut page| async move {
-        let event = page.next_event().await?;
-        Some((Ok::<_, Infallible>(event), page))
-    });
-    let mut stop = shared.shutdown.clone();
-    let stream = live.take_until(async move {
-        let _ = stop.wait_for(|s| *s).await;
-    });
-    Sse::new(stream)
-        .keep_alive(KeepAlive::default())
-        .into_response()
-}
-
-/// Select the page for `query` and format its snapshot event.
-fn snapshot(shared: &Shared, query: Query) -> (LiveView, Sent) {
-    let fleet = shared.fleet.read().unwrap_or_else(|p| p.into_inner());
-    let report = Report::of_query(&fleet, &query, OffsetDateTime::now_utc());
-    let selection = crate::fleet::Selection {
-        names: report.hives.iter().map(|r| r.name.clone()).collect(),
-        matched: report.matched,
-    };
-    let view = LiveView::new(query, selection, fleet.seq());
-    let data = serde_json::to_string(&report).unwrap_or_default();
-    (view, Sent::new("snapshot", data))
-}
-
-/// One event about to be sent.
-struct Sent {
-    event: &'static str,
-    data: String,
-}
-
-impl Sent {
-    fn new(event: &'static str, data: String) -> Self {
-        Sent { event, data }
-    }
-}
-
-/// One open event stream: its page and the events not yet sent.
-struct Page {
-    shared: Arc<Shared>,
-    rx: broadcast::Receiver<Arc<Push>>,
-    view: LiveView,
-    pending: VecDeque<Sent>,
-}
-
-impl Page {
-    /// The next event for this page; `None` when the server stops.
-    async fn next_event(&mut self) -> Option<Event> {
-        while self.pending.is_empty() {
-            let first = match self.rx.recv().await {
-                Ok(push) => push,
-                Err(broadcast::error::RecvError::Lagged(missed)) => {
-                    tracing::warn!(missed, "a dashboard fell behind; sending a new snapshot");
-                    let (view, snapshot) = snapshot(&self.shared, self.view.query.clone());
-                    self.view = view;
-                    self.pending.push_back(snapshot);
-                    continue;
-                }
-                Err(broadcast::error::RecvError::Closed) => return None,
-            };
-            let mut batch = vec![first];
-            while batch.len() < BATCH {
-                match self.rx.try_recv() {
-                    Ok(push) => batch.push(push),
-                    // Empty, or lagged: the next recv says which.
-                    Err(_) => break,
-                }
-            }
-            self.plan(&batch);
-        }
-        let sent = self.pending.pop_front()?;
-        let stats = &self.shared.push_stats;
-        stats.sent_events.fetch_add(1, Ordering::Relaxed);
-        stats
-            .sent_bytes
-            .fetch_add(sent.data.len() as u64, Ordering::Relaxed);
-        Some(Event::default().event(sent.event).data(sent.data))
-    }
-
-    /// Turn one batch of pushes into this page's events.
-    fn plan(&mut self, batch: &[Arc<Push>]) {
-        let plan = self.view.plan(batch);
-        if let Some(last) = batch.last() {
-            self.view.seen = self.view.seen.max(last.seq);
-        }
-        if plan.reselect {
-            self.reselect(&plan.changed);
-            return;
-        }
-        for push in plan.forward {
-            self.pending
-                .push_back(Sent::new(push.event, push.data.clone()));
-        }
-        if let Some(push) = plan.summary {
-            let data = push.summary.clone().unwrap_or_default();
-            self.pending.push_back(Sent::new("summary", data));
-        }
-    }
-
-    /// Select the page again and send the difference: removals, then the
-    /// rows that entered or changed, each with the page's new counts.
-    fn reselect(&mut self, changed: &[String]) {
-        let fleet = self.shared.fleet.read().unwrap_or_else(|p| p.into_inner());
-        let now = OffsetDateTime::now_utc();
-        let diff = self.view.reselect(fleet.select(&self.view.query));
-        let summary = fleet.summary();
-        let view = json!({
-            "matched": self.view.matched,
-            "offset": self.view.query.offset,
-            "limit": self.view.query.limit,
-        });
-        let time = unix_ms(now);
-        for name in &diff.leaving {
-            let data =
-                json!({ "name": name, "summary": summary, "view": view, "server_time_ms": time });
-            self.pending
-                .push_back(Sent::new("remove", data.to_string()));
-        }
-        let mut rows: Vec<&String> = diff.entering.iter().collect();
-        rows.extend(
-            changed
-                .iter()
-                .filter(|n| self.view.shows(n) && !diff.entering.contains(n)),
-        );
-        for name in rows {
-            let Some(row) = fleet.peek_row(name, now) else {
-                continue;
-            };
-            let data =
-                json!({ "row": row, "summary": summary, "view": view, "server_time_ms": time });
-            self.pending.push_back(Sent::new("row", data.to_string()));
-        }
-        if self.pending.is_empty() {
-            let data = json!({ "summary": summary, "view": view, "server_time_ms": time });
-            self.pending
-                .push_back(Sent::new("summary", data.to_string()));
-        }
-    }
-}
-
 fn reply(status: StatusCode, body: serde_json::Value) -> Response {
     (status, Json(body)).into_response()
-}
-
-async fn forge_hook(
-    State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let lookup = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let Some(secret) = &shared.webhook_secret else {
-        return reply(
-            StatusCode::SERVICE_UNAVAILABLE,
-            json!({ "error": "webhook_secret_file is not configured; refusing unsigned webhooks" }),
-        );
-    };
-    let forge = match webhook::verify_signature(lookup, &body, secret) {
-        Ok(f) => f,
-        Err(e) => {
-            tracing::warn!(error = %e, "webhook refused");
-            return reply(StatusCode::UNAUTHORIZED, json!({ "error": e.to_string() }));
-        }
-    };
-    let event = webhook::event_name(lookup).unwrap_or("push");
-    let span = tracing::info_span!("webhook", ?forge, event);
-    let _g = span.enter();
-    match event {
-        "push" => {}
-        "ping" => return reply(StatusCode::OK, json!({ "pong": true })),
-        other => {
-            return reply(
-                StatusCode::ACCEPTED,
-                json!({ "ignored": format!("{other} events do nothing; only push does") }),
-            )
-        }
-    }
-    let push = match webhook::parse_push(&body) {
-        Ok(p) => p,
-        Err(e) => return reply(StatusCode::BAD_REQUEST, json!({ "error": e })),
-    };
-    let plan = {
-        let fleet = shared.fleet.read().unwrap_or_else(|p| p.into_inner());
-        webhook::plan(
-            &push,
-            shared.knowledge_repo.as_deref(),
-            fleet.declarations().map(|(h, d)| (h, &d.declaration)),
-        )
-    };
-    tracing::info!(
-        repo = %push.repository.full_name,
-        knowledge = plan.knowledge,
-        deploys = plan.deploys.len(),
-        "push received"
-    );
-    let mut knowledge_result = serde_json::Value::Null;
-    if plan.knowledge {
-        knowledge_result = match crate::knowledge::publish(&shared.client).await {
-            Ok(()) => json!("published"),
-            Err(e) => {
-                return reply(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    json!({ "error": format!("knowledge event not published: {e}") }),
-                )
-            }
-        };
-    }
-    let requests = plan.deploys.iter().map(|(hive, agent)| {
-        let client = shared.client.clone();
-        async move {
-            let outcome: DeployOutcome =
-                deploy::request(&client, hive, agent, WEBHOOK_DEPLOY_TIMEOUT).await;
-            json!({ "hive": hive, "agent": agent, "result": outcome, "text": outcome.to_string() })
-        }
-    });
-    let deploys = futures_util::future::join_all(requests).await;
-    reply(
-        StatusCode::OK,
-        json!({
-            "repository": push.repository.full_name,
-            "knowledge": knowledge_result,
-            "deploys": deploys,
-        }),
-    )
 }

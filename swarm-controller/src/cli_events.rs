@@ -1,0 +1,124 @@
+//! The event verbs of the command line: `deploy`, `credential put`,
+//! `credential xkey` and `knowledge-changed`. Each checks its arguments
+//! against the roster, does one thing through the library modules, prints
+//! the outcome (text or `--json`) and returns the exit code.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::bail;
+use swarm_queue_client::credentials::XKey;
+use swarm_queue_client::{AccountName, AgentName, HiveName};
+
+use crate::cli::{print_json, CONNECT_WAIT, EXIT_FAILURE, EXIT_OK};
+use crate::config::Config;
+use crate::credential::{self, CredentialPutError};
+use crate::{deploy, knowledge, nats};
+
+/// The arguments of `credential put`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct CredentialPut {
+    hive: HiveName,
+    agent: AgentName,
+    account: AccountName,
+    /// File holding the secret (read as bytes; never printed or logged).
+    #[arg(long, value_name = "FILE")]
+    from_file: PathBuf,
+    #[arg(long)]
+    json: bool,
+}
+
+/// `deploy HIVE AGENT`: ask the hive to deploy now; exit 0 once it queued.
+pub(crate) async fn deploy_cmd(
+    config: &Config,
+    hive: &HiveName,
+    agent: &AgentName,
+    timeout: Duration,
+    json: bool,
+) -> anyhow::Result<i32> {
+    if !config.hives.contains_key(hive) {
+        bail!(
+            "hive {hive} is not on the roster in {}",
+            config.path.display()
+        );
+    }
+    let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
+    let outcome = deploy::request(&conn.client, hive, agent, timeout).await;
+    if json {
+        print_json(&outcome)?;
+    } else {
+        println!("{hive}/{agent}: {outcome}");
+    }
+    Ok(if outcome.is_queued() {
+        EXIT_OK
+    } else {
+        EXIT_FAILURE
+    })
+}
+
+/// `credential xkey`: the controller's public xkey.
+pub(crate) fn xkey_cmd(config: &Config) -> anyhow::Result<i32> {
+    let key = controller_xkey(config)?;
+    println!("{}", key.public_key());
+    Ok(EXIT_OK)
+}
+
+/// `credential put`: seal, store, notify.
+pub(crate) async fn credential_put_cmd(config: &Config, put: CredentialPut) -> anyhow::Result<i32> {
+    let CredentialPut {
+        hive,
+        agent,
+        account,
+        from_file,
+        json,
+    } = put;
+    if !config.hives.contains_key(&hive) {
+        return Err(CredentialPutError::NotRostered { hive }.into());
+    }
+    let key = controller_xkey(config)?;
+    let secret = credential::read_secret_file(&from_file)?;
+    let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
+    let buckets = nats::open_buckets(&conn, &config.nats).await?;
+    let cx = credential::PutContext {
+        client: &conn.client,
+        status: &buckets.status,
+        credentials: &buckets.credentials,
+        controller: &key,
+        stale_after: config.stale_after,
+    };
+    let owner = credential::CredentialFor {
+        hive: &hive,
+        agent: &agent,
+        account: &account,
+    };
+    let stored = credential::put(&cx, owner, secret).await?;
+    if json {
+        print_json(&stored)?;
+    } else {
+        println!(
+            "stored {} (revision {}) sealed to hive {hive}, and notified it",
+            stored.key, stored.revision
+        );
+        if let Some(note) = &stored.hive_not_fresh {
+            println!("note: {note}; it delivers stored credentials when it starts");
+        }
+    }
+    Ok(EXIT_OK)
+}
+
+/// `knowledge-changed`: tell every hive the knowledge repository moved.
+pub(crate) async fn knowledge_cmd(config: &Config) -> anyhow::Result<i32> {
+    let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
+    knowledge::publish(&conn.client).await?;
+    println!("published {}", swarm_queue_client::subjects::KNOWLEDGE);
+    Ok(EXIT_OK)
+}
+
+/// The controller's xkey from `xkey_seed_file`, created when missing.
+fn controller_xkey(config: &Config) -> Result<XKey, CredentialPutError> {
+    let seed_path = config
+        .xkey_seed_file
+        .as_ref()
+        .ok_or(CredentialPutError::NoSeedFile)?;
+    credential::load_or_create_seed(seed_path)
+}

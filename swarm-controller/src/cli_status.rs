@@ -1,0 +1,146 @@
+//! `status` and `status --watch`: load the fleet from the status and wanted
+//! buckets, print the report (table or `--json`), and with `--watch` print
+//! it again on every KV change and whenever a fresh row turns stale, until
+//! SIGINT or SIGTERM.
+
+use std::io::IsTerminal;
+use std::sync::RwLock;
+use std::time::Duration;
+
+use anyhow::Context;
+use async_nats::jetstream::kv;
+use time::OffsetDateTime;
+use tokio::sync::watch;
+
+use crate::cli::{print_json, shutdown_signal, CONNECT_WAIT, EXIT_OK};
+use crate::cli_declare;
+use crate::config::Config;
+use crate::fleet::Fleet;
+use crate::nats;
+use crate::render::Report;
+
+/// How long `status` may take to read both buckets (10,000 hives take well
+/// under a second; this only turns a stuck server into an error).
+const LOAD_WAIT: Duration = Duration::from_secs(120);
+
+/// How the report is printed.
+#[derive(Debug, Clone, Copy)]
+struct Output {
+    json: bool,
+    watch: bool,
+}
+
+/// `status [--json] [--watch]`.
+pub(crate) async fn status_cmd(
+    config: &Config,
+    json: bool,
+    watch_mode: bool,
+) -> anyhow::Result<i32> {
+    let out = Output {
+        json,
+        watch: watch_mode,
+    };
+    let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
+    let buckets = nats::open_buckets(&conn, &config.nats).await?;
+    let fleet = RwLock::new(Fleet::for_config(config, OffsetDateTime::now_utc()));
+    let follower = tokio::time::timeout(LOAD_WAIT, nats::load(&buckets, &fleet))
+        .await
+        .map_err(|_| anyhow::anyhow!("reading the buckets took over {LOAD_WAIT:?}"))?
+        .context("reading the status and wanted buckets")?;
+    show(&fleet, rollout_summary(&buckets.rollouts).await, out)?;
+    if !watch_mode {
+        return Ok(EXIT_OK);
+    }
+    watch_fleet(&fleet, follower, &buckets.rollouts, out).await
+}
+
+/// Print the report again on each change or expiry, until a signal.
+async fn watch_fleet(
+    fleet: &RwLock<Fleet>,
+    mut follower: nats::Follower,
+    rollouts: &kv::Store,
+    out: Output,
+) -> anyhow::Result<i32> {
+    let (stop_tx, mut stop) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    });
+    loop {
+        let next_stale = next_wake(fleet);
+        tokio::select! {
+            // Cancel-safe: an entry not yet taken stays in the watch.
+            change = follower.apply_next(fleet) => {
+                let _ = change;
+                show(fleet, rollout_summary(rollouts).await, out)?;
+            }
+            // Cancel-safe: a sleep holds nothing.
+            _ = tokio::time::sleep(next_stale) => {
+                let expired = fleet
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .expire(OffsetDateTime::now_utc());
+                if !expired.is_empty() {
+                    show(fleet, rollout_summary(rollouts).await, out)?;
+                }
+            }
+            _ = stop.wait_for(|s| *s) => return Ok(EXIT_OK),
+        }
+    }
+}
+
+/// Until the next fresh row turns stale (just after), at most a second.
+fn next_wake(fleet: &RwLock<Fleet>) -> Duration {
+    fleet
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .next_stale_at()
+        .map(|at| {
+            Duration::try_from(at - OffsetDateTime::now_utc()).unwrap_or(Duration::ZERO)
+                + Duration::from_millis(5)
+        })
+        .unwrap_or(Duration::from_secs(1))
+        .min(Duration::from_secs(1))
+}
+
+/// Print the fleet's report: one JSON line per report when watching, the
+/// table redrawn in place on a terminal.
+fn show(
+    fleet: &RwLock<Fleet>,
+    rollout: Option<serde_json::Value>,
+    out: Output,
+) -> anyhow::Result<()> {
+    let mut report = {
+        let f = fleet.read().unwrap_or_else(|p| p.into_inner());
+        Report::of_fleet(&f, OffsetDateTime::now_utc())
+    };
+    report.rollout = rollout;
+    if out.json && out.watch {
+        println!("{}", serde_json::to_string(&report)?);
+    } else if out.json {
+        print_json(&report)?;
+    } else {
+        if out.watch && std::io::stdout().is_terminal() {
+            print!("\x1b[H\x1b[2J");
+        }
+        print!("{}", report.table());
+        if out.watch {
+            println!();
+        }
+    }
+    Ok(())
+}
+
+/// The stored rollout for `status`; a read error is logged, not fatal, since
+/// the fleet's rows do not depend on it.
+async fn rollout_summary(rollouts: &kv::Store) -> Option<serde_json::Value> {
+    match crate::rollout::store::read(rollouts).await {
+        Ok(stored) => stored
+            .as_ref()
+            .map(|s| cli_declare::status_json(Some(s), OffsetDateTime::now_utc())),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the rollout state");
+            None
+        }
+    }
+}

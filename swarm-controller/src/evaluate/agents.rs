@@ -1,0 +1,94 @@
+//! One hive's agent rows: what is declared joined with what is reported,
+//! and the small texts the rows and the convergence rules share.
+
+use std::time::Duration;
+
+use swarm_queue_client::{AgentName, JobSummary, Observed, Power, Readiness};
+
+use super::{retry_text, AgentRow, Declared};
+
+/// One row per agent that is declared, reported, or both, sorted by name.
+pub(super) fn agent_rows(
+    declared: Option<&Declared>,
+    readiness: Option<&Readiness>,
+    age: Duration,
+) -> Vec<AgentRow> {
+    let mut names: Vec<&AgentName> = Vec::new();
+    if let Some(d) = declared {
+        names.extend(d.spec_hashes.keys());
+    }
+    if let Some(r) = readiness {
+        names.extend(r.agents.keys());
+    }
+    names.sort();
+    names.dedup();
+    names
+        .into_iter()
+        .map(|name| {
+            let hash = declared.and_then(|d| d.spec_hashes.get(name));
+            let report = readiness.and_then(|r| r.agents.get(name));
+            let spec_matches = match (hash, report.and_then(|a| a.spec.as_ref())) {
+                (Some(h), Some(s)) => Some(h == s),
+                (Some(_), None) if report.is_some() => Some(false),
+                _ => None,
+            };
+            let note = match (hash, report) {
+                (Some(_), None) => Some("declared, not reported by the hive".to_string()),
+                (None, Some(_)) => Some("reported, not declared".to_string()),
+                (Some(_), Some(a)) => {
+                    let mut off = Vec::new();
+                    if observed_matches(a.wanted, a.observed) != Some(true) {
+                        off.push(format!("{} (wanted {})", a.observed, a.wanted));
+                    }
+                    if spec_matches == Some(false) {
+                        off.push("spec differs from the declaration".to_string());
+                    }
+                    if let Some(r) = &a.retry {
+                        off.push(retry_text(r, age));
+                    }
+                    (!off.is_empty()).then(|| off.join(", "))
+                }
+                (None, None) => None,
+            };
+            AgentRow {
+                name: name.to_string(),
+                declared: hash.is_some(),
+                reported: report.is_some(),
+                wanted: report.map(|a| a.wanted),
+                observed: report.map(|a| a.observed),
+                spec_matches,
+                last_job: report.and_then(|a| a.last_job.clone()),
+                image_digest: report.and_then(|a| a.image_digest.clone()),
+                health: report.and_then(|a| a.health.clone()),
+                retry: report.and_then(|a| a.retry.clone()).map(|mut r| {
+                    r.next_try_in_secs = r.next_try_in_secs.saturating_sub(age.as_secs());
+                    r
+                }),
+                note,
+            }
+        })
+        .collect()
+}
+
+/// Whether what Docker shows is what the hive wants. `None`: cannot tell.
+pub(super) fn observed_matches(wanted: Power, observed: Observed) -> Option<bool> {
+    match (wanted, observed) {
+        (_, Observed::Unknown) => None,
+        (Power::Up, Observed::Running) | (Power::Down, Observed::Stopped) => Some(true),
+        _ => Some(false),
+    }
+}
+
+pub(super) fn short_hash(h: &str) -> &str {
+    let end = "sha256:".len() + 12;
+    h.get(..end).unwrap_or(h)
+}
+
+pub(super) fn job_text(agent: &str, job: &JobSummary) -> String {
+    let mut s = format!("{agent}: job {} ({}) {}", job.id, job.kind, job.state);
+    if let Some(e) = &job.error {
+        s.push_str(": ");
+        s.push_str(e);
+    }
+    s
+}

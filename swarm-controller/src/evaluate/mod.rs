@@ -1,0 +1,472 @@
+//! The heart of the controller: what one hive's row says, as a pure function
+//! of the roster, the hive's status entry, its wanted entry and the reader's
+//! clock.
+//!
+//! **Freshness** is the KV entry's own timestamp (set by the server when the
+//! value landed) against the reader's clock, never anything in the payload:
+//! a hive with a wrong clock can only mislead about itself, and not even
+//! that. `stopped` (a clean shutdown) shows at once; an undecodable value is
+//! `unknown` with its decode error, never `fresh`.
+//!
+//! **Convergence** compares revisions, never payloads: the declared revision
+//! is the KV revision of `hyperhive-wanted/<hive>`, and the hive reports the
+//! revision it has read (`seen_revision`) and the one it converged on
+//! (`converged_revision`). `converged` needs fresh and complete evidence: the
+//! hive says it converged on exactly the declared revision, and reports
+//! every declared agent with the declared spec hash and an observed state
+//! that matches its wanted power. A hive that says nothing about an agent
+//! has not converged on it; a stale report is no evidence at all.
+//!
+//! Nothing here does I/O or reads a clock; `now` is an argument. The table
+//! tests in `tests.rs` are the specification.
+//!
+//! Parts: this file holds the row types and [`evaluate`] (freshness and the
+//! assembly of a row); `rules.rs` is convergence as an ordered table of
+//! rules; `agents.rs` joins declared and reported agents into rows.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde::Serialize;
+use swarm_queue_client::payload::{readiness_matches_key, DecodeError};
+use swarm_queue_client::{
+    decode, AgentName, Declaration, HiveName, HiveState, JobSummary, Observed, Power, Readiness,
+    RetryStatus,
+};
+use time::OffsetDateTime;
+
+use crate::config::RosterEntry;
+
+mod agents;
+mod rules;
+
+/// How recent a hive's report is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Freshness {
+    Fresh,
+    Stale,
+    Unknown,
+    Unrostered,
+    Stopped,
+}
+
+impl Freshness {
+    pub const ALL: [Freshness; 5] = [
+        Freshness::Fresh,
+        Freshness::Stale,
+        Freshness::Unknown,
+        Freshness::Unrostered,
+        Freshness::Stopped,
+    ];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Freshness::Fresh => "fresh",
+            Freshness::Stale => "stale",
+            Freshness::Unknown => "unknown",
+            Freshness::Unrostered => "unrostered",
+            Freshness::Stopped => "stopped",
+        }
+    }
+}
+
+impl fmt::Display for Freshness {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where a hive is on the way to its declared revision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Convergence {
+    Published,
+    Progressing,
+    Converged,
+    Degraded,
+    Failed,
+    Unknown,
+}
+
+impl Convergence {
+    pub const ALL: [Convergence; 6] = [
+        Convergence::Converged,
+        Convergence::Progressing,
+        Convergence::Published,
+        Convergence::Degraded,
+        Convergence::Failed,
+        Convergence::Unknown,
+    ];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Convergence::Published => "published",
+            Convergence::Progressing => "progressing",
+            Convergence::Converged => "converged",
+            Convergence::Degraded => "degraded",
+            Convergence::Failed => "failed",
+            Convergence::Unknown => "unknown",
+        }
+    }
+}
+
+impl fmt::Display for Convergence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a stored status or declaration is no evidence. Clone and comparable
+/// (rows are), so a decode error is kept as its operator-grade text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EntryError {
+    /// The value does not decode: [`DecodeError`]'s message.
+    #[error("{0}")]
+    Undecodable(String),
+    /// A status value under one hive's key that says it is another hive.
+    #[error("the value stored under key {key:?} says it is hive {claims:?}")]
+    ClaimsOtherHive { key: String, claims: String },
+}
+
+impl EntryError {
+    fn undecodable(e: &DecodeError) -> Self {
+        EntryError::Undecodable(e.to_string())
+    }
+}
+
+/// One value of `hyperhive-status/<hive>`, decoded once when it arrives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusEntry {
+    /// KV revision of this value.
+    pub revision: u64,
+    /// When the server stored it: the only clock freshness trusts.
+    pub created: OffsetDateTime,
+    /// The readiness, or why it could not be read.
+    pub readiness: Result<Readiness, EntryError>,
+    /// Things the reader should know (for example a newer schema).
+    pub notes: Vec<String>,
+}
+
+impl StatusEntry {
+    /// Decode a status value stored under `key`. A value that claims to be
+    /// another hive is refused: it is no evidence about this one.
+    pub fn decode(key: &str, revision: u64, created: OffsetDateTime, bytes: &[u8]) -> Self {
+        let (readiness, notes) = match decode::<Readiness>(bytes) {
+            Ok(d) => {
+                let claims_other = HiveName::new(key)
+                    .map(|k| !readiness_matches_key(&d.value, &k))
+                    .unwrap_or(true);
+                if claims_other {
+                    (
+                        Err(EntryError::ClaimsOtherHive {
+                            key: key.to_string(),
+                            claims: d.value.hive.as_str().to_string(),
+                        }),
+                        d.warnings,
+                    )
+                } else {
+                    (Ok(d.value), d.warnings)
+                }
+            }
+            Err(e) => (Err(EntryError::undecodable(&e)), Vec::new()),
+        };
+        StatusEntry {
+            revision,
+            created,
+            readiness,
+            notes,
+        }
+    }
+}
+
+/// A decoded declaration with each agent's spec hash computed once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Declared {
+    pub declaration: Declaration,
+    pub spec_hashes: BTreeMap<AgentName, String>,
+}
+
+impl Declared {
+    pub fn new(declaration: Declaration) -> Self {
+        let spec_hashes = declaration
+            .agents
+            .iter()
+            .map(|(name, spec)| (name.clone(), spec.spec_hash()))
+            .collect();
+        Declared {
+            declaration,
+            spec_hashes,
+        }
+    }
+}
+
+/// One value of `hyperhive-wanted/<hive>`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WantedEntry {
+    /// KV revision: the declaration's identity.
+    pub revision: u64,
+    pub created: OffsetDateTime,
+    pub declared: Result<Declared, EntryError>,
+    pub notes: Vec<String>,
+}
+
+impl WantedEntry {
+    pub fn decode(revision: u64, created: OffsetDateTime, bytes: &[u8]) -> Self {
+        let (declared, notes) = match decode::<Declaration>(bytes) {
+            Ok(d) => (Ok(Declared::new(d.value)), d.warnings),
+            Err(e) => (Err(EntryError::undecodable(&e)), Vec::new()),
+        };
+        WantedEntry {
+            revision,
+            created,
+            declared,
+            notes,
+        }
+    }
+}
+
+/// One agent of a hive's row: what is declared next to what is reported.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AgentRow {
+    pub name: String,
+    /// In the current declaration.
+    pub declared: bool,
+    /// Reported by the hive.
+    pub reported: bool,
+    pub wanted: Option<Power>,
+    pub observed: Option<Observed>,
+    /// The declared spec matches the running one (None: cannot tell).
+    pub spec_matches: Option<bool>,
+    pub last_job: Option<JobSummary>,
+    /// Repo digest (`sha256:…`) of the image the agent runs, as reported.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_digest: Option<String>,
+    /// Docker's health status (`starting`, `healthy`, `unhealthy`), when
+    /// the agent has a health check.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health: Option<String>,
+    /// While the hive backs off before trying the agent again: the failing
+    /// step, attempts, and seconds until the next try as of *now* (anchored
+    /// to the status entry's timestamp).
+    pub retry: Option<RetryStatus>,
+    /// What is off about it, if anything.
+    pub note: Option<String>,
+}
+
+/// A warning the hive raised about itself.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RowWarning {
+    pub key: String,
+    pub level: String,
+    pub message: String,
+}
+
+/// Everything the controller says about one hive: a row of `status`, of
+/// `/api/status` and of the dashboard.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HiveRow {
+    pub name: String,
+    pub rostered: bool,
+    pub labels: BTreeMap<String, String>,
+    pub freshness: Freshness,
+    /// Age of the status entry by the reader's clock, whole seconds.
+    pub age_secs: Option<u64>,
+    /// The same, in milliseconds, so the dashboard can tick from it.
+    pub age_ms: Option<u64>,
+    /// The status entry's own timestamp (RFC 3339).
+    pub status_time: Option<String>,
+    /// The same, in milliseconds since the Unix epoch.
+    pub status_time_ms: Option<i64>,
+    pub status_revision: Option<u64>,
+    pub freshness_reason: String,
+    pub convergence: Convergence,
+    /// Why the hive has this convergence, in words.
+    pub reason: String,
+    pub declared_revision: Option<u64>,
+    pub seen_revision: Option<u64>,
+    pub converged_revision: Option<u64>,
+    /// The hive's own state (`ok`, `degraded`, …) when its status decodes.
+    pub state: Option<String>,
+    pub ready: Option<bool>,
+    pub version: Option<String>,
+    pub warnings: Vec<RowWarning>,
+    pub agents: Vec<AgentRow>,
+    /// Decode warnings and errors of the stored values, never hidden.
+    pub problems: Vec<String>,
+    /// When this row turns stale if nothing new arrives (fresh rows only).
+    #[serde(skip)]
+    pub stale_at: Option<OffsetDateTime>,
+}
+
+/// Everything [`evaluate`] needs about one hive.
+#[derive(Debug, Clone, Copy)]
+pub struct Inputs<'a> {
+    pub name: &'a str,
+    /// `None`: not on the roster.
+    pub roster: Option<&'a RosterEntry>,
+    pub status: Option<&'a StatusEntry>,
+    pub wanted: Option<&'a WantedEntry>,
+    pub now: OffsetDateTime,
+    pub stale_after: Duration,
+}
+
+/// "42s", "3m05s", "2h01m", "3d04h".
+pub fn human_age(age: Duration) -> String {
+    let s = age.as_secs();
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..=86_399 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+        _ => format!("{}d{:02}h", s / 86_400, (s % 86_400) / 3600),
+    }
+}
+
+/// The row for one hive.
+pub fn evaluate(i: Inputs<'_>) -> HiveRow {
+    let age = i.status.map(|s| {
+        let d = i.now - s.created;
+        // A server clock ahead of ours gives a negative age: the entry is as
+        // new as it can be.
+        d.try_into().unwrap_or(Duration::ZERO)
+    });
+    let (timely, timely_reason) = timeliness(i.status, age, i.stale_after);
+    let freshness = if i.roster.is_some() {
+        timely
+    } else {
+        Freshness::Unrostered
+    };
+    let freshness_reason = if i.roster.is_some() {
+        timely_reason
+    } else {
+        format!("not on this controller's roster; {timely_reason}")
+    };
+    let stale_at = match (timely, i.status) {
+        (Freshness::Fresh, Some(s)) => Some(s.created + i.stale_after),
+        _ => None,
+    };
+
+    let readiness = i.status.and_then(|s| s.readiness.as_ref().ok());
+    let declared = i.wanted.and_then(|w| w.declared.as_ref().ok());
+    let (convergence, reason) = rules::convergence(timely, age, i.status, i.wanted);
+
+    HiveRow {
+        name: i.name.to_string(),
+        rostered: i.roster.is_some(),
+        labels: i.roster.map(|r| r.labels.clone()).unwrap_or_default(),
+        freshness,
+        age_secs: age.map(|a| a.as_secs()),
+        age_ms: age.map(|a| a.as_millis().try_into().unwrap_or(u64::MAX)),
+        status_time: i.status.and_then(|s| {
+            s.created
+                .format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        }),
+        status_time_ms: i
+            .status
+            .map(|s| (s.created.unix_timestamp_nanos() / 1_000_000) as i64),
+        status_revision: i.status.map(|s| s.revision),
+        freshness_reason,
+        convergence,
+        reason,
+        declared_revision: i.wanted.map(|w| w.revision),
+        seen_revision: readiness.and_then(|r| r.seen_revision),
+        converged_revision: readiness.and_then(|r| r.converged_revision),
+        state: readiness.map(|r| r.state.to_string()),
+        ready: readiness.map(|r| r.ready),
+        version: readiness.map(|r| r.version.clone()),
+        warnings: readiness.map(row_warnings).unwrap_or_default(),
+        agents: agents::agent_rows(declared, readiness, age.unwrap_or_default()),
+        problems: problems(i.status, i.wanted),
+        stale_at,
+    }
+}
+
+/// "failed at image, retrying in 4m00s (attempt 5): image local/x:1 is not
+/// available". The hive counts `next_try_in_secs` from when it wrote the
+/// status, so the countdown here is anchored to the entry's own timestamp:
+/// `age` is how old that entry is by the reader's clock.
+pub fn retry_text(r: &RetryStatus, age: Duration) -> String {
+    let left = r.next_try_in_secs.saturating_sub(age.as_secs());
+    let when = if left == 0 {
+        "retry due now".to_string()
+    } else {
+        format!("retrying in {}", human_age(Duration::from_secs(left)))
+    };
+    let mut s = match &r.step {
+        Some(step) => format!("failed at {step}, {when}"),
+        None => format!("failed, {when}"),
+    };
+    s.push_str(&format!(" (attempt {})", r.attempts));
+    if let Some(e) = &r.error {
+        s.push_str(": ");
+        s.push_str(e);
+    }
+    s
+}
+
+fn timeliness(
+    status: Option<&StatusEntry>,
+    age: Option<Duration>,
+    stale_after: Duration,
+) -> (Freshness, String) {
+    let (Some(s), Some(age)) = (status, age) else {
+        return (
+            Freshness::Unknown,
+            "no status in hyperhive-status: the hive never reported, or its key was deleted".into(),
+        );
+    };
+    let ago = human_age(age);
+    match &s.readiness {
+        Err(e) => (
+            Freshness::Unknown,
+            format!("the status stored {ago} ago does not decode: {e}"),
+        ),
+        Ok(r) if r.state == HiveState::Stopped => (
+            Freshness::Stopped,
+            format!("the hive shut down cleanly {ago} ago"),
+        ),
+        Ok(_) if age <= stale_after => (Freshness::Fresh, format!("reported {ago} ago")),
+        Ok(_) => (
+            Freshness::Stale,
+            format!(
+                "last report {ago} ago, over stale_after {}",
+                human_age(stale_after)
+            ),
+        ),
+    }
+}
+
+/// Decode warnings and errors of the stored values, never hidden.
+fn problems(status: Option<&StatusEntry>, wanted: Option<&WantedEntry>) -> Vec<String> {
+    let mut problems = Vec::new();
+    if let Some(s) = status {
+        if let Err(e) = &s.readiness {
+            problems.push(format!("status revision {}: {e}", s.revision));
+        }
+        problems.extend(s.notes.iter().cloned());
+    }
+    if let Some(w) = wanted {
+        if let Err(e) = &w.declared {
+            problems.push(format!("declaration revision {}: {e}", w.revision));
+        }
+        problems.extend(w.notes.iter().cloned());
+    }
+    problems
+}
+
+fn row_warnings(r: &Readiness) -> Vec<RowWarning> {
+    r.warnings
+        .iter()
+        .map(|w| RowWarning {
+            key: w.key.clone(),
+            level: serde_json::to_value(w.level)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_else(|| "unknown".into()),
+            message: w.message.clone(),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

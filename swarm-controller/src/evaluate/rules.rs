@@ -1,0 +1,472 @@
+//! Convergence as an ordered table of rules.
+//!
+//! First the inputs must be readable at all ([`comparable`]): a status that
+//! does not decode, nothing declared, a declaration that does not decode, or
+//! no status are each `unknown`, in that order. Then the evidence is gathered
+//! once ([`Evidence`]) and the [`RULES`] are tried top to bottom; the first
+//! that applies gives the verdict, and a hive no rule objects to has
+//! converged. The order is the specification: for example a failed job
+//! beats an unreported agent while the hive is still converging, but once
+//! the hive claims convergence, missing evidence is said first.
+
+use std::time::Duration;
+
+use swarm_queue_client::{HiveState, Level, Observed, Readiness};
+
+use super::agents::{job_text, observed_matches, short_hash};
+use super::{human_age, retry_text, Convergence, Declared, Freshness, StatusEntry, WantedEntry};
+
+/// A convergence and why, in words.
+pub(super) type Verdict = (Convergence, String);
+
+/// Where `hive` is on the way to its declared revision, and why.
+pub(super) fn convergence(
+    timely: Freshness,
+    age: Option<Duration>,
+    status: Option<&StatusEntry>,
+    wanted: Option<&WantedEntry>,
+) -> Verdict {
+    let (rev, declared, readiness) = match comparable(status, wanted) {
+        Ok(inputs) => inputs,
+        Err(verdict) => return verdict,
+    };
+    let evidence = Evidence::gather(timely, age, rev, declared, readiness);
+    RULES
+        .iter()
+        .find_map(|rule| (rule.verdict)(&evidence))
+        .unwrap_or_else(|| converged(&evidence))
+}
+
+/// One named rule: `verdict` is `None` when the rule does not apply.
+struct Rule {
+    #[allow(dead_code)] // The name documents the table and shows in a debugger.
+    name: &'static str,
+    verdict: fn(&Evidence<'_>) -> Option<Verdict>,
+}
+
+/// The rules, in the order they are tried.
+const RULES: &[Rule] = &[
+    Rule {
+        name: "stale report",
+        verdict: stale,
+    },
+    Rule {
+        name: "hive stopped",
+        verdict: stopped,
+    },
+    Rule {
+        name: "no declaration read",
+        verdict: nothing_read,
+    },
+    Rule {
+        name: "older declaration read",
+        verdict: older_read,
+    },
+    Rule {
+        name: "newer revision than declared",
+        verdict: newer_read,
+    },
+    Rule {
+        name: "a job failed while converging",
+        verdict: failed_while_converging,
+    },
+    Rule {
+        name: "converging",
+        verdict: converging,
+    },
+    Rule {
+        name: "claims convergence, agents unreported",
+        verdict: claimed_but_unreported,
+    },
+    Rule {
+        name: "claims convergence, Docker state unknown",
+        verdict: claimed_but_cannot_tell,
+    },
+    Rule {
+        name: "a job failed",
+        verdict: failed,
+    },
+    Rule {
+        name: "health checks pending",
+        verdict: health_starting,
+    },
+    Rule {
+        name: "drift or an unhealthy hive",
+        verdict: degraded,
+    },
+];
+
+/// The declared revision, its declaration and the hive's readiness, or why
+/// they cannot be compared.
+fn comparable<'a>(
+    status: Option<&'a StatusEntry>,
+    wanted: Option<&'a WantedEntry>,
+) -> Result<(u64, &'a Declared, &'a Readiness), Verdict> {
+    let unknown = |why: String| (Convergence::Unknown, why);
+    // An undecodable status is the first thing to say: it is never hidden
+    // behind anything else about the hive.
+    let readiness = match status.map(|s| &s.readiness) {
+        Some(Err(e)) => return Err(unknown(format!("the hive's status does not decode: {e}"))),
+        Some(Ok(r)) => Some(r),
+        None => None,
+    };
+    let Some(w) = wanted else {
+        return Err(unknown(
+            "nothing is declared for this hive (no key in hyperhive-wanted)".into(),
+        ));
+    };
+    let rev = w.revision;
+    let declared = match &w.declared {
+        Ok(d) => d,
+        Err(e) => {
+            return Err(unknown(format!(
+                "declared revision {rev} does not decode: {e}"
+            )))
+        }
+    };
+    let Some(r) = readiness else {
+        return Err(unknown(format!(
+            "revision {rev} is declared, but the hive has no status to compare it with"
+        )));
+    };
+    Ok((rev, declared, r))
+}
+
+/// Everything the rules look at, gathered once.
+struct Evidence<'a> {
+    timely: Freshness,
+    /// The report's age in words ("42s").
+    ago: String,
+    rev: u64,
+    /// The newest revision the hive says it has read or converged on.
+    seen: Option<u64>,
+    readiness: &'a Readiness,
+    declared_agents: usize,
+    agents: AgentFindings,
+}
+
+impl<'a> Evidence<'a> {
+    fn gather(
+        timely: Freshness,
+        age: Option<Duration>,
+        rev: u64,
+        declared: &Declared,
+        readiness: &'a Readiness,
+    ) -> Self {
+        Evidence {
+            timely,
+            ago: age.map(human_age).unwrap_or_default(),
+            rev,
+            seen: readiness.seen_revision.max(readiness.converged_revision),
+            readiness,
+            declared_agents: declared.spec_hashes.len(),
+            agents: AgentFindings::gather(declared, readiness, age.unwrap_or_default()),
+        }
+    }
+
+    fn claims_converged(&self) -> bool {
+        self.readiness.converged_revision == Some(self.rev)
+    }
+}
+
+/// What is off about the declared agents, one text per finding.
+#[derive(Default)]
+struct AgentFindings {
+    unreported: Vec<String>,
+    cannot_tell: Vec<String>,
+    failed: Vec<String>,
+    /// Failed jobs whose running container is still the declared one.
+    failed_in_place: Vec<String>,
+    drift: Vec<String>,
+    working: Vec<String>,
+    /// Agents whose health check has not passed yet: not converged.
+    starting: Vec<String>,
+}
+
+impl AgentFindings {
+    fn gather(declared: &Declared, r: &Readiness, age: Duration) -> Self {
+        let mut found = AgentFindings::default();
+        for (agent, hash) in &declared.spec_hashes {
+            let Some(a) = r.agents.get(agent) else {
+                found.unreported.push(agent.to_string());
+                continue;
+            };
+            found.add_health(agent.as_str(), a.health.as_deref());
+            let spec_ok = a.spec.as_deref() == Some(hash.as_str());
+            let power_ok = observed_matches(a.wanted, a.observed);
+            let in_place = spec_ok && power_ok == Some(true);
+            found.add_job(agent.as_str(), hash, a, in_place, age);
+            if power_ok.is_none() {
+                found
+                    .cannot_tell
+                    .push(format!("{agent}: Docker state unknown"));
+            } else if !in_place {
+                found
+                    .drift
+                    .push(drift_text(agent.as_str(), hash, a, power_ok));
+            }
+        }
+        for (agent, a) in &r.agents {
+            if !declared.spec_hashes.contains_key(agent) && a.observed == Observed::Running {
+                found
+                    .drift
+                    .push(format!("{agent} runs but is not declared"));
+            }
+        }
+        found
+    }
+
+    fn add_health(&mut self, agent: &str, health: Option<&str>) {
+        match health {
+            Some("unhealthy") => self
+                .drift
+                .push(format!("{agent} is unhealthy (its health check fails)")),
+            Some("starting") => self.starting.push(format!("{agent} (health: starting)")),
+            _ => {}
+        }
+    }
+
+    fn add_job(
+        &mut self,
+        agent: &str,
+        hash: &str,
+        a: &swarm_queue_client::AgentStatus,
+        in_place: bool,
+        age: Duration,
+    ) {
+        let Some(job) = &a.last_job else { return };
+        // A job belongs to this declaration when the hive was working towards
+        // the spec declared now (or does not say which spec it worked on).
+        let job_is_current = a.declared_spec.as_deref().is_none_or(|d| d == hash);
+        if job.state == "failed" && job_is_current {
+            let text = match &a.retry {
+                Some(r) => format!(
+                    "{agent}: job {} ({}) {}",
+                    job.id,
+                    job.kind,
+                    retry_text(r, age)
+                ),
+                None => job_text(agent, job),
+            };
+            if in_place {
+                self.failed_in_place.push(text);
+            } else {
+                self.failed.push(text);
+            }
+        } else if job.state == "pending" || job.state == "running" {
+            self.working.push(job_text(agent, job));
+        }
+    }
+}
+
+/// "bot stopped (wanted up), runs spec sha256:… (declared sha256:…)".
+fn drift_text(
+    agent: &str,
+    hash: &str,
+    a: &swarm_queue_client::AgentStatus,
+    power_ok: Option<bool>,
+) -> String {
+    let mut what = Vec::new();
+    if power_ok == Some(false) {
+        what.push(format!("{} (wanted {})", a.observed, a.wanted));
+    }
+    if a.spec.as_deref() != Some(hash) {
+        what.push(match &a.spec {
+            Some(spec) => format!(
+                "runs spec {} (declared {})",
+                short_hash(spec),
+                short_hash(hash)
+            ),
+            None => format!("no container spec (declared {})", short_hash(hash)),
+        });
+    }
+    format!("{agent} {}", what.join(", "))
+}
+
+fn unknown(why: String) -> Option<Verdict> {
+    Some((Convergence::Unknown, why))
+}
+
+fn stale(e: &Evidence<'_>) -> Option<Verdict> {
+    (e.timely == Freshness::Stale).then(|| {
+        (
+            Convergence::Unknown,
+            format!(
+                "the last report is {} old (stale), so it is no evidence about revision {}",
+                e.ago, e.rev
+            ),
+        )
+    })
+}
+
+fn stopped(e: &Evidence<'_>) -> Option<Verdict> {
+    (e.timely == Freshness::Stopped).then(|| {
+        (
+            Convergence::Unknown,
+            format!(
+                "the hive shut down cleanly {} ago; nothing there is converging on revision {}",
+                e.ago, e.rev
+            ),
+        )
+    })
+}
+
+fn nothing_read(e: &Evidence<'_>) -> Option<Verdict> {
+    e.seen.is_none().then(|| {
+        (
+            Convergence::Published,
+            format!(
+                "revision {} is declared; the hive has not read any declaration yet",
+                e.rev
+            ),
+        )
+    })
+}
+
+fn older_read(e: &Evidence<'_>) -> Option<Verdict> {
+    let seen = e.seen.filter(|&s| s < e.rev)?;
+    Some((
+        Convergence::Published,
+        format!(
+            "revision {} is declared; the hive has read only up to revision {seen}",
+            e.rev
+        ),
+    ))
+}
+
+fn newer_read(e: &Evidence<'_>) -> Option<Verdict> {
+    let seen = e.seen.filter(|&s| s > e.rev)?;
+    unknown(format!(
+        "the hive reports revision {seen}, newer than the declared revision {} \
+         (was the wanted bucket recreated?)",
+        e.rev
+    ))
+}
+
+fn failed_while_converging(e: &Evidence<'_>) -> Option<Verdict> {
+    if e.claims_converged() {
+        return None;
+    }
+    failed(e)
+}
+
+fn converging(e: &Evidence<'_>) -> Option<Verdict> {
+    if e.claims_converged() {
+        return None;
+    }
+    let mut detail = e.agents.working.clone();
+    if !e.agents.unreported.is_empty() {
+        detail.push(format!(
+            "not reported yet: {}",
+            e.agents.unreported.join(", ")
+        ));
+    }
+    let detail = if detail.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", detail.join("; "))
+    };
+    Some((
+        Convergence::Progressing,
+        format!(
+            "the hive read revision {} and is converging on it{detail}",
+            e.rev
+        ),
+    ))
+}
+
+fn claimed_but_unreported(e: &Evidence<'_>) -> Option<Verdict> {
+    if e.agents.unreported.is_empty() {
+        return None;
+    }
+    unknown(format!(
+        "the hive says it converged on revision {} but reports nothing about {}",
+        e.rev,
+        e.agents.unreported.join(", ")
+    ))
+}
+
+fn claimed_but_cannot_tell(e: &Evidence<'_>) -> Option<Verdict> {
+    if e.agents.cannot_tell.is_empty() {
+        return None;
+    }
+    unknown(format!(
+        "the hive says it converged on revision {}, but {}",
+        e.rev,
+        e.agents.cannot_tell.join("; ")
+    ))
+}
+
+fn failed(e: &Evidence<'_>) -> Option<Verdict> {
+    if e.agents.failed.is_empty() {
+        return None;
+    }
+    Some((
+        Convergence::Failed,
+        format!("revision {} failed: {}", e.rev, e.agents.failed.join("; ")),
+    ))
+}
+
+fn health_starting(e: &Evidence<'_>) -> Option<Verdict> {
+    if e.agents.starting.is_empty() || !e.agents.drift.is_empty() {
+        return None;
+    }
+    Some((
+        Convergence::Progressing,
+        format!(
+            "the hive runs revision {}; waiting for health checks to pass: {}",
+            e.rev,
+            e.agents.starting.join(", ")
+        ),
+    ))
+}
+
+fn degraded(e: &Evidence<'_>) -> Option<Verdict> {
+    let mut degraded = e.agents.drift.clone();
+    degraded.extend(
+        e.agents
+            .failed_in_place
+            .iter()
+            .map(|f| format!("{f} (the running container is still the declared one)")),
+    );
+    let r = e.readiness;
+    if r.state != HiveState::Ok {
+        let mut why = format!("the hive is {}", r.state);
+        let worst: Vec<&str> = r
+            .warnings
+            .iter()
+            .filter(|w| w.level != Level::Info)
+            .map(|w| w.message.as_str())
+            .collect();
+        if !worst.is_empty() {
+            why.push_str(": ");
+            why.push_str(&worst.join("; "));
+        }
+        degraded.push(why);
+    }
+    if degraded.is_empty() {
+        return None;
+    }
+    Some((
+        Convergence::Degraded,
+        format!(
+            "converged on revision {}, but {}",
+            e.rev,
+            degraded.join("; ")
+        ),
+    ))
+}
+
+/// What no rule objected to: the hive runs the declaration.
+fn converged(e: &Evidence<'_>) -> Verdict {
+    let n = e.declared_agents;
+    (
+        Convergence::Converged,
+        format!(
+            "converged on revision {}: {n} agent{} as declared, reported {} ago",
+            e.rev,
+            if n == 1 { "" } else { "s" },
+            e.ago
+        ),
+    )
+}

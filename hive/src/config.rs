@@ -194,100 +194,32 @@ pub fn load(
     overrides: &Overrides,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<HiveConfig, ConfigErrors> {
+    let file = read_file(path)?;
     let mut problems = Vec::new();
-    let file = match path {
-        None => FileConfig::default(),
-        Some(p) => match std::fs::read_to_string(p) {
-            Err(e) => {
-                return Err(ConfigErrors {
-                    problems: vec![format!("cannot read config file {}: {e}", p.display())],
-                })
-            }
-            Ok(text) => match toml::from_str::<FileConfig>(&text) {
-                Ok(f) => f,
-                Err(e) => {
-                    return Err(ConfigErrors {
-                        problems: vec![format!("{}: {e}", p.display())],
-                    })
-                }
-            },
-        },
-    };
-
     let name_text = overrides
         .name
         .clone()
         .or_else(|| env("HYPERHIVE_HIVE_NAME").filter(|s| !s.is_empty()))
         .or(file.name);
-    let name = match name_text {
-        None => None,
-        Some(n) => match HiveName::new(n) {
-            Ok(n) => Some(n),
-            Err(e) => {
-                problems.push(format!("name: {e}"));
-                None
-            }
-        },
-    };
-
-    let mut nats = file.nats;
-    if let Some(url) = overrides
+    let name = hive_name(name_text, &mut problems);
+    let nats_url = overrides
         .nats_url
         .clone()
-        .or_else(|| env("HYPERHIVE_NATS_URL").filter(|s| !s.is_empty()))
-    {
-        nats.url = Some(url);
-        nats.servers.clear();
-    }
-    problems.extend(nats.check());
-
+        .or_else(|| env("HYPERHIVE_NATS_URL").filter(|s| !s.is_empty()));
+    let nats = nats_config(file.nats, nats_url, &mut problems);
     let listen_text = overrides
         .http_listen
         .clone()
         .or(file.http_listen)
         .unwrap_or_else(|| DEFAULT_HTTP_LISTEN.to_string());
-    let http_listen = match listen_text.parse::<SocketAddr>() {
-        Ok(a) if a.ip().is_loopback() => a,
-        Ok(a) => {
-            problems.push(format!(
-                "http_listen = {a:?}: the hive's HTTP listener is loopback only (for example 127.0.0.1:7390); the operator API is on the Unix socket"
-            ));
-            DEFAULT_HTTP_LISTEN
-                .parse()
-                .expect("constant address parses")
-        }
-        Err(e) => {
-            problems.push(format!(
-                "http_listen = {listen_text:?} is not an address like 127.0.0.1:7390: {e}"
-            ));
-            DEFAULT_HTTP_LISTEN
-                .parse()
-                .expect("constant address parses")
-        }
-    };
-
+    let http_listen = http_listen(&listen_text, &mut problems);
     let state_dir = overrides
         .state_dir
         .clone()
         .or(file.state_dir)
         .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
-    if state_dir.as_os_str().is_empty() {
-        problems.push("state_dir is empty".into());
-    } else if !state_dir.is_absolute() {
-        problems.push(format!(
-            "state_dir = {:?} must be an absolute path",
-            state_dir.display().to_string()
-        ));
-    }
-
-    for key in &file.trusted_controller_xkeys {
-        if swarm_queue_client::credentials::XKey::from_public_key(key).is_err() {
-            problems.push(format!(
-                "trusted_controller_xkeys: {key:?} is not a public xkey (it starts with X)"
-            ));
-        }
-    }
-
+    check_state_dir(&state_dir, &mut problems);
+    check_xkeys(&file.trusted_controller_xkeys, &mut problems);
     let publish_interval = Interval {
         field: "publish_interval_secs",
         default: 60,
@@ -309,45 +241,21 @@ pub fn load(
         max: MAX_ORPHAN_GRACE_SECS,
     }
     .read(file.orphan_grace_secs, &mut problems);
-
     let api_token = match &file.api_token_file {
         None => None,
         Some(p) => read_token_file(p).map_err(|e| problems.push(e)).ok(),
     };
-    for root in &file.build_roots {
-        if !root.is_absolute() {
-            problems.push(format!(
-                "build_roots: {:?} must be an absolute path",
-                root.display().to_string()
-            ));
-        }
-    }
     let build_context_max_bytes = file
         .build_context_max_bytes
         .unwrap_or(DEFAULT_BUILD_CONTEXT_MAX_BYTES);
-    if build_context_max_bytes == 0 {
-        problems.push("build_context_max_bytes = 0: it must be at least 1".into());
-    }
-    if let Some(g) = &file.api_socket_group {
-        if g.trim().is_empty() {
-            problems.push("api_socket_group is empty".into());
-        }
-    }
-    if let Some(p) = file
-        .registry_auth_file
-        .as_ref()
-        .filter(|p| !p.is_absolute())
-    {
-        problems.push(format!(
-            "registry_auth_file = {:?} must be an absolute path",
-            p.display().to_string()
-        ));
-    }
-    for name in &file.http_allowed_hosts {
-        if let Err(e) = swarm_queue_client::http_host::check_allowed_name(name) {
-            problems.push(e.to_string());
-        }
-    }
+    check_builds_and_access(
+        &file.build_roots,
+        build_context_max_bytes,
+        file.api_socket_group.as_deref(),
+        file.registry_auth_file.as_deref(),
+        &file.http_allowed_hosts,
+        &mut problems,
+    );
     let agent_retry_base = Interval {
         field: "agent_retry_base_secs",
         default: crate::retry::DEFAULT_BASE.as_secs(),
@@ -355,7 +263,6 @@ pub fn load(
         max: crate::retry::MAX_DELAY.as_secs(),
     }
     .read(file.agent_retry_base_secs, &mut problems);
-
     if !problems.is_empty() {
         return Err(ConfigErrors { problems });
     }
@@ -386,6 +293,120 @@ pub fn load(
         registry_auth_file: file.registry_auth_file,
         nats,
     })
+}
+
+/// The config file parsed, or the defaults when none is given.
+fn read_file(path: Option<&Path>) -> Result<FileConfig, ConfigErrors> {
+    let Some(p) = path else {
+        return Ok(FileConfig::default());
+    };
+    let text = std::fs::read_to_string(p).map_err(|e| ConfigErrors {
+        problems: vec![format!("cannot read config file {}: {e}", p.display())],
+    })?;
+    toml::from_str::<FileConfig>(&text).map_err(|e| ConfigErrors {
+        problems: vec![format!("{}: {e}", p.display())],
+    })
+}
+
+fn hive_name(text: Option<String>, problems: &mut Vec<String>) -> Option<HiveName> {
+    match HiveName::new(text?) {
+        Ok(n) => Some(n),
+        Err(e) => {
+            problems.push(format!("name: {e}"));
+            None
+        }
+    }
+}
+
+/// The file's NATS settings; a URL from a flag or the environment replaces
+/// the file's servers.
+fn nats_config(
+    mut nats: NatsConfig,
+    url: Option<String>,
+    problems: &mut Vec<String>,
+) -> NatsConfig {
+    if let Some(url) = url {
+        nats.url = Some(url);
+        nats.servers.clear();
+    }
+    problems.extend(nats.check());
+    nats
+}
+
+/// The HTTP listener's address: loopback only.
+fn http_listen(text: &str, problems: &mut Vec<String>) -> SocketAddr {
+    match text.parse::<SocketAddr>() {
+        Ok(a) if a.ip().is_loopback() => return a,
+        Ok(a) => problems.push(format!(
+            "http_listen = {a:?}: the hive's HTTP listener is loopback only (for example 127.0.0.1:7390); the operator API is on the Unix socket"
+        )),
+        Err(e) => problems.push(format!(
+            "http_listen = {text:?} is not an address like 127.0.0.1:7390: {e}"
+        )),
+    }
+    DEFAULT_HTTP_LISTEN
+        .parse()
+        .expect("constant address parses")
+}
+
+fn check_state_dir(state_dir: &Path, problems: &mut Vec<String>) {
+    if state_dir.as_os_str().is_empty() {
+        problems.push("state_dir is empty".into());
+    } else if !state_dir.is_absolute() {
+        problems.push(format!(
+            "state_dir = {:?} must be an absolute path",
+            state_dir.display().to_string()
+        ));
+    }
+}
+
+fn check_xkeys(keys: &[String], problems: &mut Vec<String>) {
+    for key in keys {
+        if swarm_queue_client::credentials::XKey::from_public_key(key).is_err() {
+            problems.push(format!(
+                "trusted_controller_xkeys: {key:?} is not a public xkey (it starts with X)"
+            ));
+        }
+    }
+}
+
+/// Build roots and the context cap, the API socket's group, the registry
+/// login file and the allowed HTTP host names.
+fn check_builds_and_access(
+    build_roots: &[PathBuf],
+    build_context_max_bytes: u64,
+    api_socket_group: Option<&str>,
+    registry_auth_file: Option<&Path>,
+    http_allowed_hosts: &[String],
+    problems: &mut Vec<String>,
+) {
+    for root in build_roots {
+        if !root.is_absolute() {
+            problems.push(format!(
+                "build_roots: {:?} must be an absolute path",
+                root.display().to_string()
+            ));
+        }
+    }
+    if build_context_max_bytes == 0 {
+        problems.push("build_context_max_bytes = 0: it must be at least 1".into());
+    }
+    if let Some(g) = api_socket_group {
+        if g.trim().is_empty() {
+            problems.push("api_socket_group is empty".into());
+        }
+    }
+    if let Some(p) = registry_auth_file.filter(|p| !p.is_absolute()) {
+        problems.push(format!(
+            "registry_auth_file = {:?} must be an absolute path",
+            p.display().to_string()
+        ));
+    }
+    for name in http_allowed_hosts {
+        if let Err(e) = swarm_queue_client::http_host::check_allowed_name(name) {
+            problems.push(e.to_string());
+        }
+    }
 }
 
 #[cfg(test)]

@@ -188,6 +188,35 @@ impl Interval {
     }
 }
 
+/// `publish_interval_secs`.
+const PUBLISH_INTERVAL: Interval = Interval {
+    field: "publish_interval_secs",
+    default: 60,
+    min: 1,
+    max: MAX_PUBLISH_INTERVAL_SECS,
+};
+/// `reconcile_interval_secs`.
+const RECONCILE_INTERVAL: Interval = Interval {
+    field: "reconcile_interval_secs",
+    default: 30,
+    min: 1,
+    max: MAX_RECONCILE_INTERVAL_SECS,
+};
+/// `orphan_grace_secs`.
+const ORPHAN_GRACE: Interval = Interval {
+    field: "orphan_grace_secs",
+    default: 600,
+    min: 0,
+    max: MAX_ORPHAN_GRACE_SECS,
+};
+/// `agent_retry_base_secs`.
+const AGENT_RETRY_BASE: Interval = Interval {
+    field: "agent_retry_base_secs",
+    default: crate::retry::DEFAULT_BASE.as_secs(),
+    min: 1,
+    max: crate::retry::MAX_DELAY.as_secs(),
+};
+
 /// Read the file (when given) and apply environment and flags.
 pub fn load(
     path: Option<&Path>,
@@ -220,27 +249,9 @@ pub fn load(
         .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
     check_state_dir(&state_dir, &mut problems);
     check_xkeys(&file.trusted_controller_xkeys, &mut problems);
-    let publish_interval = Interval {
-        field: "publish_interval_secs",
-        default: 60,
-        min: 1,
-        max: MAX_PUBLISH_INTERVAL_SECS,
-    }
-    .read(file.publish_interval_secs, &mut problems);
-    let reconcile_interval = Interval {
-        field: "reconcile_interval_secs",
-        default: 30,
-        min: 1,
-        max: MAX_RECONCILE_INTERVAL_SECS,
-    }
-    .read(file.reconcile_interval_secs, &mut problems);
-    let orphan_grace = Interval {
-        field: "orphan_grace_secs",
-        default: 600,
-        min: 0,
-        max: MAX_ORPHAN_GRACE_SECS,
-    }
-    .read(file.orphan_grace_secs, &mut problems);
+    let publish_interval = PUBLISH_INTERVAL.read(file.publish_interval_secs, &mut problems);
+    let reconcile_interval = RECONCILE_INTERVAL.read(file.reconcile_interval_secs, &mut problems);
+    let orphan_grace = ORPHAN_GRACE.read(file.orphan_grace_secs, &mut problems);
     let api_token = match &file.api_token_file {
         None => None,
         Some(p) => read_token_file(p).map_err(|e| problems.push(e)).ok(),
@@ -256,13 +267,7 @@ pub fn load(
         &file.http_allowed_hosts,
         &mut problems,
     );
-    let agent_retry_base = Interval {
-        field: "agent_retry_base_secs",
-        default: crate::retry::DEFAULT_BASE.as_secs(),
-        min: 1,
-        max: crate::retry::MAX_DELAY.as_secs(),
-    }
-    .read(file.agent_retry_base_secs, &mut problems);
+    let agent_retry_base = AGENT_RETRY_BASE.read(file.agent_retry_base_secs, &mut problems);
     if !problems.is_empty() {
         return Err(ConfigErrors { problems });
     }

@@ -110,32 +110,6 @@ impl std::fmt::Debug for ApiToken {
     }
 }
 
-/// Read the remote-writes token, refusing a file group or others can read.
-fn read_token_file(path: &Path) -> Result<ApiToken, String> {
-    use std::os::unix::fs::PermissionsExt;
-    let shown = path.display();
-    let meta = std::fs::metadata(path)
-        .map_err(|e| format!("api_token_file {shown}: cannot read it: {e}"))?;
-    let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
-        return Err(format!(
-            "api_token_file {shown} has mode {mode:04o}: it holds the API's bearer token, so \
-             group and others must have no access (chmod 600 {shown})"
-        ));
-    }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("api_token_file {shown}: cannot read it: {e}"))?;
-    let token = text.trim();
-    if token.len() < 16 {
-        return Err(format!(
-            "api_token_file {shown} holds a token of {} characters; use at least 16 random ones \
-             (for example `openssl rand -hex 32`)",
-            token.len()
-        ));
-    }
-    Ok(ApiToken(token.to_string()))
-}
-
 impl HiveConfig {
     pub fn db_path(&self) -> PathBuf {
         self.state_dir.join("hive.db")
@@ -164,58 +138,6 @@ pub const MAX_PUBLISH_INTERVAL_SECS: u64 = 3600;
 pub const MAX_RECONCILE_INTERVAL_SECS: u64 = 86_400;
 /// The longest orphan grace: thirty days.
 pub const MAX_ORPHAN_GRACE_SECS: u64 = 30 * 86_400;
-
-/// One interval setting in seconds, with its default and bounds. The upper
-/// bound keeps every `Instant + Duration` the tasks compute far from
-/// overflowing (a panic), and catches a value given in the wrong unit.
-struct Interval {
-    field: &'static str,
-    default: u64,
-    min: u64,
-    max: u64,
-}
-
-impl Interval {
-    fn read(&self, value: Option<u64>, problems: &mut Vec<String>) -> Duration {
-        let v = value.unwrap_or(self.default);
-        let field = self.field;
-        if v < self.min {
-            problems.push(format!("{field} = {v}: it must be at least {}", self.min));
-        } else if v > self.max {
-            problems.push(format!("{field} = {v}: it must be at most {}", self.max));
-        }
-        Duration::from_secs(v.clamp(self.min, self.max))
-    }
-}
-
-/// `publish_interval_secs`.
-const PUBLISH_INTERVAL: Interval = Interval {
-    field: "publish_interval_secs",
-    default: 60,
-    min: 1,
-    max: MAX_PUBLISH_INTERVAL_SECS,
-};
-/// `reconcile_interval_secs`.
-const RECONCILE_INTERVAL: Interval = Interval {
-    field: "reconcile_interval_secs",
-    default: 30,
-    min: 1,
-    max: MAX_RECONCILE_INTERVAL_SECS,
-};
-/// `orphan_grace_secs`.
-const ORPHAN_GRACE: Interval = Interval {
-    field: "orphan_grace_secs",
-    default: 600,
-    min: 0,
-    max: MAX_ORPHAN_GRACE_SECS,
-};
-/// `agent_retry_base_secs`.
-const AGENT_RETRY_BASE: Interval = Interval {
-    field: "agent_retry_base_secs",
-    default: crate::retry::DEFAULT_BASE.as_secs(),
-    min: 1,
-    max: crate::retry::MAX_DELAY.as_secs(),
-};
 
 /// Read the file (when given) and apply environment and flags.
 pub fn load(
@@ -412,6 +334,84 @@ fn check_builds_and_access(
             problems.push(e.to_string());
         }
     }
+}
+
+/// One interval setting in seconds, with its default and bounds. The upper
+/// bound keeps every `Instant + Duration` the tasks compute far from
+/// overflowing (a panic), and catches a value given in the wrong unit.
+struct Interval {
+    field: &'static str,
+    default: u64,
+    min: u64,
+    max: u64,
+}
+
+impl Interval {
+    fn read(&self, value: Option<u64>, problems: &mut Vec<String>) -> Duration {
+        let v = value.unwrap_or(self.default);
+        let field = self.field;
+        if v < self.min {
+            problems.push(format!("{field} = {v}: it must be at least {}", self.min));
+        } else if v > self.max {
+            problems.push(format!("{field} = {v}: it must be at most {}", self.max));
+        }
+        Duration::from_secs(v.clamp(self.min, self.max))
+    }
+}
+
+/// `publish_interval_secs`.
+const PUBLISH_INTERVAL: Interval = Interval {
+    field: "publish_interval_secs",
+    default: 60,
+    min: 1,
+    max: MAX_PUBLISH_INTERVAL_SECS,
+};
+/// `reconcile_interval_secs`.
+const RECONCILE_INTERVAL: Interval = Interval {
+    field: "reconcile_interval_secs",
+    default: 30,
+    min: 1,
+    max: MAX_RECONCILE_INTERVAL_SECS,
+};
+/// `orphan_grace_secs`.
+const ORPHAN_GRACE: Interval = Interval {
+    field: "orphan_grace_secs",
+    default: 600,
+    min: 0,
+    max: MAX_ORPHAN_GRACE_SECS,
+};
+/// `agent_retry_base_secs`.
+const AGENT_RETRY_BASE: Interval = Interval {
+    field: "agent_retry_base_secs",
+    default: crate::retry::DEFAULT_BASE.as_secs(),
+    min: 1,
+    max: crate::retry::MAX_DELAY.as_secs(),
+};
+
+/// Read the remote-writes token, refusing a file group or others can read.
+fn read_token_file(path: &Path) -> Result<ApiToken, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let shown = path.display();
+    let meta = std::fs::metadata(path)
+        .map_err(|e| format!("api_token_file {shown}: cannot read it: {e}"))?;
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "api_token_file {shown} has mode {mode:04o}: it holds the API's bearer token, so \
+             group and others must have no access (chmod 600 {shown})"
+        ));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("api_token_file {shown}: cannot read it: {e}"))?;
+    let token = text.trim();
+    if token.len() < 16 {
+        return Err(format!(
+            "api_token_file {shown} holds a token of {} characters; use at least 16 random ones \
+             (for example `openssl rand -hex 32`)",
+            token.len()
+        ));
+    }
+    Ok(ApiToken(token.to_string()))
 }
 
 #[cfg(test)]

@@ -55,9 +55,6 @@ use node::run_node;
 /// The least time between two pull-progress changes in Readiness.
 pub const PULL_PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
-/// Tries to record one node's outcome before leaving it to crash recovery.
-const FINISH_ATTEMPTS: u32 = 3;
-
 /// How the worker behaves. `Default` is what the daemon ships.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
@@ -230,6 +227,9 @@ impl NodeError {
         }
     }
 }
+
+/// Tries to record one node's outcome before leaving it to crash recovery.
+const FINISH_ATTEMPTS: u32 = 3;
 
 /// How often finished jobs are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);

@@ -131,28 +131,6 @@ impl DockerRuntime {
     }
 }
 
-/// The spec's health check in Docker's terms: exec form, durations in
-/// nanoseconds; unset ones stay unset so Docker's defaults apply.
-fn health_config(h: &swarm_queue_client::HealthSpec) -> bollard::models::HealthConfig {
-    let nanos = |secs: Option<u64>| {
-        secs.map(|s| (s.min(i64::MAX as u64 / 1_000_000_000) * 1_000_000_000) as i64)
-    };
-    let mut test = vec!["CMD".to_string()];
-    test.extend(h.command.iter().cloned());
-    bollard::models::HealthConfig {
-        test: Some(test),
-        interval: nanos(h.interval_secs),
-        timeout: nanos(h.timeout_secs),
-        retries: h.retries.map(i64::from),
-        start_period: nanos(h.start_period_secs),
-        ..Default::default()
-    }
-}
-
-fn labels_of(map: Option<HashMap<String, String>>) -> BTreeMap<String, String> {
-    map.unwrap_or_default().into_iter().collect()
-}
-
 impl ContainerRuntime for DockerRuntime {
     fn hive(&self) -> &HiveName {
         &self.hive
@@ -557,4 +535,26 @@ impl DockerRuntime {
             })
             .collect())
     }
+}
+
+/// The spec's health check in Docker's terms: exec form, durations in
+/// nanoseconds; unset ones stay unset so Docker's defaults apply.
+fn health_config(h: &swarm_queue_client::HealthSpec) -> bollard::models::HealthConfig {
+    let nanos = |secs: Option<u64>| {
+        secs.map(|s| (s.min(i64::MAX as u64 / 1_000_000_000) * 1_000_000_000) as i64)
+    };
+    let mut test = vec!["CMD".to_string()];
+    test.extend(h.command.iter().cloned());
+    bollard::models::HealthConfig {
+        test: Some(test),
+        interval: nanos(h.interval_secs),
+        timeout: nanos(h.timeout_secs),
+        retries: h.retries.map(i64::from),
+        start_period: nanos(h.start_period_secs),
+        ..Default::default()
+    }
+}
+
+fn labels_of(map: Option<HashMap<String, String>>) -> BTreeMap<String, String> {
+    map.unwrap_or_default().into_iter().collect()
 }

@@ -44,6 +44,35 @@ impl<R: ContainerRuntime> Converger<R> {
         Ok(jobs)
     }
 
+    /// Drop a reap whose containers are the ones a finished retire was
+    /// already queued for: queueing it again would change nothing.
+    pub(super) async fn fresh_reap(
+        &self,
+        action: &Action,
+        seen: &BTreeMap<AgentName, Seen>,
+    ) -> Result<bool, StoreError> {
+        let Action::ReapOrphan(agent) = action else {
+            return Ok(true);
+        };
+        let Some((ids, job)) = self.reaped.get(agent) else {
+            return Ok(true);
+        };
+        if seen.get(agent).map(|s| &s.ids) != Some(ids) {
+            return Ok(true);
+        }
+        let job = *job;
+        let state = match self.deps.store.job(job).await {
+            Ok(j) => j.state,
+            Err(StoreError::NoSuchJob { .. }) => JobState::Done,
+            Err(e) => return Err(e),
+        };
+        if state == JobState::Done {
+            tracing::warn!(hive = %self.deps.hive, %agent, job = job.0, ?ids, "retire job finished but the same containers are still there; not queueing it again");
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
     /// The job request a decided action needs; `None` when there is
     /// nothing to deploy from.
     async fn request_for(
@@ -112,34 +141,5 @@ impl<R: ContainerRuntime> Converger<R> {
         {
             self.reaped.insert(agent.clone(), (s.ids.clone(), job));
         }
-    }
-
-    /// Drop a reap whose containers are the ones a finished retire was
-    /// already queued for: queueing it again would change nothing.
-    pub(super) async fn fresh_reap(
-        &self,
-        action: &Action,
-        seen: &BTreeMap<AgentName, Seen>,
-    ) -> Result<bool, StoreError> {
-        let Action::ReapOrphan(agent) = action else {
-            return Ok(true);
-        };
-        let Some((ids, job)) = self.reaped.get(agent) else {
-            return Ok(true);
-        };
-        if seen.get(agent).map(|s| &s.ids) != Some(ids) {
-            return Ok(true);
-        }
-        let job = *job;
-        let state = match self.deps.store.job(job).await {
-            Ok(j) => j.state,
-            Err(StoreError::NoSuchJob { .. }) => JobState::Done,
-            Err(e) => return Err(e),
-        };
-        if state == JobState::Done {
-            tracing::warn!(hive = %self.deps.hive, %agent, job = job.0, ?ids, "retire job finished but the same containers are still there; not queueing it again");
-            return Ok(false);
-        }
-        Ok(true)
     }
 }

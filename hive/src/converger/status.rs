@@ -54,6 +54,33 @@ impl<R: ContainerRuntime> Converger<R> {
         Ok(())
     }
 
+    /// Put the repo digest each agent's container runs, and its health,
+    /// into Readiness; an unhealthy agent degrades the hive. A digest that
+    /// cannot be looked up is left out, never guessed.
+    pub(super) async fn report_images_and_health(
+        &self,
+        containers: &[crate::runtime::ContainerInfo],
+    ) {
+        let mut digests = BTreeMap::new();
+        let mut health = BTreeMap::new();
+        for c in containers
+            .iter()
+            .filter(|c| c.owner() == Some(self.deps.hive.as_str()))
+        {
+            let Some(agent) = c.agent().and_then(|a| AgentName::new(a).ok()) else {
+                continue;
+            };
+            if let Some(h) = &c.health {
+                health.insert(agent.clone(), h.clone());
+            }
+            if let Ok(Some(d)) = self.deps.runtime.image_digest(&c.image_id).await {
+                digests.insert(agent, d);
+            }
+        }
+        self.deps.health.set_image_digests(digests);
+        self.deps.health.set_agent_health(health);
+    }
+
     /// Every agent's status (installed, declared or seen) and when each
     /// backed-off agent is tried next.
     fn agent_statuses(
@@ -172,33 +199,6 @@ impl<R: ContainerRuntime> Converger<R> {
                 tracing::debug!(hive = %self.deps.hive, revision = w.revision, %gap, "not converged yet")
             }
         }
-    }
-
-    /// Put the repo digest each agent's container runs, and its health,
-    /// into Readiness; an unhealthy agent degrades the hive. A digest that
-    /// cannot be looked up is left out, never guessed.
-    pub(super) async fn report_images_and_health(
-        &self,
-        containers: &[crate::runtime::ContainerInfo],
-    ) {
-        let mut digests = BTreeMap::new();
-        let mut health = BTreeMap::new();
-        for c in containers
-            .iter()
-            .filter(|c| c.owner() == Some(self.deps.hive.as_str()))
-        {
-            let Some(agent) = c.agent().and_then(|a| AgentName::new(a).ok()) else {
-                continue;
-            };
-            if let Some(h) = &c.health {
-                health.insert(agent.clone(), h.clone());
-            }
-            if let Ok(Some(d)) = self.deps.runtime.image_digest(&c.image_id).await {
-                digests.insert(agent, d);
-            }
-        }
-        self.deps.health.set_image_digests(digests);
-        self.deps.health.set_agent_health(health);
     }
 }
 

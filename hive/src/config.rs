@@ -193,13 +193,14 @@ pub fn load(
     if !problems.is_empty() {
         return Err(ConfigErrors { problems });
     }
-    let api_socket = file
-        .api_socket
-        .unwrap_or_else(|| state_dir.join("hive.sock"));
-    let xkey_seed_file = file
-        .xkey_seed_file
-        .unwrap_or_else(|| state_dir.join("xkey.seed"));
     Ok(HiveConfig {
+        // Both default to paths in the state dir, so before it moves.
+        api_socket: file
+            .api_socket
+            .unwrap_or_else(|| state_dir.join("hive.sock")),
+        xkey_seed_file: file
+            .xkey_seed_file
+            .unwrap_or_else(|| state_dir.join("xkey.seed")),
         name,
         state_dir,
         http_listen,
@@ -209,10 +210,8 @@ pub fn load(
         orphan_grace,
         agent_retry_base,
         trusted_controller_xkeys: file.trusted_controller_xkeys,
-        xkey_seed_file,
         knowledge_repo: file.knowledge_repo.filter(|s| !s.trim().is_empty()),
         docker_host: file.docker_host,
-        api_socket,
         api_socket_group: file.api_socket_group,
         api_token,
         build_roots: file.build_roots,

@@ -110,32 +110,6 @@ impl std::fmt::Debug for ApiToken {
     }
 }
 
-/// Read the remote-writes token, refusing a file group or others can read.
-fn read_token_file(path: &Path) -> Result<ApiToken, String> {
-    use std::os::unix::fs::PermissionsExt;
-    let shown = path.display();
-    let meta = std::fs::metadata(path)
-        .map_err(|e| format!("api_token_file {shown}: cannot read it: {e}"))?;
-    let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
-        return Err(format!(
-            "api_token_file {shown} has mode {mode:04o}: it holds the API's bearer token, so \
-             group and others must have no access (chmod 600 {shown})"
-        ));
-    }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("api_token_file {shown}: cannot read it: {e}"))?;
-    let token = text.trim();
-    if token.len() < 16 {
-        return Err(format!(
-            "api_token_file {shown} holds a token of {} characters; use at least 16 random ones \
-             (for example `openssl rand -hex 32`)",
-            token.len()
-        ));
-    }
-    Ok(ApiToken(token.to_string()))
-}
-
 impl HiveConfig {
     pub fn db_path(&self) -> PathBuf {
         self.state_dir.join("hive.db")
@@ -165,6 +139,202 @@ pub const MAX_RECONCILE_INTERVAL_SECS: u64 = 86_400;
 /// The longest orphan grace: thirty days.
 pub const MAX_ORPHAN_GRACE_SECS: u64 = 30 * 86_400;
 
+/// Read the file (when given) and apply environment and flags.
+pub fn load(
+    path: Option<&Path>,
+    overrides: &Overrides,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<HiveConfig, ConfigErrors> {
+    let file = read_file(path)?;
+    let mut problems = Vec::new();
+    let name_text = overrides
+        .name
+        .clone()
+        .or_else(|| env("HYPERHIVE_HIVE_NAME").filter(|s| !s.is_empty()))
+        .or(file.name);
+    let name = hive_name(name_text, &mut problems);
+    let nats_url = overrides
+        .nats_url
+        .clone()
+        .or_else(|| env("HYPERHIVE_NATS_URL").filter(|s| !s.is_empty()));
+    let nats = nats_config(file.nats, nats_url, &mut problems);
+    let listen_text = overrides
+        .http_listen
+        .clone()
+        .or(file.http_listen)
+        .unwrap_or_else(|| DEFAULT_HTTP_LISTEN.to_string());
+    let http_listen = http_listen(&listen_text, &mut problems);
+    let state_dir = overrides
+        .state_dir
+        .clone()
+        .or(file.state_dir)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+    check_state_dir(&state_dir, &mut problems);
+    check_xkeys(&file.trusted_controller_xkeys, &mut problems);
+    let publish_interval = PUBLISH_INTERVAL.read(file.publish_interval_secs, &mut problems);
+    let reconcile_interval = RECONCILE_INTERVAL.read(file.reconcile_interval_secs, &mut problems);
+    let orphan_grace = ORPHAN_GRACE.read(file.orphan_grace_secs, &mut problems);
+    let api_token = match &file.api_token_file {
+        None => None,
+        Some(p) => read_token_file(p).map_err(|e| problems.push(e)).ok(),
+    };
+    let build_context_max_bytes = file
+        .build_context_max_bytes
+        .unwrap_or(DEFAULT_BUILD_CONTEXT_MAX_BYTES);
+    check_builds_and_access(
+        &file.build_roots,
+        build_context_max_bytes,
+        file.api_socket_group.as_deref(),
+        file.registry_auth_file.as_deref(),
+        &file.http_allowed_hosts,
+        &mut problems,
+    );
+    let agent_retry_base = AGENT_RETRY_BASE.read(file.agent_retry_base_secs, &mut problems);
+    if !problems.is_empty() {
+        return Err(ConfigErrors { problems });
+    }
+    Ok(HiveConfig {
+        // Both default to paths in the state dir, so before it moves.
+        api_socket: file
+            .api_socket
+            .unwrap_or_else(|| state_dir.join("hive.sock")),
+        xkey_seed_file: file
+            .xkey_seed_file
+            .unwrap_or_else(|| state_dir.join("xkey.seed")),
+        name,
+        state_dir,
+        http_listen,
+        http_allowed_hosts: file.http_allowed_hosts,
+        publish_interval,
+        reconcile_interval,
+        orphan_grace,
+        agent_retry_base,
+        trusted_controller_xkeys: file.trusted_controller_xkeys,
+        knowledge_repo: file.knowledge_repo.filter(|s| !s.trim().is_empty()),
+        docker_host: file.docker_host,
+        api_socket_group: file.api_socket_group,
+        api_token,
+        build_roots: file.build_roots,
+        build_context_max_bytes,
+        registry_auth_file: file.registry_auth_file,
+        nats,
+    })
+}
+
+/// The config file parsed, or the defaults when none is given.
+fn read_file(path: Option<&Path>) -> Result<FileConfig, ConfigErrors> {
+    let Some(p) = path else {
+        return Ok(FileConfig::default());
+    };
+    let text = std::fs::read_to_string(p).map_err(|e| ConfigErrors {
+        problems: vec![format!("cannot read config file {}: {e}", p.display())],
+    })?;
+    toml::from_str::<FileConfig>(&text).map_err(|e| ConfigErrors {
+        problems: vec![format!("{}: {e}", p.display())],
+    })
+}
+
+fn hive_name(text: Option<String>, problems: &mut Vec<String>) -> Option<HiveName> {
+    match HiveName::new(text?) {
+        Ok(n) => Some(n),
+        Err(e) => {
+            problems.push(format!("name: {e}"));
+            None
+        }
+    }
+}
+
+/// The file's NATS settings; a URL from a flag or the environment replaces
+/// the file's servers.
+fn nats_config(
+    mut nats: NatsConfig,
+    url: Option<String>,
+    problems: &mut Vec<String>,
+) -> NatsConfig {
+    if let Some(url) = url {
+        nats.url = Some(url);
+        nats.servers.clear();
+    }
+    problems.extend(nats.check());
+    nats
+}
+
+/// The HTTP listener's address: loopback only.
+fn http_listen(text: &str, problems: &mut Vec<String>) -> SocketAddr {
+    match text.parse::<SocketAddr>() {
+        Ok(a) if a.ip().is_loopback() => return a,
+        Ok(a) => problems.push(format!(
+            "http_listen = {a:?}: the hive's HTTP listener is loopback only (for example 127.0.0.1:7390); the operator API is on the Unix socket"
+        )),
+        Err(e) => problems.push(format!(
+            "http_listen = {text:?} is not an address like 127.0.0.1:7390: {e}"
+        )),
+    }
+    DEFAULT_HTTP_LISTEN
+        .parse()
+        .expect("constant address parses")
+}
+
+fn check_state_dir(state_dir: &Path, problems: &mut Vec<String>) {
+    if state_dir.as_os_str().is_empty() {
+        problems.push("state_dir is empty".into());
+    } else if !state_dir.is_absolute() {
+        problems.push(format!(
+            "state_dir = {:?} must be an absolute path",
+            state_dir.display().to_string()
+        ));
+    }
+}
+
+fn check_xkeys(keys: &[String], problems: &mut Vec<String>) {
+    for key in keys {
+        if swarm_queue_client::credentials::XKey::from_public_key(key).is_err() {
+            problems.push(format!(
+                "trusted_controller_xkeys: {key:?} is not a public xkey (it starts with X)"
+            ));
+        }
+    }
+}
+
+/// Build roots and the context cap, the API socket's group, the registry
+/// login file and the allowed HTTP host names.
+fn check_builds_and_access(
+    build_roots: &[PathBuf],
+    build_context_max_bytes: u64,
+    api_socket_group: Option<&str>,
+    registry_auth_file: Option<&Path>,
+    http_allowed_hosts: &[String],
+    problems: &mut Vec<String>,
+) {
+    for root in build_roots {
+        if !root.is_absolute() {
+            problems.push(format!(
+                "build_roots: {:?} must be an absolute path",
+                root.display().to_string()
+            ));
+        }
+    }
+    if build_context_max_bytes == 0 {
+        problems.push("build_context_max_bytes = 0: it must be at least 1".into());
+    }
+    if let Some(g) = api_socket_group {
+        if g.trim().is_empty() {
+            problems.push("api_socket_group is empty".into());
+        }
+    }
+    if let Some(p) = registry_auth_file.filter(|p| !p.is_absolute()) {
+        problems.push(format!(
+            "registry_auth_file = {:?} must be an absolute path",
+            p.display().to_string()
+        ));
+    }
+    for name in http_allowed_hosts {
+        if let Err(e) = swarm_queue_client::http_host::check_allowed_name(name) {
+            problems.push(e.to_string());
+        }
+    }
+}
+
 /// One interval setting in seconds, with its default and bounds. The upper
 /// bound keeps every `Instant + Duration` the tasks compute far from
 /// overflowing (a panic), and catches a value given in the wrong unit.
@@ -188,204 +358,59 @@ impl Interval {
     }
 }
 
-/// Read the file (when given) and apply environment and flags.
-pub fn load(
-    path: Option<&Path>,
-    overrides: &Overrides,
-    env: impl Fn(&str) -> Option<String>,
-) -> Result<HiveConfig, ConfigErrors> {
-    let mut problems = Vec::new();
-    let file = match path {
-        None => FileConfig::default(),
-        Some(p) => match std::fs::read_to_string(p) {
-            Err(e) => {
-                return Err(ConfigErrors {
-                    problems: vec![format!("cannot read config file {}: {e}", p.display())],
-                })
-            }
-            Ok(text) => match toml::from_str::<FileConfig>(&text) {
-                Ok(f) => f,
-                Err(e) => {
-                    return Err(ConfigErrors {
-                        problems: vec![format!("{}: {e}", p.display())],
-                    })
-                }
-            },
-        },
-    };
+/// `publish_interval_secs`.
+const PUBLISH_INTERVAL: Interval = Interval {
+    field: "publish_interval_secs",
+    default: 60,
+    min: 1,
+    max: MAX_PUBLISH_INTERVAL_SECS,
+};
+/// `reconcile_interval_secs`.
+const RECONCILE_INTERVAL: Interval = Interval {
+    field: "reconcile_interval_secs",
+    default: 30,
+    min: 1,
+    max: MAX_RECONCILE_INTERVAL_SECS,
+};
+/// `orphan_grace_secs`.
+const ORPHAN_GRACE: Interval = Interval {
+    field: "orphan_grace_secs",
+    default: 600,
+    min: 0,
+    max: MAX_ORPHAN_GRACE_SECS,
+};
+/// `agent_retry_base_secs`.
+const AGENT_RETRY_BASE: Interval = Interval {
+    field: "agent_retry_base_secs",
+    default: crate::retry::DEFAULT_BASE.as_secs(),
+    min: 1,
+    max: crate::retry::MAX_DELAY.as_secs(),
+};
 
-    let name_text = overrides
-        .name
-        .clone()
-        .or_else(|| env("HYPERHIVE_HIVE_NAME").filter(|s| !s.is_empty()))
-        .or(file.name);
-    let name = match name_text {
-        None => None,
-        Some(n) => match HiveName::new(n) {
-            Ok(n) => Some(n),
-            Err(e) => {
-                problems.push(format!("name: {e}"));
-                None
-            }
-        },
-    };
-
-    let mut nats = file.nats;
-    if let Some(url) = overrides
-        .nats_url
-        .clone()
-        .or_else(|| env("HYPERHIVE_NATS_URL").filter(|s| !s.is_empty()))
-    {
-        nats.url = Some(url);
-        nats.servers.clear();
-    }
-    problems.extend(nats.check());
-
-    let listen_text = overrides
-        .http_listen
-        .clone()
-        .or(file.http_listen)
-        .unwrap_or_else(|| DEFAULT_HTTP_LISTEN.to_string());
-    let http_listen = match listen_text.parse::<SocketAddr>() {
-        Ok(a) if a.ip().is_loopback() => a,
-        Ok(a) => {
-            problems.push(format!(
-                "http_listen = {a:?}: the hive's HTTP listener is loopback only (for example 127.0.0.1:7390); the operator API is on the Unix socket"
-            ));
-            DEFAULT_HTTP_LISTEN
-                .parse()
-                .expect("constant address parses")
-        }
-        Err(e) => {
-            problems.push(format!(
-                "http_listen = {listen_text:?} is not an address like 127.0.0.1:7390: {e}"
-            ));
-            DEFAULT_HTTP_LISTEN
-                .parse()
-                .expect("constant address parses")
-        }
-    };
-
-    let state_dir = overrides
-        .state_dir
-        .clone()
-        .or(file.state_dir)
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
-    if state_dir.as_os_str().is_empty() {
-        problems.push("state_dir is empty".into());
-    } else if !state_dir.is_absolute() {
-        problems.push(format!(
-            "state_dir = {:?} must be an absolute path",
-            state_dir.display().to_string()
+/// Read the remote-writes token, refusing a file group or others can read.
+fn read_token_file(path: &Path) -> Result<ApiToken, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let shown = path.display();
+    let meta = std::fs::metadata(path)
+        .map_err(|e| format!("api_token_file {shown}: cannot read it: {e}"))?;
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "api_token_file {shown} has mode {mode:04o}: it holds the API's bearer token, so \
+             group and others must have no access (chmod 600 {shown})"
         ));
     }
-
-    for key in &file.trusted_controller_xkeys {
-        if swarm_queue_client::credentials::XKey::from_public_key(key).is_err() {
-            problems.push(format!(
-                "trusted_controller_xkeys: {key:?} is not a public xkey (it starts with X)"
-            ));
-        }
-    }
-
-    let publish_interval = Interval {
-        field: "publish_interval_secs",
-        default: 60,
-        min: 1,
-        max: MAX_PUBLISH_INTERVAL_SECS,
-    }
-    .read(file.publish_interval_secs, &mut problems);
-    let reconcile_interval = Interval {
-        field: "reconcile_interval_secs",
-        default: 30,
-        min: 1,
-        max: MAX_RECONCILE_INTERVAL_SECS,
-    }
-    .read(file.reconcile_interval_secs, &mut problems);
-    let orphan_grace = Interval {
-        field: "orphan_grace_secs",
-        default: 600,
-        min: 0,
-        max: MAX_ORPHAN_GRACE_SECS,
-    }
-    .read(file.orphan_grace_secs, &mut problems);
-
-    let api_token = match &file.api_token_file {
-        None => None,
-        Some(p) => read_token_file(p).map_err(|e| problems.push(e)).ok(),
-    };
-    for root in &file.build_roots {
-        if !root.is_absolute() {
-            problems.push(format!(
-                "build_roots: {:?} must be an absolute path",
-                root.display().to_string()
-            ));
-        }
-    }
-    let build_context_max_bytes = file
-        .build_context_max_bytes
-        .unwrap_or(DEFAULT_BUILD_CONTEXT_MAX_BYTES);
-    if build_context_max_bytes == 0 {
-        problems.push("build_context_max_bytes = 0: it must be at least 1".into());
-    }
-    if let Some(g) = &file.api_socket_group {
-        if g.trim().is_empty() {
-            problems.push("api_socket_group is empty".into());
-        }
-    }
-    if let Some(p) = file
-        .registry_auth_file
-        .as_ref()
-        .filter(|p| !p.is_absolute())
-    {
-        problems.push(format!(
-            "registry_auth_file = {:?} must be an absolute path",
-            p.display().to_string()
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("api_token_file {shown}: cannot read it: {e}"))?;
+    let token = text.trim();
+    if token.len() < 16 {
+        return Err(format!(
+            "api_token_file {shown} holds a token of {} characters; use at least 16 random ones \
+             (for example `openssl rand -hex 32`)",
+            token.len()
         ));
     }
-    for name in &file.http_allowed_hosts {
-        if let Err(e) = swarm_queue_client::http_host::check_allowed_name(name) {
-            problems.push(e.to_string());
-        }
-    }
-    let agent_retry_base = Interval {
-        field: "agent_retry_base_secs",
-        default: crate::retry::DEFAULT_BASE.as_secs(),
-        min: 1,
-        max: crate::retry::MAX_DELAY.as_secs(),
-    }
-    .read(file.agent_retry_base_secs, &mut problems);
-
-    if !problems.is_empty() {
-        return Err(ConfigErrors { problems });
-    }
-    let api_socket = file
-        .api_socket
-        .unwrap_or_else(|| state_dir.join("hive.sock"));
-    let xkey_seed_file = file
-        .xkey_seed_file
-        .unwrap_or_else(|| state_dir.join("xkey.seed"));
-    Ok(HiveConfig {
-        name,
-        state_dir,
-        http_listen,
-        http_allowed_hosts: file.http_allowed_hosts,
-        publish_interval,
-        reconcile_interval,
-        orphan_grace,
-        agent_retry_base,
-        trusted_controller_xkeys: file.trusted_controller_xkeys,
-        xkey_seed_file,
-        knowledge_repo: file.knowledge_repo.filter(|s| !s.trim().is_empty()),
-        docker_host: file.docker_host,
-        api_socket,
-        api_socket_group: file.api_socket_group,
-        api_token,
-        build_roots: file.build_roots,
-        build_context_max_bytes,
-        registry_auth_file: file.registry_auth_file,
-        nats,
-    })
+    Ok(ApiToken(token.to_string()))
 }
 
 #[cfg(test)]

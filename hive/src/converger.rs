@@ -32,23 +32,21 @@
 //! timer and on shutdown. Deciding is in [`crate::plan`]; this module
 //! only reads inputs and queues what was decided.
 
+mod queue;
+mod status;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use swarm_queue_client::{
-    AgentName, AgentStatus, HiveName, JobSummary, Level, Observed, Power, RetryStatus,
-};
+use swarm_queue_client::{AgentName, HiveName, Level};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::jobs::{
-    now_ms, AgentRecords, JobFilter, JobId, JobRequest, JobState, JobStore, JobView, NodeState,
-    StoreError,
-};
+use crate::jobs::{JobFilter, JobId, JobState, JobStore, JobView, NodeState, StoreError};
 use crate::observe;
 use crate::perf;
-use crate::plan::{self, Action, Installed, JobOutcome, Seen};
+use crate::plan::{self, Action, Installed, Seen};
 use crate::readiness::{keys, Health};
 use crate::retry::{Failure, Retries};
 use crate::runtime::ContainerRuntime;
@@ -60,6 +58,7 @@ pub const OBSERVE_EVERY: Duration = Duration::from_secs(5);
 /// The longest a failing reconcile round backs off.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(3600);
 
+/// What the converger needs.
 pub struct ConvergerDeps<R> {
     pub store: JobStore,
     pub runtime: Arc<R>,
@@ -73,6 +72,24 @@ pub struct ConvergerDeps<R> {
     /// The first per-agent retry comes this long after a failed job
     /// ([`crate::retry::DEFAULT_BASE`] unless configured).
     pub retry_base: Duration,
+}
+
+/// Run until shutdown.
+pub async fn run<R: ContainerRuntime>(deps: ConvergerDeps<R>, mut shutdown: Shutdown) {
+    let mut c = Converger::new(deps);
+    let mut wanted = c.deps.wanted.clone();
+    let health = c.deps.health.clone();
+    loop {
+        perf::CONVERGER_PASSES.time(c.pass()).await;
+        let until_round = c.next_round.saturating_duration_since(Instant::now());
+        tokio::select! {
+            // All cancel-safe: watch::changed, Notify::notified, sleep.
+            _ = shutdown.wait() => return,
+            _ = wanted.changed() => {}
+            _ = health.job_progress.notified() => {}
+            _ = tokio::time::sleep(OBSERVE_EVERY.min(until_round)) => {}
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -117,36 +134,6 @@ struct Converger<R> {
     reaped: BTreeMap<AgentName, (Vec<String>, JobId)>,
 }
 
-fn summary(job: &JobView) -> JobSummary {
-    JobSummary {
-        id: job.id.0 as u64,
-        kind: job.kind.as_str().to_string(),
-        state: job.state.as_str().to_string(),
-        error: job
-            .error
-            .as_deref()
-            .map(swarm_queue_client::payload::sanitize_message),
-    }
-}
-
-/// What Docker shows for `name`, and its spec label made safe to publish.
-fn observed(observation: &Observation, name: &AgentName) -> (Observed, Option<String>) {
-    match observation {
-        None => (Observed::Unknown, None),
-        Some(seen) => match seen.get(name) {
-            None => (Observed::Missing, None),
-            Some(s) => (
-                if s.running {
-                    Observed::Running
-                } else {
-                    Observed::Stopped
-                },
-                s.spec.as_deref().map(observe::reported_spec),
-            ),
-        },
-    }
-}
-
 /// The failed node of a failed job: its op and error.
 fn failure(job: &JobView, ours: bool) -> Failure {
     let node = job.nodes.iter().find(|n| n.state == NodeState::Failed);
@@ -161,6 +148,22 @@ fn failure(job: &JobView, ours: bool) -> Failure {
 }
 
 impl<R: ContainerRuntime> Converger<R> {
+    fn new(deps: ConvergerDeps<R>) -> Self {
+        let (interval, retry_base) = (deps.reconcile_interval, deps.retry_base);
+        Converger {
+            deps,
+            applied: None,
+            revision_jobs: Vec::new(),
+            converged: None,
+            orphan_first_seen: BTreeMap::new(),
+            next_round: Instant::now(),
+            backoff: interval,
+            retries: Retries::new(retry_base),
+            queued: BTreeMap::new(),
+            reaped: BTreeMap::new(),
+        }
+    }
+
     async fn observe(&self) -> Result<BTreeMap<AgentName, Seen>, PassError> {
         let containers = self
             .deps
@@ -201,73 +204,6 @@ impl<R: ContainerRuntime> Converger<R> {
         }
     }
 
-    /// Remember which containers a retire or reap was queued for.
-    fn note_removal(
-        &mut self,
-        action: &Action,
-        seen: Option<&BTreeMap<AgentName, Seen>>,
-        job: JobId,
-    ) {
-        if let (Action::Retire(agent) | Action::ReapOrphan(agent), Some(s)) =
-            (action, seen.and_then(|seen| seen.get(action.agent())))
-        {
-            self.reaped.insert(agent.clone(), (s.ids.clone(), job));
-        }
-    }
-
-    /// Drop a reap whose containers are the ones a finished retire was
-    /// already queued for: queueing it again would change nothing.
-    async fn fresh_reap(
-        &self,
-        action: &Action,
-        seen: &BTreeMap<AgentName, Seen>,
-    ) -> Result<bool, StoreError> {
-        let Action::ReapOrphan(agent) = action else {
-            return Ok(true);
-        };
-        let Some((ids, job)) = self.reaped.get(agent) else {
-            return Ok(true);
-        };
-        if seen.get(agent).map(|s| &s.ids) != Some(ids) {
-            return Ok(true);
-        }
-        let job = *job;
-        let state = match self.deps.store.job(job).await {
-            Ok(j) => j.state,
-            Err(StoreError::NoSuchJob { .. }) => JobState::Done,
-            Err(e) => return Err(e),
-        };
-        if state == JobState::Done {
-            tracing::warn!(hive = %self.deps.hive, %agent, job = job.0, ?ids, "retire job finished but the same containers are still there; not queueing it again");
-            return Ok(false);
-        }
-        Ok(true)
-    }
-
-    /// Put the repo digest each agent's container runs, and its health,
-    /// into Readiness; an unhealthy agent degrades the hive. A digest that
-    /// cannot be looked up is left out, never guessed.
-    async fn report_images_and_health(&self, containers: &[crate::runtime::ContainerInfo]) {
-        let mut digests = BTreeMap::new();
-        let mut health = BTreeMap::new();
-        for c in containers
-            .iter()
-            .filter(|c| c.owner() == Some(self.deps.hive.as_str()))
-        {
-            let Some(agent) = c.agent().and_then(|a| AgentName::new(a).ok()) else {
-                continue;
-            };
-            if let Some(h) = &c.health {
-                health.insert(agent.clone(), h.clone());
-            }
-            if let Ok(Some(d)) = self.deps.runtime.image_digest(&c.image_id).await {
-                digests.insert(agent, d);
-            }
-        }
-        self.deps.health.set_image_digests(digests);
-        self.deps.health.set_agent_health(health);
-    }
-
     async fn installed(&self) -> Result<BTreeMap<AgentName, Installed>, StoreError> {
         let all = self.deps.store.installed_all().await?;
         Ok(all
@@ -283,92 +219,6 @@ impl<R: ContainerRuntime> Converger<R> {
             .filter(|j| !j.state.is_finished())
             .map(|j| j.agent)
             .collect())
-    }
-
-    /// Queue many requests in one transaction.
-    async fn queue_all(
-        &self,
-        requests: Vec<(AgentName, JobRequest)>,
-    ) -> Result<Vec<JobId>, StoreError> {
-        if requests.is_empty() {
-            return Ok(Vec::new());
-        }
-        let kinds: Vec<_> = requests
-            .iter()
-            .map(|(a, r)| (a.clone(), r.kind()))
-            .collect();
-        let queued = self.deps.store.enqueue_all(requests, now_ms()).await?;
-        for ((agent, kind), q) in kinds.iter().zip(&queued) {
-            tracing::info!(hive = %self.deps.hive, %agent, job = q.job.0, kind = kind.as_str(), coalesced = q.coalesced, "job queued");
-        }
-        Ok(queued.into_iter().map(|q| q.job).collect())
-    }
-
-    /// Queue what the decided actions need, all in one transaction: one
-    /// fsync, not one per agent, before the worker is woken (a new
-    /// revision of 100 agents, or a boot that finds 100 containers gone).
-    /// `wanted` gives specs for deploys.
-    async fn queue_actions(
-        &mut self,
-        actions: &[&Action],
-        wanted: Option<&Wanted>,
-        seen: Option<&BTreeMap<AgentName, Seen>>,
-    ) -> Result<Vec<(AgentName, JobId)>, StoreError> {
-        let mut planned = Vec::new();
-        for action in actions {
-            if let Some(request) = self.request_for(action, wanted).await? {
-                planned.push((*action, request));
-            }
-        }
-        let requests = planned
-            .iter()
-            .map(|(a, r)| (a.agent().clone(), r.clone()))
-            .collect();
-        let queued = self.queue_all(requests).await?;
-        let mut jobs = Vec::new();
-        for ((action, _), job) in planned.iter().zip(queued) {
-            self.queued.insert(action.agent().clone(), job);
-            self.note_removal(action, seen, job);
-            jobs.push((action.agent().clone(), job));
-        }
-        Ok(jobs)
-    }
-
-    /// The job request a decided action needs; `None` when there is
-    /// nothing to deploy from.
-    async fn request_for(
-        &self,
-        action: &Action,
-        wanted: Option<&Wanted>,
-    ) -> Result<Option<JobRequest>, StoreError> {
-        let agent = action.agent();
-        let spec = || wanted.and_then(|w| w.declaration.agents.get(agent).cloned());
-        let revision = wanted.map(|w| w.revision);
-        let request = match action {
-            Action::FirstDeploy(_) => match spec() {
-                Some(spec) => JobRequest::FirstDeploy { spec, revision },
-                None => return Ok(None),
-            },
-            Action::Rebuild { relock, .. } => {
-                // Repairs use the installed spec; a changed declaration the
-                // declared one.
-                let spec = match spec() {
-                    Some(s) => s,
-                    None => match self.deps.store.installed(agent).await? {
-                        Some(i) => i.spec,
-                        None => return Ok(None),
-                    },
-                };
-                JobRequest::Rebuild {
-                    spec,
-                    relock: *relock,
-                    revision,
-                }
-            }
-            Action::Retire(_) | Action::ReapOrphan(_) => JobRequest::Retire,
-            Action::Reconcile(_) => JobRequest::Reconcile,
-        };
-        Ok(Some(request))
     }
 
     async fn apply(&mut self, wanted: &Wanted, observation: &Observation) -> Result<(), PassError> {
@@ -450,146 +300,6 @@ impl<R: ContainerRuntime> Converger<R> {
             self.deps.wake.notify_one();
         }
         Ok(queued)
-    }
-
-    async fn report(
-        &mut self,
-        observation: &Observation,
-        wanted: Option<&Wanted>,
-    ) -> Result<(), PassError> {
-        // One store call for all three: a pass runs after every finished
-        // job, and with many agents the store is busy with the worker.
-        let AgentRecords {
-            installed,
-            power,
-            last_jobs: last,
-        } = self.deps.store.agent_records().await?;
-        // What the jobs did since the last round (a retry that succeeded)
-        // shows at once, not a round later.
-        self.note_jobs(&last, Instant::now());
-        let declared = wanted.map(|w| &w.declaration.agents);
-        let mut names: BTreeSet<AgentName> = installed.keys().cloned().collect();
-        if let Some(d) = declared {
-            names.extend(d.keys().cloned());
-        }
-        if let Some(seen) = observation {
-            names.extend(seen.keys().cloned());
-        }
-        let mut agents = BTreeMap::new();
-        let mut due = BTreeMap::new();
-        for name in names {
-            let spec_decl = declared.and_then(|d| d.get(&name));
-            let wanted_power = power
-                .get(&name)
-                .copied()
-                .or(spec_decl.and_then(|s| s.power))
-                .unwrap_or(Power::Up);
-            let (observed, spec) = observed(observation, &name);
-            let retry = self.retries.get(&name).map(|r| {
-                due.insert(name.clone(), r.next_try);
-                RetryStatus {
-                    step: r.step.clone(),
-                    attempts: r.attempts,
-                    // Filled in from `due` when the status is taken.
-                    next_try_in_secs: 0,
-                    error: r.error.clone(),
-                }
-            });
-            let status = AgentStatus {
-                wanted: wanted_power,
-                observed,
-                spec,
-                declared_spec: spec_decl.map(|s| s.spec_hash()),
-                image_progress: None,
-                image_digest: None,
-                health: None,
-                last_job: last.get(&name).map(summary),
-                retry,
-            };
-            agents.insert(name, status.sanitized());
-        }
-        self.deps.health.set_agents(agents, due);
-
-        if let (Some(w), Some(seen)) = (wanted, observation) {
-            if self.applied == Some(message_id(w)) {
-                let inst: BTreeMap<AgentName, Installed> = installed
-                    .iter()
-                    .map(|(a, i)| {
-                        let spec = i.spec_hash.clone();
-                        (a.clone(), Installed { spec })
-                    })
-                    .collect();
-                let outcomes = self.revision_outcomes(&last).await?;
-                self.judge(w, &power, seen, &inst, &outcomes);
-            }
-        }
-        self.deps
-            .health
-            .set_revisions(wanted.map(|w| w.revision), self.converged.map(|c| c.0));
-        Ok(())
-    }
-
-    /// How each job queued for the applied revision stands. A newer job of
-    /// the agent (a retry, an operator's deploy) speaks for it instead of
-    /// the one that failed.
-    async fn revision_outcomes(
-        &self,
-        last: &BTreeMap<AgentName, JobView>,
-    ) -> Result<Vec<(AgentName, JobOutcome)>, PassError> {
-        let ids: Vec<(AgentName, JobId)> = self
-            .revision_jobs
-            .iter()
-            .map(|(agent, id)| match last.get(agent) {
-                Some(newer) if newer.id.0 > id.0 => (agent.clone(), newer.id),
-                _ => (agent.clone(), *id),
-            })
-            .collect();
-        // Every job in one store call: one per agent would be a hundred
-        // calls in every pass while a hundred agents deploy.
-        let outcomes = self
-            .deps
-            .store
-            .call(move |s| {
-                let mut outcomes = Vec::with_capacity(ids.len());
-                for (agent, id) in ids {
-                    let outcome = match s.job(id) {
-                        Ok(j) => match j.state {
-                            JobState::Done => JobOutcome::Done,
-                            JobState::Failed => JobOutcome::Failed,
-                            _ => JobOutcome::Active,
-                        },
-                        // Pruned: its effect is judged from Docker.
-                        Err(StoreError::NoSuchJob { .. }) => JobOutcome::Done,
-                        Err(e) => return Err(e),
-                    };
-                    outcomes.push((agent, outcome));
-                }
-                Ok(outcomes)
-            })
-            .await?;
-        Ok(outcomes)
-    }
-
-    /// Mark the revision converged when nothing is missing.
-    fn judge(
-        &mut self,
-        w: &Wanted,
-        power: &BTreeMap<AgentName, Power>,
-        seen: &BTreeMap<AgentName, Seen>,
-        installed: &BTreeMap<AgentName, Installed>,
-        outcomes: &[(AgentName, JobOutcome)],
-    ) {
-        match plan::convergence_gap(&w.declaration.agents, power, seen, installed, outcomes) {
-            None => {
-                if self.converged != Some(message_id(w)) {
-                    tracing::info!(hive = %self.deps.hive, revision = w.revision, "converged");
-                }
-                self.converged = Some(message_id(w));
-            }
-            Some(gap) => {
-                tracing::debug!(hive = %self.deps.hive, revision = w.revision, %gap, "not converged yet")
-            }
-        }
     }
 
     /// Observe, raising or clearing the `docker` warning.
@@ -686,37 +396,6 @@ impl<R: ContainerRuntime> Converger<R> {
         }
         if let Err(e) = self.report(&observation, wanted.as_deref()).await {
             tracing::warn!(hive = %self.deps.hive, error = %e, "cannot compute the agents' status");
-        }
-    }
-}
-
-/// Run until shutdown.
-pub async fn run<R: ContainerRuntime>(deps: ConvergerDeps<R>, mut shutdown: Shutdown) {
-    let interval = deps.reconcile_interval;
-    let retry_base = deps.retry_base;
-    let mut c = Converger {
-        deps,
-        applied: None,
-        revision_jobs: Vec::new(),
-        converged: None,
-        orphan_first_seen: BTreeMap::new(),
-        next_round: Instant::now(),
-        backoff: interval,
-        retries: Retries::new(retry_base),
-        queued: BTreeMap::new(),
-        reaped: BTreeMap::new(),
-    };
-    let mut wanted = c.deps.wanted.clone();
-    let health = c.deps.health.clone();
-    loop {
-        perf::CONVERGER_PASSES.time(c.pass()).await;
-        let until_round = c.next_round.saturating_duration_since(Instant::now());
-        tokio::select! {
-            // All cancel-safe: watch::changed, Notify::notified, sleep.
-            _ = shutdown.wait() => return,
-            _ = wanted.changed() => {}
-            _ = health.job_progress.notified() => {}
-            _ = tokio::time::sleep(OBSERVE_EVERY.min(until_round)) => {}
         }
     }
 }

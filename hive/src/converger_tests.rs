@@ -1,34 +1,26 @@
 //! Unit tests of the converger on the fake runtime and tokio's paused clock.
 use std::sync::atomic::Ordering;
 
+use swarm_queue_client::RetryStatus;
+
 use super::*;
+use crate::jobs::{now_ms, JobRequest};
 use crate::runtime::fake::FakeRuntime;
 
 fn converger(dir: &std::path::Path, interval: Duration) -> Converger<FakeRuntime> {
     let hive = HiveName::new("alpha").unwrap();
     let (_tx, rx) = tokio::sync::watch::channel(None);
-    Converger {
-        deps: ConvergerDeps {
-            store: JobStore::open(&dir.join("hive.db")).unwrap(),
-            runtime: Arc::new(FakeRuntime::new("alpha")),
-            hive: hive.clone(),
-            health: Arc::new(Health::new(Some(hive), None)),
-            wake: Arc::new(Notify::new()),
-            wanted: rx,
-            reconcile_interval: interval,
-            orphan_grace: Duration::from_secs(600),
-            retry_base: crate::retry::DEFAULT_BASE,
-        },
-        applied: None,
-        revision_jobs: Vec::new(),
-        converged: None,
-        orphan_first_seen: BTreeMap::new(),
-        next_round: Instant::now(),
-        backoff: interval,
-        retries: Retries::new(crate::retry::DEFAULT_BASE),
-        queued: BTreeMap::new(),
-        reaped: BTreeMap::new(),
-    }
+    Converger::new(ConvergerDeps {
+        store: JobStore::open(&dir.join("hive.db")).unwrap(),
+        runtime: Arc::new(FakeRuntime::new("alpha")),
+        hive: hive.clone(),
+        health: Arc::new(Health::new(Some(hive), None)),
+        wake: Arc::new(Notify::new()),
+        wanted: rx,
+        reconcile_interval: interval,
+        orphan_grace: Duration::from_secs(600),
+        retry_base: crate::retry::DEFAULT_BASE,
+    })
 }
 
 /// Run one pass once the next round is due, returning the gap to the

@@ -196,27 +196,7 @@ fn print_json(value: &impl Serialize) {
 async fn execute(cmd: Command, api: ApiClient, json: bool) -> Result<i32, OpsError> {
     let client = Client { api };
     let (agent, path, body, wait): (AgentName, &str, serde_json::Value, bool) = match cmd {
-        Command::Images => {
-            let view: crate::api::ImagesView = client.get("/api/v1/images").await?;
-            if json {
-                print_json(&view);
-            } else if view.images.is_empty() {
-                println!("no images pulled or built by this hive");
-            } else {
-                for i in &view.images {
-                    let id = i.image_id.trim_start_matches("sha256:");
-                    println!(
-                        "{}  {}  {} {}  {}",
-                        &id[..id.len().min(12)],
-                        i.agent,
-                        i.how,
-                        i.reference,
-                        i.why
-                    );
-                }
-            }
-            return Ok(0);
-        }
+        Command::Images => return show_images(&client, json).await,
         Command::Agents => {
             let view: AgentsView = client.get("/api/v1/agents").await?;
             if json {
@@ -226,23 +206,7 @@ async fn execute(cmd: Command, api: ApiClient, json: bool) -> Result<i32, OpsErr
             }
             return Ok(0);
         }
-        Command::Jobs { all, agent } => {
-            let mut path = format!("/api/v1/jobs?all={all}");
-            if let Some(a) = agent {
-                path.push_str(&format!("&agent={a}"));
-            }
-            let view: JobsView = client.get(&path).await?;
-            if json {
-                print_json(&view);
-            } else if view.jobs.is_empty() {
-                println!("no jobs");
-            } else {
-                for job in &view.jobs {
-                    print!("{}", job_text(job));
-                }
-            }
-            return Ok(0);
-        }
+        Command::Jobs { all, agent } => return show_jobs(&client, all, agent, json).await,
         Command::Job { id } => {
             let job: JobView = client.get(&format!("/api/v1/jobs/{id}")).await?;
             if json {
@@ -281,23 +245,78 @@ async fn execute(cmd: Command, api: ApiClient, json: bool) -> Result<i32, OpsErr
     let queued: Queued = client
         .post(&format!("/api/v1/agents/{agent}/{path}"), &body)
         .await?;
-    if !wait {
-        if json {
-            print_json(&queued);
-        } else {
-            let how = if queued.coalesced {
-                "joined the pending"
-            } else {
-                "queued"
-            };
+    if wait {
+        wait_for(&client, queued.job, json).await
+    } else {
+        print_queued(&queued, json);
+        Ok(0)
+    }
+}
+
+async fn show_images(client: &Client, json: bool) -> Result<i32, OpsError> {
+    let view: crate::api::ImagesView = client.get("/api/v1/images").await?;
+    if json {
+        print_json(&view);
+    } else if view.images.is_empty() {
+        println!("no images pulled or built by this hive");
+    } else {
+        for i in &view.images {
+            let id = i.image_id.trim_start_matches("sha256:");
             println!(
-                "{how} job {} ({}) for agent {}; follow it with `hive job {}`",
-                queued.job, queued.kind, queued.agent, queued.job
+                "{}  {}  {} {}  {}",
+                &id[..id.len().min(12)],
+                i.agent,
+                i.how,
+                i.reference,
+                i.why
             );
         }
-        return Ok(0);
     }
-    let job = follow(&client, queued.job, !json).await?;
+    Ok(0)
+}
+
+async fn show_jobs(
+    client: &Client,
+    all: bool,
+    agent: Option<AgentName>,
+    json: bool,
+) -> Result<i32, OpsError> {
+    let mut path = format!("/api/v1/jobs?all={all}");
+    if let Some(a) = agent {
+        path.push_str(&format!("&agent={a}"));
+    }
+    let view: JobsView = client.get(&path).await?;
+    if json {
+        print_json(&view);
+    } else if view.jobs.is_empty() {
+        println!("no jobs");
+    } else {
+        for job in &view.jobs {
+            print!("{}", job_text(job));
+        }
+    }
+    Ok(0)
+}
+
+fn print_queued(queued: &Queued, json: bool) {
+    if json {
+        print_json(queued);
+        return;
+    }
+    let how = if queued.coalesced {
+        "joined the pending"
+    } else {
+        "queued"
+    };
+    println!(
+        "{how} job {} ({}) for agent {}; follow it with `hive job {}`",
+        queued.job, queued.kind, queued.agent, queued.job
+    );
+}
+
+/// Follow the job to its end; an error unless it is done.
+async fn wait_for(client: &Client, job: JobId, json: bool) -> Result<i32, OpsError> {
+    let job = follow(client, job, !json).await?;
     if json {
         print_json(&job);
     }

@@ -7,6 +7,8 @@
 //! CLI, and the metrics taken from the same values. Two producers of "is this
 //! hive OK" would be free to disagree; here there is one.
 
+mod metrics;
+
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
@@ -16,6 +18,8 @@ use swarm_queue_client::limits::{
 };
 use swarm_queue_client::{AgentName, AgentStatus, HiveName, HiveState, Level, Readiness, Warning};
 use tokio::sync::Notify;
+
+pub use metrics::render_metrics;
 
 /// Warning keys, so the part that raises a warning is the part that clears it.
 pub mod keys {
@@ -44,35 +48,6 @@ pub mod keys {
 /// How many failed publishes in a row before the hive warns that the swarm
 /// sees it as stale.
 pub const PUBLISH_FAILURES_BEFORE_WARNING: u32 = 3;
-
-#[derive(Debug, Default, Clone)]
-struct PublishStats {
-    consecutive_failures: u32,
-    total_failures: u64,
-    total_successes: u64,
-    last_success: Option<Instant>,
-}
-
-#[derive(Debug, Default)]
-struct Inner {
-    warnings: BTreeMap<String, Warning>,
-    publish: PublishStats,
-    agents: BTreeMap<AgentName, AgentStatus>,
-    /// Pulls under way, by agent: shown in the agent's entry.
-    image_progress: BTreeMap<AgentName, String>,
-    /// Repo digests of the images the agents' containers run.
-    image_digests: BTreeMap<AgentName, String>,
-    /// Docker's health status of each agent that has a health check.
-    agent_health: BTreeMap<AgentName, String>,
-    /// When each backing-off agent's next try is due; turned into
-    /// `retry.next_try_in_secs` as of each snapshot, so the number is true
-    /// when it is published and a countdown alone never wakes the publisher.
-    retry_due: BTreeMap<AgentName, tokio::time::Instant>,
-    converged_revision: Option<u64>,
-    seen_revision: Option<u64>,
-    job_outcomes: BTreeMap<(String, String), u64>,
-    stopping: bool,
-}
 
 /// Shared health state of one hive process.
 #[derive(Debug)]
@@ -110,6 +85,35 @@ pub struct MetricsData {
 pub struct Snapshot {
     pub readiness: Readiness,
     pub metrics: MetricsData,
+}
+
+#[derive(Debug, Default, Clone)]
+struct PublishStats {
+    consecutive_failures: u32,
+    total_failures: u64,
+    total_successes: u64,
+    last_success: Option<Instant>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    warnings: BTreeMap<String, Warning>,
+    publish: PublishStats,
+    agents: BTreeMap<AgentName, AgentStatus>,
+    /// Pulls under way, by agent: shown in the agent's entry.
+    image_progress: BTreeMap<AgentName, String>,
+    /// Repo digests of the images the agents' containers run.
+    image_digests: BTreeMap<AgentName, String>,
+    /// Docker's health status of each agent that has a health check.
+    agent_health: BTreeMap<AgentName, String>,
+    /// When each backing-off agent's next try is due; turned into
+    /// `retry.next_try_in_secs` as of each snapshot, so the number is true
+    /// when it is published and a countdown alone never wakes the publisher.
+    retry_due: BTreeMap<AgentName, tokio::time::Instant>,
+    converged_revision: Option<u64>,
+    seen_revision: Option<u64>,
+    job_outcomes: BTreeMap<(String, String), u64>,
+    stopping: bool,
 }
 
 /// Used in the local `Readiness` when no name is configured; such a hive
@@ -401,160 +405,9 @@ fn agents(inner: &Inner) -> BTreeMap<AgentName, AgentStatus> {
         .collect()
 }
 
-/// Prometheus text exposition of a snapshot.
-pub fn render_metrics(s: &Snapshot) -> String {
-    use std::fmt::Write;
-    let r = &s.readiness;
-    let m = &s.metrics;
-    let mut out = String::new();
-    let mut family = |kind: &str, name: &str, help: &str, lines: Vec<(String, String)>| {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} {kind}");
-        for (labels, value) in lines {
-            let _ = writeln!(out, "{name}{labels} {value}");
-        }
-    };
-    let mut gauge = |name: &str, help: &str, lines| family("gauge", name, help, lines);
-    gauge(
-        "hyperhive_hive_ready",
-        "1 when the hive is ready (the same value /health/ready and the published status carry).",
-        vec![(String::new(), (r.ready as u8).to_string())],
-    );
-    gauge(
-        "hyperhive_hive_state",
-        "1 for the hive's current state.",
-        ["ok", "degraded", "failing", "stopped"]
-            .iter()
-            .map(|s| {
-                (
-                    labels(&[("state", s)]),
-                    ((r.state.to_string() == *s) as u8).to_string(),
-                )
-            })
-            .collect(),
-    );
-    gauge(
-        "hyperhive_converged_revision",
-        "Declaration revision the hive last converged on (-1 when none).",
-        vec![(
-            String::new(),
-            r.converged_revision
-                .map(|v| v as i64)
-                .unwrap_or(-1)
-                .to_string(),
-        )],
-    );
-    gauge(
-        "hyperhive_seen_revision",
-        "Newest declaration revision the hive has read (-1 when none).",
-        vec![(
-            String::new(),
-            r.seen_revision.map(|v| v as i64).unwrap_or(-1).to_string(),
-        )],
-    );
-    let mut by_state: BTreeMap<String, u64> = ["running", "stopped", "missing", "unknown"]
-        .iter()
-        .map(|s| (s.to_string(), 0))
-        .collect();
-    for a in r.agents.values() {
-        *by_state.entry(a.observed.to_string()).or_default() += 1;
-    }
-    gauge(
-        "hyperhive_agents",
-        "Agents by observed state.",
-        by_state
-            .into_iter()
-            .map(|(k, v)| (labels(&[("observed", &k)]), v.to_string()))
-            .collect(),
-    );
-    let mut by_level: BTreeMap<&str, u64> = [("info", 0), ("warn", 0), ("error", 0)].into();
-    for w in &r.warnings {
-        let l = match w.level {
-            Level::Info => "info",
-            Level::Warn => "warn",
-            _ => "error",
-        };
-        *by_level.entry(l).or_default() += 1;
-    }
-    gauge(
-        "hyperhive_warnings",
-        "Readiness warnings by level.",
-        by_level
-            .into_iter()
-            .map(|(k, v)| (labels(&[("level", k)]), v.to_string()))
-            .collect(),
-    );
-    gauge(
-        "hyperhive_status_publish_consecutive_failures",
-        "Failed status publishes since the last success.",
-        vec![(String::new(), m.publish_consecutive_failures.to_string())],
-    );
-    gauge(
-        "hyperhive_status_last_publish_age_seconds",
-        "Seconds since the last successful status publish (-1 when never).",
-        vec![(
-            String::new(),
-            m.last_publish_age_secs
-                .map(|a| format!("{a:.3}"))
-                .unwrap_or_else(|| "-1".into()),
-        )],
-    );
-    let mut counter = |name: &str, help: &str, lines| family("counter", name, help, lines);
-    counter(
-        "hyperhive_status_publish_failures_total",
-        "Failed status publishes since start.",
-        vec![(String::new(), m.publish_failures_total.to_string())],
-    );
-    counter(
-        "hyperhive_status_publish_successes_total",
-        "Successful status publishes since start.",
-        vec![(String::new(), m.publish_successes_total.to_string())],
-    );
-    counter(
-        "hyperhive_job_outcomes_total",
-        "Finished jobs since start, by kind and outcome.",
-        m.job_outcomes
-            .iter()
-            .map(|((k, s), v)| {
-                (
-                    labels(&[("kind", k.as_str()), ("state", s.as_str())]),
-                    v.to_string(),
-                )
-            })
-            .collect(),
-    );
-    out
-}
-
-/// A label set in Prometheus text format, `{name="value",…}`, each value
-/// escaped as the format asks: `\\`, `\"` and `\n`. Today's values come
-/// from closed sets, but a label must never be able to break a line.
-fn labels(pairs: &[(&str, &str)]) -> String {
-    let body: Vec<String> = pairs
-        .iter()
-        .map(|(name, value)| {
-            let escaped = value
-                .replace('\\', "\\\\")
-                .replace('"', "\\\"")
-                .replace('\n', "\\n");
-            format!("{name}=\"{escaped}\"")
-        })
-        .collect();
-    format!("{{{}}}", body.join(","))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn label_values_are_escaped_as_the_text_format_asks() {
-        assert_eq!(labels(&[("state", "ok")]), r#"{state="ok"}"#);
-        assert_eq!(
-            labels(&[("kind", "a\"b\\c\nd"), ("state", "done")]),
-            r#"{kind="a\"b\\c\nd",state="done"}"#
-        );
-    }
 
     fn health() -> Health {
         Health::new(Some(HiveName::new("alpha").unwrap()), None)
@@ -718,28 +571,5 @@ mod tests {
         assert_eq!(r.warnings.len(), MAX_WARNINGS);
         assert_eq!(r.warnings[0].key, "zz-error");
         swarm_queue_client::encode(&r).unwrap();
-    }
-
-    #[test]
-    fn metrics_come_from_the_same_snapshot() {
-        let h = health();
-        h.set_revisions(Some(5), Some(4));
-        h.raise("k", Level::Warn, "w");
-        h.record_job_outcome("first_deploy", "done");
-        let s = h.snapshot();
-        let text = render_metrics(&s);
-        assert!(text.contains("hyperhive_converged_revision 4"), "{text}");
-        assert!(
-            text.contains("hyperhive_hive_state{state=\"degraded\"} 1"),
-            "{text}"
-        );
-        assert!(
-            text.contains("hyperhive_warnings{level=\"warn\"} 1"),
-            "{text}"
-        );
-        assert!(
-            text.contains("hyperhive_job_outcomes_total{kind=\"first_deploy\",state=\"done\"} 1")
-        );
-        assert!(text.contains("hyperhive_status_last_publish_age_seconds -1"));
     }
 }

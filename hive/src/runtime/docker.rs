@@ -7,6 +7,8 @@
 //! connections on a unix socket, so each request connects afresh and a
 //! dockerd restart needs nothing more.
 
+mod errors;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -24,7 +26,7 @@ use swarm_queue_client::containers::{agent_label_filter, hive_label_filter};
 use swarm_queue_client::{AgentName, HiveName};
 
 use crate::perf;
-use crate::registry_auth::{registry_of, Login, RegistryAuth};
+use crate::registry_auth::{Login, RegistryAuth};
 
 use super::pull_progress::PullTally;
 use super::{
@@ -91,44 +93,6 @@ impl DockerRuntime {
         self
     }
 
-    /// The login for `image`'s registry, read afresh if the file changed.
-    fn login_for(&self, image: &str) -> Result<Option<Login>, RuntimeError> {
-        match &self.registry_auth {
-            None => Ok(None),
-            Some(auth) => Ok(auth.login_for(image)?),
-        }
-    }
-
-    /// A failed pull as an error: a refusal by the registry names the
-    /// registry and which login was sent; no message keeps the password.
-    fn pull_failed(&self, image: &str, login: Option<&Login>, message: String) -> RuntimeError {
-        let message = login.map_or(message.clone(), |l| l.scrub(&message));
-        if !is_auth_refusal(&message) {
-            return RuntimeError::Pull {
-                image: image.to_string(),
-                message,
-            };
-        }
-        let registry = registry_of(image);
-        let login = match (login, &self.registry_auth) {
-            (Some(l), Some(auth)) => format!(
-                "the login of user {:?} from {} was refused; check it",
-                l.username,
-                auth.path().display()
-            ),
-            (None, Some(auth)) => {
-                format!("{} holds no login for {registry}", auth.path().display())
-            }
-            _ => "the hive has no registry_auth_file, so no login was sent".to_string(),
-        };
-        RuntimeError::RegistryDenied {
-            registry,
-            image: image.to_string(),
-            message,
-            login,
-        }
-    }
-
     /// Cap build contexts at `max_bytes` (the hive config's
     /// `build_context_max_bytes`).
     pub fn with_context_max_bytes(mut self, max_bytes: u64) -> DockerRuntime {
@@ -157,67 +121,6 @@ impl DockerRuntime {
         Ok(docker)
     }
 
-    fn unreachable(&self, e: &BollardError) -> RuntimeError {
-        let reason = match e {
-            BollardError::SocketNotFoundError(path) => format!("the socket {path} does not exist"),
-            other => crate::error_chain(other),
-        };
-        RuntimeError::Unreachable {
-            host: self.host.clone(),
-            reason,
-        }
-    }
-
-    /// Turn a bollard error into a typed one, naming what was attempted.
-    fn classify(&self, op: &'static str, target: &str, e: BollardError) -> RuntimeError {
-        match e {
-            BollardError::RequestTimeoutError => RuntimeError::Timeout {
-                host: self.host.clone(),
-                op,
-                target: target.to_string(),
-                secs: REQUEST_TIMEOUT_SECS,
-            },
-            BollardError::SocketNotFoundError(_)
-            | BollardError::HyperLegacyError { .. }
-            | BollardError::IOError { .. }
-            | BollardError::HttpClientError { .. } => self.unreachable(&e),
-            BollardError::DockerResponseServerError {
-                status_code: 404,
-                message,
-            } => match op {
-                "pull" | "create" | "build" => RuntimeError::NoSuchImage {
-                    image: target.to_string(),
-                    message,
-                },
-                _ => RuntimeError::NoSuchContainer {
-                    container: target.to_string(),
-                },
-            },
-            BollardError::DockerResponseServerError {
-                status_code: 409,
-                message,
-            } if op == "create" => RuntimeError::NameTaken {
-                name: target.to_string(),
-                message,
-            },
-            BollardError::DockerResponseServerError { status_code, .. } => {
-                let transient = status_code == 503 || status_code == 429;
-                RuntimeError::Docker {
-                    op,
-                    target: target.to_string(),
-                    source: Box::new(e),
-                    transient,
-                }
-            }
-            other => RuntimeError::Docker {
-                op,
-                target: target.to_string(),
-                source: Box::new(other),
-                transient: false,
-            },
-        }
-    }
-
     /// Inspect, and refuse unless the container is this hive's.
     async fn owned(&self, container: &str) -> Result<Option<ContainerInfo>, RuntimeError> {
         let info = self.inspect(container).await?;
@@ -226,42 +129,6 @@ impl DockerRuntime {
         }
         Ok(info)
     }
-}
-
-/// The spec's health check in Docker's terms: exec form, durations in
-/// nanoseconds; unset ones stay unset so Docker's defaults apply.
-fn health_config(h: &swarm_queue_client::HealthSpec) -> bollard::models::HealthConfig {
-    let nanos = |secs: Option<u64>| {
-        secs.map(|s| (s.min(i64::MAX as u64 / 1_000_000_000) * 1_000_000_000) as i64)
-    };
-    let mut test = vec!["CMD".to_string()];
-    test.extend(h.command.iter().cloned());
-    bollard::models::HealthConfig {
-        test: Some(test),
-        interval: nanos(h.interval_secs),
-        timeout: nanos(h.timeout_secs),
-        retries: h.retries.map(i64::from),
-        start_period: nanos(h.start_period_secs),
-        ..Default::default()
-    }
-}
-
-/// Whether dockerd's message says the registry wants (other) credentials.
-fn is_auth_refusal(message: &str) -> bool {
-    let m = message.to_ascii_lowercase();
-    [
-        "unauthorized",
-        "authentication required",
-        "no basic auth credentials",
-        "denied",
-        "incorrect username or password",
-    ]
-    .iter()
-    .any(|needle| m.contains(needle))
-}
-
-fn labels_of(map: Option<HashMap<String, String>>) -> BTreeMap<String, String> {
-    map.unwrap_or_default().into_iter().collect()
 }
 
 impl ContainerRuntime for DockerRuntime {
@@ -668,4 +535,26 @@ impl DockerRuntime {
             })
             .collect())
     }
+}
+
+/// The spec's health check in Docker's terms: exec form, durations in
+/// nanoseconds; unset ones stay unset so Docker's defaults apply.
+fn health_config(h: &swarm_queue_client::HealthSpec) -> bollard::models::HealthConfig {
+    let nanos = |secs: Option<u64>| {
+        secs.map(|s| (s.min(i64::MAX as u64 / 1_000_000_000) * 1_000_000_000) as i64)
+    };
+    let mut test = vec!["CMD".to_string()];
+    test.extend(h.command.iter().cloned());
+    bollard::models::HealthConfig {
+        test: Some(test),
+        interval: nanos(h.interval_secs),
+        timeout: nanos(h.timeout_secs),
+        retries: h.retries.map(i64::from),
+        start_period: nanos(h.start_period_secs),
+        ..Default::default()
+    }
+}
+
+fn labels_of(map: Option<HashMap<String, String>>) -> BTreeMap<String, String> {
+    map.unwrap_or_default().into_iter().collect()
 }

@@ -9,8 +9,12 @@ use swarm_queue_client::{AgentName, AgentSpec, BuildSpec, HiveName, Power};
 use tokio::sync::Notify;
 
 use super::*;
-use crate::jobs::{db_path, Enqueued, JobId, JobRequest, JobState, JobView, NodeState};
+use crate::jobs::{
+    db_path, CleanupAction, Enqueued, InstalledAgent, JobId, JobRequest, JobState, JobView,
+    NodeState,
+};
 use crate::runtime::fake::FakeRuntime;
+use crate::runtime::ContainerSpec;
 use crate::shutdown::{self, ShutdownTrigger};
 
 const HIVE: &str = "alpha";

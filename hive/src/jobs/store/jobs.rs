@@ -331,14 +331,40 @@ pub(super) fn enqueue_tx(
     now: Millis,
 ) -> Result<Enqueued, StoreError> {
     let kind = request.kind();
-    let encode_err = |e: serde_json::Error| StoreError::Decode {
-        path: path.to_path_buf(),
-        what: "job request",
-        reason: e.to_string(),
-    };
     if let JobRequest::FirstDeploy { spec, .. } = &request {
         seed_power_tx(tx, path, agent, default_power(spec), now)?;
     }
+    let (job, request, coalesced) = upsert_job(tx, path, agent, request, now)?;
+    // A pending job has never run a node, so re-planning it loses nothing
+    // and makes its nodes match the merged request (a relock, say).
+    insert_plan(tx, path, job, &request)?;
+    Ok(Enqueued {
+        job: JobId(job),
+        kind,
+        coalesced,
+    })
+}
+
+/// A failed encoding of a stored request or plan, naming the database.
+fn encode_err(path: &Path) -> impl Fn(serde_json::Error) -> StoreError + '_ {
+    move |e| StoreError::Decode {
+        path: path.to_path_buf(),
+        what: "job request",
+        reason: e.to_string(),
+    }
+}
+
+/// Merge the request into the agent's pending job of the same kind (its
+/// nodes dropped, to be planned again), or insert a new job. Returns the
+/// job's id, the request it now carries and whether it was merged.
+fn upsert_job(
+    tx: &Transaction<'_>,
+    path: &Path,
+    agent: &AgentName,
+    request: JobRequest,
+    now: Millis,
+) -> Result<(i64, JobRequest, bool), StoreError> {
+    let kind = request.kind();
     let pending: Option<(i64, String)> = tx
         .query_row(
             "SELECT id, request FROM jobs WHERE agent = ?1 AND kind = ?2 AND state = 'pending'
@@ -348,37 +374,43 @@ pub(super) fn enqueue_tx(
         )
         .optional()
         .map_err(sql_at(path, "find pending duplicate"))?;
-    let (job, request, coalesced) = match pending {
-        Some((id, old)) => {
-            let old: JobRequest = serde_json::from_str(&old).map_err(encode_err)?;
-            let merged = old.coalesce(request);
-            tx.execute(
-                "UPDATE jobs SET request = ?2 WHERE id = ?1",
-                params![id, serde_json::to_string(&merged).map_err(encode_err)?],
-            )
-            .map_err(sql_at(path, "coalesce job"))?;
-            tx.execute("DELETE FROM nodes WHERE job_id = ?1", params![id])
-                .map_err(sql_at(path, "coalesce job"))?;
-            (id, merged, true)
-        }
-        None => {
-            tx.execute(
-                "INSERT INTO jobs (agent, kind, request, state, created_at_ms)
-                 VALUES (?1, ?2, ?3, 'pending', ?4)",
-                params![
-                    agent.as_str(),
-                    kind.as_str(),
-                    serde_json::to_string(&request).map_err(encode_err)?,
-                    now
-                ],
-            )
-            .map_err(sql_at(path, "insert job"))?;
-            (tx.last_insert_rowid(), request, false)
-        }
+    let Some((id, old)) = pending else {
+        tx.execute(
+            "INSERT INTO jobs (agent, kind, request, state, created_at_ms)
+             VALUES (?1, ?2, ?3, 'pending', ?4)",
+            params![
+                agent.as_str(),
+                kind.as_str(),
+                serde_json::to_string(&request).map_err(encode_err(path))?,
+                now
+            ],
+        )
+        .map_err(sql_at(path, "insert job"))?;
+        return Ok((tx.last_insert_rowid(), request, false));
     };
-    // A pending job has never run a node, so re-planning it loses nothing
-    // and makes its nodes match the merged request (a relock, say).
-    let plan = templates::plan(&request);
+    let old: JobRequest = serde_json::from_str(&old).map_err(encode_err(path))?;
+    let merged = old.coalesce(request);
+    tx.execute(
+        "UPDATE jobs SET request = ?2 WHERE id = ?1",
+        params![
+            id,
+            serde_json::to_string(&merged).map_err(encode_err(path))?
+        ],
+    )
+    .map_err(sql_at(path, "coalesce job"))?;
+    tx.execute("DELETE FROM nodes WHERE job_id = ?1", params![id])
+        .map_err(sql_at(path, "coalesce job"))?;
+    Ok((id, merged, true))
+}
+
+/// Insert the nodes the request's plan has, in their initial states.
+fn insert_plan(
+    tx: &Transaction<'_>,
+    path: &Path,
+    job: i64,
+    request: &JobRequest,
+) -> Result<(), StoreError> {
+    let plan = templates::plan(request);
     dag::check_plan(&plan).map_err(|e| StoreError::Decode {
         path: path.to_path_buf(),
         what: "job plan",
@@ -394,16 +426,12 @@ pub(super) fn enqueue_tx(
             .execute(params![
                 job,
                 seq as u32,
-                serde_json::to_string(&node.op).map_err(encode_err)?,
+                serde_json::to_string(&node.op).map_err(encode_err(path))?,
                 node.op.name(),
-                serde_json::to_string(&node.deps).map_err(encode_err)?,
+                serde_json::to_string(&node.deps).map_err(encode_err(path))?,
                 state.as_str()
             ])
             .map_err(sql_at(path, "insert nodes"))?;
     }
-    Ok(Enqueued {
-        job: JobId(job),
-        kind,
-        coalesced,
-    })
+    Ok(())
 }

@@ -1,0 +1,233 @@
+//! Status building: what the converger puts into [`Health`] after each
+//! pass. Every agent's wanted and observed state, spec hashes, last job
+//! and retry state, with every string from Docker made safe first
+//! ([`crate::observe`]); and the revision becomes `converged_revision`
+//! only when [`plan::convergence_gap`] finds nothing missing.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use swarm_queue_client::{AgentName, AgentStatus, JobSummary, Observed, Power, RetryStatus};
+use tokio::time::Instant;
+
+use super::{message_id, Converger, Observation, PassError};
+use crate::jobs::{AgentRecords, InstalledAgent, JobId, JobState, JobView, StoreError};
+use crate::observe;
+use crate::plan::{self, Installed, JobOutcome, Seen};
+use crate::runtime::ContainerRuntime;
+use crate::wanted::Wanted;
+
+impl<R: ContainerRuntime> Converger<R> {
+    pub(super) async fn report(
+        &mut self,
+        observation: &Observation,
+        wanted: Option<&Wanted>,
+    ) -> Result<(), PassError> {
+        // One store call for all three: a pass runs after every finished
+        // job, and with many agents the store is busy with the worker.
+        let AgentRecords {
+            installed,
+            power,
+            last_jobs: last,
+        } = self.deps.store.agent_records().await?;
+        // What the jobs did since the last round (a retry that succeeded)
+        // shows at once, not a round later.
+        self.note_jobs(&last, Instant::now());
+        let (agents, due) = self.agent_statuses(observation, wanted, &installed, &power, &last);
+        self.deps.health.set_agents(agents, due);
+
+        if let (Some(w), Some(seen)) = (wanted, observation) {
+            if self.applied == Some(message_id(w)) {
+                let inst: BTreeMap<AgentName, Installed> = installed
+                    .iter()
+                    .map(|(a, i)| {
+                        let spec = i.spec_hash.clone();
+                        (a.clone(), Installed { spec })
+                    })
+                    .collect();
+                let outcomes = self.revision_outcomes(&last).await?;
+                self.judge(w, &power, seen, &inst, &outcomes);
+            }
+        }
+        self.deps
+            .health
+            .set_revisions(wanted.map(|w| w.revision), self.converged.map(|c| c.0));
+        Ok(())
+    }
+
+    /// Put the repo digest each agent's container runs, and its health,
+    /// into Readiness; an unhealthy agent degrades the hive. A digest that
+    /// cannot be looked up is left out, never guessed.
+    pub(super) async fn report_images_and_health(
+        &self,
+        containers: &[crate::runtime::ContainerInfo],
+    ) {
+        let mut digests = BTreeMap::new();
+        let mut health = BTreeMap::new();
+        for c in containers
+            .iter()
+            .filter(|c| c.owner() == Some(self.deps.hive.as_str()))
+        {
+            let Some(agent) = c.agent().and_then(|a| AgentName::new(a).ok()) else {
+                continue;
+            };
+            if let Some(h) = &c.health {
+                health.insert(agent.clone(), h.clone());
+            }
+            if let Ok(Some(d)) = self.deps.runtime.image_digest(&c.image_id).await {
+                digests.insert(agent, d);
+            }
+        }
+        self.deps.health.set_image_digests(digests);
+        self.deps.health.set_agent_health(health);
+    }
+
+    /// Every agent's status (installed, declared or seen) and when each
+    /// backed-off agent is tried next.
+    fn agent_statuses(
+        &self,
+        observation: &Observation,
+        wanted: Option<&Wanted>,
+        installed: &BTreeMap<AgentName, InstalledAgent>,
+        power: &BTreeMap<AgentName, Power>,
+        last: &BTreeMap<AgentName, JobView>,
+    ) -> (
+        BTreeMap<AgentName, AgentStatus>,
+        BTreeMap<AgentName, Instant>,
+    ) {
+        let declared = wanted.map(|w| &w.declaration.agents);
+        let mut names: BTreeSet<AgentName> = installed.keys().cloned().collect();
+        if let Some(d) = declared {
+            names.extend(d.keys().cloned());
+        }
+        if let Some(seen) = observation {
+            names.extend(seen.keys().cloned());
+        }
+        let mut agents = BTreeMap::new();
+        let mut due = BTreeMap::new();
+        for name in names {
+            let spec_decl = declared.and_then(|d| d.get(&name));
+            let wanted_power = power
+                .get(&name)
+                .copied()
+                .or(spec_decl.and_then(|s| s.power))
+                .unwrap_or(Power::Up);
+            let (observed, spec) = observed(observation, &name);
+            let retry = self.retries.get(&name).map(|r| {
+                due.insert(name.clone(), r.next_try);
+                RetryStatus {
+                    step: r.step.clone(),
+                    attempts: r.attempts,
+                    // Filled in from `due` when the status is taken.
+                    next_try_in_secs: 0,
+                    error: r.error.clone(),
+                }
+            });
+            let status = AgentStatus {
+                wanted: wanted_power,
+                observed,
+                spec,
+                declared_spec: spec_decl.map(|s| s.spec_hash()),
+                image_progress: None,
+                image_digest: None,
+                health: None,
+                last_job: last.get(&name).map(summary),
+                retry,
+            };
+            agents.insert(name, status.sanitized());
+        }
+        (agents, due)
+    }
+
+    /// How each job queued for the applied revision stands. A newer job of
+    /// the agent (a retry, an operator's deploy) speaks for it instead of
+    /// the one that failed.
+    async fn revision_outcomes(
+        &self,
+        last: &BTreeMap<AgentName, JobView>,
+    ) -> Result<Vec<(AgentName, JobOutcome)>, PassError> {
+        let ids: Vec<(AgentName, JobId)> = self
+            .revision_jobs
+            .iter()
+            .map(|(agent, id)| match last.get(agent) {
+                Some(newer) if newer.id.0 > id.0 => (agent.clone(), newer.id),
+                _ => (agent.clone(), *id),
+            })
+            .collect();
+        // Every job in one store call: one per agent would be a hundred
+        // calls in every pass while a hundred agents deploy.
+        let outcomes = self
+            .deps
+            .store
+            .call(move |s| {
+                let mut outcomes = Vec::with_capacity(ids.len());
+                for (agent, id) in ids {
+                    let outcome = match s.job(id) {
+                        Ok(j) => match j.state {
+                            JobState::Done => JobOutcome::Done,
+                            JobState::Failed => JobOutcome::Failed,
+                            _ => JobOutcome::Active,
+                        },
+                        // Pruned: its effect is judged from Docker.
+                        Err(StoreError::NoSuchJob { .. }) => JobOutcome::Done,
+                        Err(e) => return Err(e),
+                    };
+                    outcomes.push((agent, outcome));
+                }
+                Ok(outcomes)
+            })
+            .await?;
+        Ok(outcomes)
+    }
+
+    /// Mark the revision converged when nothing is missing.
+    fn judge(
+        &mut self,
+        w: &Wanted,
+        power: &BTreeMap<AgentName, Power>,
+        seen: &BTreeMap<AgentName, Seen>,
+        installed: &BTreeMap<AgentName, Installed>,
+        outcomes: &[(AgentName, JobOutcome)],
+    ) {
+        match plan::convergence_gap(&w.declaration.agents, power, seen, installed, outcomes) {
+            None => {
+                if self.converged != Some(message_id(w)) {
+                    tracing::info!(hive = %self.deps.hive, revision = w.revision, "converged");
+                }
+                self.converged = Some(message_id(w));
+            }
+            Some(gap) => {
+                tracing::debug!(hive = %self.deps.hive, revision = w.revision, %gap, "not converged yet")
+            }
+        }
+    }
+}
+
+fn summary(job: &JobView) -> JobSummary {
+    JobSummary {
+        id: job.id.0 as u64,
+        kind: job.kind.as_str().to_string(),
+        state: job.state.as_str().to_string(),
+        error: job
+            .error
+            .as_deref()
+            .map(swarm_queue_client::payload::sanitize_message),
+    }
+}
+
+/// What Docker shows for `name`, and its spec label made safe to publish.
+fn observed(observation: &Observation, name: &AgentName) -> (Observed, Option<String>) {
+    match observation {
+        None => (Observed::Unknown, None),
+        Some(seen) => match seen.get(name) {
+            None => (Observed::Missing, None),
+            Some(s) => (
+                if s.running {
+                    Observed::Running
+                } else {
+                    Observed::Stopped
+                },
+                s.spec.as_deref().map(observe::reported_spec),
+            ),
+        },
+    }
+}

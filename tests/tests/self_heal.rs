@@ -62,36 +62,80 @@ fn controller_status(dir: &Path, url: &str, hive: &str) -> Value {
         .unwrap_or_else(|| panic!("no row for {hive} in {report:#}"))
 }
 
+/// A hive whose agent `web` is declared on an image that does not exist
+/// yet (`late`; a test makes it by tagging `image`), with reconcile rounds
+/// every second and per-agent retries starting at `retry_base_secs`.
+/// Fields drop in order: the hive first, the server last.
+struct LateImage {
+    url: String,
+    hive: String,
+    late: String,
+    revision: u64,
+    h: HiveProc,
+    kv: Swarm,
+    _late_guard: hyperhive_tests::docker::ImageGuard,
+    image: TestImage,
+    _containers: ContainerGuard,
+    _nats: NatsServer,
+}
+
+impl LateImage {
+    async fn start(test: &str, retry_base_secs: u64) -> LateImage {
+        let nats = NatsServer::start();
+        let url = nats.url();
+        let hive = unique_name(test);
+        let containers = ContainerGuard::new(&hive);
+        let image = TestImage::busybox(test);
+        let late = format!("{}:late", unique_name(&format!("{test}-late")));
+        let late_guard = hyperhive_tests::docker::ImageGuard {
+            reference: late.clone(),
+        };
+        let kv = Swarm::connect(&url).await;
+        let h = HiveProc::start(HiveSpec {
+            name: Some(&hive),
+            nats_url: Some(&url),
+            extra: &format!(
+                "reconcile_interval_secs = 1\nagent_retry_base_secs = {retry_base_secs}"
+            ),
+            ..Default::default()
+        });
+        first_status(&kv, &hive).await;
+        let revision = kv
+            .declare(&hive, &decl(json!({ "web": agent(&late) })))
+            .await;
+        LateImage {
+            url,
+            hive,
+            late,
+            revision,
+            h,
+            kv,
+            _late_guard: late_guard,
+            image,
+            _containers: containers,
+            _nats: nats,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_first_deploy_that_failed_is_retried_until_the_image_appears() {
-    let nats = NatsServer::start();
-    let url = nats.url();
-    let hive = unique_name("heal-img");
-    let _containers = ContainerGuard::new(&hive);
-    let image = TestImage::busybox("heal-img");
-    // Declared before it exists; made later by tagging the test image.
-    let late = format!("{}:late", unique_name("heal-late"));
-    let _late_guard = hyperhive_tests::docker::ImageGuard {
-        reference: late.clone(),
-    };
-    let kv = Swarm::connect(&url).await;
     // A 20 s retry base: long enough to see the failure between tries
     // (each try is a job that itself takes about 30 s to give up).
-    let _h = HiveProc::start(HiveSpec {
-        name: Some(&hive),
-        nats_url: Some(&url),
-        extra: "reconcile_interval_secs = 1\nagent_retry_base_secs = 20",
-        ..Default::default()
-    });
-    first_status(&kv, &hive).await;
-    let r1 = kv
-        .declare(&hive, &decl(json!({ "web": agent(&late) })))
-        .await;
+    let LateImage {
+        url,
+        hive,
+        image,
+        late,
+        kv,
+        revision: r1,
+        ..
+    } = &LateImage::start("heal-img", 20).await;
 
     // The first deploy fails past all its attempts; the hive says it is
     // retrying, at which step, how often, and when.
     let s = kv
-        .status_until(&hive, "web failing with a retry", T, |s| {
+        .status_until(hive, "web failing with a retry", T, |s| {
             let a = &s["agents"]["web"];
             a["last_job"]["state"] == "failed" && a["retry"]["attempts"].as_u64() >= Some(1)
         })
@@ -100,7 +144,10 @@ async fn a_first_deploy_that_failed_is_retried_until_the_image_appears() {
     assert_eq!(retry["step"], "image", "{s:#}");
     assert!(retry["next_try_in_secs"].is_u64(), "{s:#}");
     assert!(
-        retry["error"].as_str().unwrap_or_default().contains(&late),
+        retry["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(late.as_str()),
         "the error names the image: {s:#}"
     );
     assert_eq!(s["agents"]["web"]["observed"], "missing");
@@ -108,7 +155,7 @@ async fn a_first_deploy_that_failed_is_retried_until_the_image_appears() {
     // The controller shows the retry reason.
     let dir = tempfile::tempdir().unwrap();
     let row = wait_until(T, "the controller shows the retry", || async {
-        let row = controller_status(dir.path(), &url, &hive);
+        let row = controller_status(dir.path(), url, hive);
         let reason = row["reason"].as_str().unwrap_or_default();
         (reason.contains("web: job ")
             && reason.contains("failed at image, retr")
@@ -125,11 +172,11 @@ async fn a_first_deploy_that_failed_is_retried_until_the_image_appears() {
 
     // The image appears: the agent runs, with no operator action and no
     // new revision.
-    docker(&["tag", &image.reference, &late]);
-    let s = kv.converged(&hive, r1, T).await;
+    docker(&["tag", &image.reference, late]);
+    let s = kv.converged(hive, *r1, T).await;
     assert_eq!(s["agents"]["web"]["observed"], "running", "{s:#}");
     assert!(s["agents"]["web"]["retry"].is_null(), "reset: {s:#}");
-    assert!(container(&hive, "web").is_some_and(|(_, running, _)| running));
+    assert!(container(hive, "web").is_some_and(|(_, running, _)| running));
 }
 
 /// An operator's `hive deploy` does not wait out the agent's backoff: with
@@ -137,35 +184,24 @@ async fn a_first_deploy_that_failed_is_retried_until_the_image_appears() {
 /// deploy runs the agent at once and clears the retry record.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_deploy_skips_the_backoff_and_resets_it() {
-    let nats = NatsServer::start();
-    let url = nats.url();
-    let hive = unique_name("heal-op");
-    let _containers = ContainerGuard::new(&hive);
-    let image = TestImage::busybox("heal-op");
-    let late = format!("{}:late", unique_name("heal-op-late"));
-    let _late_guard = hyperhive_tests::docker::ImageGuard {
-        reference: late.clone(),
-    };
-    let kv = Swarm::connect(&url).await;
-    let h = HiveProc::start(HiveSpec {
-        name: Some(&hive),
-        nats_url: Some(&url),
-        extra: "reconcile_interval_secs = 1\nagent_retry_base_secs = 3600",
-        ..Default::default()
-    });
-    first_status(&kv, &hive).await;
-    let r1 = kv
-        .declare(&hive, &decl(json!({ "web": agent(&late) })))
-        .await;
+    let LateImage {
+        hive,
+        image,
+        late,
+        kv,
+        h,
+        revision: r1,
+        ..
+    } = &LateImage::start("heal-op", 3600).await;
     let s = kv
-        .status_until(&hive, "web failing with a retry an hour away", T, |s| {
+        .status_until(hive, "web failing with a retry an hour away", T, |s| {
             let r = &s["agents"]["web"]["retry"];
             r["attempts"].as_u64() >= Some(1) && r["next_try_in_secs"].as_u64() > Some(600)
         })
         .await;
     assert_eq!(s["agents"]["web"]["observed"], "missing", "{s:#}");
 
-    docker(&["tag", &image.reference, &late]);
+    docker(&["tag", &image.reference, late]);
     let api = h.socket().await;
     let out = tokio::process::Command::new(hyperhive_tests::hive_bin())
         .args(["deploy", "web", "--wait"])
@@ -179,7 +215,7 @@ async fn an_operator_deploy_skips_the_backoff_and_resets_it() {
         "hive deploy web: {printed}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let s = kv.converged(&hive, r1, T).await;
+    let s = kv.converged(hive, *r1, T).await;
     assert_eq!(s["agents"]["web"]["observed"], "running", "{s:#}");
     assert!(s["agents"]["web"]["retry"].is_null(), "reset: {s:#}");
 }

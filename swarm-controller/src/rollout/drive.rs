@@ -14,6 +14,7 @@
 //! (written by a driver that was killed before it recorded the write) takes
 //! that revision as the write instead of writing again.
 
+use std::collections::HashMap;
 use std::sync::RwLock;
 use std::time::Duration;
 
@@ -23,7 +24,8 @@ use swarm_queue_client::{decode, encode_pretty, Declaration, HiveName};
 use time::OffsetDateTime;
 
 use crate::config::Roster;
-use crate::fleet::Fleet;
+use crate::evaluate::HiveRow;
+use crate::fleet::{Change, Fleet};
 use crate::nats::CasError;
 use crate::nats::{self, Buckets, NatsError};
 use crate::render::unix_ms;
@@ -72,6 +74,7 @@ pub async fn drive(deps: &Deps<'_>, mut stored: Stored) -> Result<Ended, DriveEr
     let now = OffsetDateTime::now_utc();
     let fleet = RwLock::new(Fleet::new(deps.roster.clone(), deps.stale_after, now));
     let mut follower = nats::load(deps.buckets, &fleet).await?;
+    let mut rows = Rows::new(&fleet.read().unwrap_or_else(|p| p.into_inner()), now);
     loop {
         if let Some(ended) = settled(&stored.rollout, deps.me) {
             return Ok(ended);
@@ -94,7 +97,7 @@ pub async fn drive(deps: &Deps<'_>, mut stored: Stored) -> Result<Ended, DriveEr
         if !save(deps, &mut stored).await? {
             continue;
         }
-        wait_wave(deps, &mut stored, &fleet, &mut follower).await?;
+        wait_wave(deps, &mut stored, &fleet, &mut follower, &mut rows).await?;
     }
 }
 
@@ -256,16 +259,14 @@ async fn wait_wave(
     stored: &mut Stored,
     fleet: &RwLock<Fleet>,
     follower: &mut nats::Follower,
+    rows: &mut Rows,
 ) -> Result<(), DriveError> {
     let heartbeat = (stored.rollout.settings.lease() / 3).max(Duration::from_millis(200));
     let mut last_save = tokio::time::Instant::now();
     loop {
         let now = OffsetDateTime::now_utc();
         let r = &mut stored.rollout;
-        let verdict = {
-            let f = fleet.read().unwrap_or_else(|p| p.into_inner());
-            judge_wave(r, |h| f.peek_row(h.as_str(), now).map(|v| v.row))
-        };
+        let verdict = judge_wave(r, |h| rows.get(h));
         let wave = r.wave;
         let n = r.waves.len();
         let started = r.wave_started_ms.unwrap_or_else(|| unix_ms(now));
@@ -315,11 +316,62 @@ async fn wait_wave(
             .min(Duration::from_secs(1));
         tokio::select! {
             // Cancel-safe: an entry not yet taken stays in the watch.
-            _ = follower.apply_next(fleet) => {}
+            change = follower.apply_next(fleet) => {
+                rows.take(change);
+                drain(follower, fleet, rows);
+            }
             // Cancel-safe: a sleep holds nothing. Rows turn stale with time alone.
             _ = tokio::time::sleep(pause) => {
-                fleet.write().unwrap_or_else(|p| p.into_inner()).expire(OffsetDateTime::now_utc());
+                let due = fleet.write().unwrap_or_else(|p| p.into_inner()).expire(OffsetDateTime::now_utc());
+                due.into_iter().for_each(|c| rows.take(c));
             }
         }
+    }
+}
+
+/// The most entries applied between two judgements of a wave.
+const DRAIN_MAX: usize = 4096;
+
+/// Apply every entry the watches already hold (up to [`DRAIN_MAX`]) before
+/// the wave is judged again: a judgement looks at every written hive, so
+/// judging once per entry costs O(hives) per status of a wave of thousands.
+fn drain(follower: &mut nats::Follower, fleet: &RwLock<Fleet>, rows: &mut Rows) {
+    use futures_util::FutureExt;
+    for _ in 0..DRAIN_MAX {
+        // Cancel-safe (as above): an entry not ready is left in the watch.
+        match follower.apply_next(fleet).now_or_never() {
+            Some(change) => rows.take(change),
+            None => break,
+        }
+    }
+}
+
+/// Each hive's row as the fleet last evaluated it (when its entry was
+/// applied, or when it turned stale), so that judging a wave evaluates no
+/// row again: the same rows `status --watch` shows.
+struct Rows(HashMap<String, HiveRow>);
+
+impl Rows {
+    fn new(fleet: &Fleet, now: OffsetDateTime) -> Rows {
+        let rows = fleet
+            .peek_rows(now)
+            .into_iter()
+            .map(|v| (v.row.name.clone(), v.row));
+        Rows(rows.collect())
+    }
+
+    fn take(&mut self, change: Change) {
+        match change.row {
+            Some(v) => {
+                self.0.insert(change.name, v.row);
+            }
+            None => {
+                self.0.remove(&change.name);
+            }
+        }
+    }
+
+    fn get(&self, hive: &HiveName) -> Option<&HiveRow> {
+        self.0.get(hive.as_str())
     }
 }

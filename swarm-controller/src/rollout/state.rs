@@ -13,6 +13,7 @@
 //! a hive whose row does not say fresh and converged on the revision the
 //! rollout wrote.
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -267,7 +268,10 @@ impl Rollout {
 /// gives the controller's row of a hive, None when it has none), and mark
 /// each written hive done or failed. Hives of earlier waves are judged
 /// again: one that turns degraded later still counts as failed.
-pub fn judge_wave(rollout: &mut Rollout, row: impl Fn(&HiveName) -> Option<HiveRow>) -> Verdict {
+pub fn judge_wave<R: Borrow<HiveRow>>(
+    rollout: &mut Rollout,
+    row: impl Fn(&HiveName) -> Option<R>,
+) -> Verdict {
     let upto = (rollout.wave + 1).min(rollout.waves.len());
     let written: Vec<HiveName> = rollout.waves[..upto].iter().flatten().cloned().collect();
     let mut waiting = Vec::new();
@@ -279,7 +283,7 @@ pub fn judge_wave(rollout: &mut Rollout, row: impl Fn(&HiveName) -> Option<HiveR
             waiting.push((hive.clone(), "not written yet".into()));
             continue;
         };
-        let judged = row(hive).map(|r| match judge_hive(&r, revision) {
+        let judged = row(hive).map(|r| match judge_hive(r.borrow(), revision) {
             // Reports of the old failure keep coming until the retried job
             // is picked up, so after a resume only the wave's deadline halts.
             HiveJudgement::Failed(why) if t.retried_at_status.is_some() => {

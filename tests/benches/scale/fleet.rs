@@ -6,12 +6,14 @@
 //! (`swarm_queue_client::connect`), with the hive's default 60 s publish
 //! interval. Instead of a converger and Docker, a recording step takes each
 //! declaration the wanted task hands over and reports it converged through
-//! the hive's `Health`, which makes the publisher put a new status.
+//! the hive's `Health` (each declared agent running on its declared spec, as
+//! a real hive reports it), which makes the publisher put a new status.
 //!
 //! Hive `i` connects to server `i % servers` of the list, so a cluster's
 //! hives are spread evenly. At most [`CONNECT_PARALLEL`] hives are being set
 //! up at once, as a fleet that boots together would.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +23,10 @@ use hive::publisher::{self, PublisherDeps};
 use hive::readiness::Health;
 use hive::shutdown::{Shutdown, ShutdownTrigger};
 use hive::wanted::{self, WantedDeps};
-use swarm_queue_client::{Bucket, BucketSettings, HiveName, NatsConfig};
+use swarm_queue_client::{
+    AgentName, AgentStatus, Bucket, BucketSettings, Declaration, HiveName, NatsConfig, Observed,
+    Power,
+};
 
 /// Hives set up at the same time.
 const CONNECT_PARALLEL: usize = 64;
@@ -91,10 +96,37 @@ async fn start_one(name: &str, url: String, dir: &Path, shutdown: Shutdown) {
     // The recording runtime: take the declaration, report it converged.
     tokio::spawn(async move {
         while rx.changed().await.is_ok() {
-            let rev = rx.borrow().as_ref().map(|w| w.revision);
-            if let Some(rev) = rev {
-                health.set_revisions(Some(rev), Some(rev));
+            let wanted = rx.borrow().clone();
+            if let Some(w) = wanted {
+                health.set_agents(as_declared(&w.declaration), Default::default());
+                health.set_revisions(Some(w.revision), Some(w.revision));
             }
         }
     });
+}
+
+/// Every agent of `d` running (or stopped) exactly as declared.
+fn as_declared(d: &Declaration) -> BTreeMap<AgentName, AgentStatus> {
+    d.agents
+        .iter()
+        .map(|(name, spec)| {
+            let wanted = spec.power.unwrap_or_default();
+            let observed = match wanted {
+                Power::Up => Observed::Running,
+                Power::Down => Observed::Stopped,
+            };
+            let status = AgentStatus {
+                wanted,
+                observed,
+                spec: Some(spec.spec_hash()),
+                declared_spec: Some(spec.spec_hash()),
+                last_job: None,
+                image_progress: None,
+                image_digest: None,
+                health: None,
+                retry: None,
+            };
+            (name.clone(), status)
+        })
+        .collect()
 }

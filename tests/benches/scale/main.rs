@@ -5,6 +5,8 @@
 //! 10,000 on one server; `-- --n 5000` (or `--n 1000,5000`) picks N;
 //! `-- --cluster` runs N = 2,000 on three servers, the hives spread evenly
 //! over them; `-- --quick` is the short CI form (N = 50, 200).
+//! `-- --rollout` is a staged rollout over N = 10,000 (quick: 200) instead
+//! ([`rollout`]).
 //!
 //! The hives ([`fleet`]) hold no JetStream consumer: each watches its key
 //! through a core-NATS doorbell and reads it with direct gets. So the server
@@ -25,6 +27,7 @@
 mod dashboard;
 mod fleet;
 mod measure;
+mod rollout;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -110,13 +113,23 @@ async fn bench(args: &[String]) {
                 .map(|n| n.trim().parse().expect("--n takes numbers, like 1000,5000"))
                 .collect()
         });
+    let fds = measure::raise_fd_limit().expect("raise RLIMIT_NOFILE");
+    if args.iter().any(|a| a == "--rollout") {
+        let ns = match chosen {
+            Some(ns) => ns,
+            None if quick => vec![200],
+            None => vec![10_000],
+        };
+        println!("scale: fd limit {fds}, N = {ns:?}");
+        rollout::bench(&ns).await;
+        return;
+    }
     let ns = match chosen {
         Some(ns) => ns,
         None if quick => vec![50, 200],
         None if cluster => vec![2000],
         None => vec![1000, 5000, 10_000],
     };
-    let fds = measure::raise_fd_limit().expect("raise RLIMIT_NOFILE");
     let servers = if cluster { 3 } else { 1 };
     println!(
         "scale: {servers} nats-server(s), fd limit {fds}, N = {ns:?}, {} build",

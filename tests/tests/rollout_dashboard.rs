@@ -6,6 +6,8 @@
 //!   moment, for each of the three waves;
 //! - after a bad image halts it, the page shows "halted", the hive and the
 //!   reason, and after `rollout abort` it shows "aborted";
+//! - when the state cannot be read (nats-server stopped), the line says
+//!   "unknown" and why, rather than vanish or keep the last state;
 //! - all in one document (no reload: a marker in the page's heap and
 //!   `performance.timeOrigin` survive), and as text only: the swarm file's
 //!   name and the image, both shown in the line, carry HTML markup that
@@ -45,7 +47,7 @@ const IMAGE_MARKUP: &str = "<img/src/onerror=window.hhPwned=2>";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_follows_a_rollout_wave_by_wave_to_its_halt_and_abort() {
-    let six = Six::start("ro-page", |_| true).await;
+    let mut six = Six::start("ro-page", |_| true).await;
     let image = six.swarm.image.reference.clone();
     let all: Vec<usize> = (0..6).collect();
     six.declare_converged(&six.file("v1.toml", &image, "1", WAVES), &all)
@@ -86,6 +88,7 @@ async fn the_page_follows_a_rollout_wave_by_wave_to_its_halt_and_abort() {
         let names: Vec<String> = serde_json::from_value(state["waves"][wave].clone()).unwrap();
         stopped.resume(&names);
     }
+    drop(stopped);
     assert_eq!(driver.wait_exit(), Some(0), "{}", driver.log());
     let done = six.rollout().await;
     assert_eq!(done["outcome"], "completed", "{done:#}");
@@ -114,7 +117,6 @@ async fn the_page_follows_a_rollout_wave_by_wave_to_its_halt_and_abort() {
     if reason.contains(IMAGE_MARKUP) {
         assert!(shown.contains(IMAGE_MARKUP), "{shown}");
     }
-    assert_text_only(&mut page).await;
 
     // (c) Abort: the line says aborted, still as text.
     let r = six.run(&["rollout", "abort"]).await;
@@ -131,7 +133,17 @@ async fn the_page_follows_a_rollout_wave_by_wave_to_its_halt_and_abort() {
     )
     .await;
     println!("abort on the page: {shown}");
-    assert_text_only(&mut page).await;
+
+    // (d) The state cannot be read (nats-server is gone): the line says
+    // so, instead of vanishing or keeping the last state it read.
+    six.swarm.nats[0].stop();
+    let shown = page_shows(
+        &mut page,
+        "unknown",
+        "rollout: unknown: GET api/rollout answered 503",
+    )
+    .await;
+    println!("nats-server stopped, on the page: {shown}");
 
     assert_eq!(
         page.eval("window.hhMarker").await,
@@ -180,20 +192,27 @@ fn running_text(state: &Value) -> String {
 }
 
 /// Wait until the rollout line has class `outcome` and holds `text`; the
-/// line.
+/// line. Whatever it shows on the way must be text only.
 async fn page_shows(page: &mut Page, outcome: &str, text: &str) -> String {
-    let expression = format!(
-        "(() => {{ const el = document.getElementById('rollout'); \
-         return el.className === {} && el.textContent.includes({}) && el.textContent; }})()",
-        json!(outcome),
-        json!(text)
-    );
+    let line = "document.getElementById('rollout')";
+    page.wait_for(
+        &format!("the rollout line to turn {outcome}"),
+        &format!("{line}.className === {}", json!(outcome)),
+    )
+    .await;
+    assert_text_only(page).await;
     let shown = page
         .wait_for(
             &format!("the page to show {outcome}: {text:?}"),
-            &expression,
+            &format!(
+                "{line}.className === {} && {line}.textContent.includes({}) \
+                 && {line}.textContent",
+                json!(outcome),
+                json!(text)
+            ),
         )
         .await;
+    assert_text_only(page).await;
     shown.as_str().unwrap().to_string()
 }
 

@@ -69,70 +69,8 @@ async fn the_page_follows_a_rollout_wave_by_wave_to_its_halt_and_abort() {
         .eval("window.hhMarker = 'same document'; performance.timeOrigin")
         .await;
 
-    // (a) Wave by wave, the hives held stopped until the test lets a wave go.
-    let mut stopped = Stopped::all(&six.swarm.hives, &six.swarm.names);
-    let v2 = six.file(&format!("v2{NAME_MARKUP}.toml"), &image, "2", WAVES);
-    let mut driver = six.spawn_rollout(&v2, "driver.log");
-    for (wave, counts) in [(0, [0, 1, 5, 0]), (1, [1, 2, 3, 0]), (2, [3, 3, 0, 0])] {
-        let state = wave_written(&six, wave).await;
-        assert_eq!(
-            counts_of(&state),
-            counts,
-            "done/written/waiting/failed: {state:#}"
-        );
-        let expected = running_text(&state);
-        let shown = page_shows(&mut page, "running", &expected).await;
-        println!("wave {} on the page: {shown}", wave + 1);
-        let after = six.rollout().await;
-        assert_eq!(running_text(&after), expected, "the state moved: {after:#}");
-        let names: Vec<String> = serde_json::from_value(state["waves"][wave].clone()).unwrap();
-        stopped.resume(&names);
-    }
-    drop(stopped);
-    assert_eq!(driver.wait_exit(), Some(0), "{}", driver.log());
-    let done = six.rollout().await;
-    assert_eq!(done["outcome"], "completed", "{done:#}");
-    page_shows(&mut page, "completed", "completed, 3 waves: 6 done").await;
-
-    // (b) A bad image halts the rollout in wave 1.
-    let bad = format!("127.0.0.1:1/{}{IMAGE_MARKUP}:1", unique_name("missing"));
-    let v3 = six.file(&format!("v3{NAME_MARKUP}.toml"), &bad, "3", WAVES);
-    let r = six.run(&["declare", &v3, "--rollout"]).await;
-    println!("declare --rollout (bad image):\n{}{}", r.stdout, r.stderr);
-    assert_eq!(r.code, 1, "{r:?}");
-    let state = six.rollout().await;
-    assert_eq!(state["outcome"], "halted", "{state:#}");
-    let hive = state["hive"].as_str().unwrap().to_string();
-    assert_eq!(state["waves"][0][0], hive.as_str(), "{state:#}");
-    let reason = state["reason"].as_str().unwrap().to_string();
-    println!("halt reason: {reason}");
-    let shown = page_shows(
-        &mut page,
-        "halted",
-        &format!("halted at wave 1 of 3: hive {hive}: {reason}"),
-    )
-    .await;
-    println!("halt on the page: {shown}");
-    assert!(shown.contains(NAME_MARKUP), "{shown}");
-    if reason.contains(IMAGE_MARKUP) {
-        assert!(shown.contains(IMAGE_MARKUP), "{shown}");
-    }
-
-    // (c) Abort: the line says aborted, still as text.
-    let r = six.run(&["rollout", "abort"]).await;
-    println!("rollout abort:\n{}{}", r.stdout, r.stderr);
-    assert_eq!(r.code, 0, "{r:?}");
-    let state = six.rollout().await;
-    assert_eq!(state["outcome"], "aborted", "{state:#}");
-    let restored = state["counts"]["restored"].as_u64().unwrap();
-    assert_eq!(restored, 1, "{state:#}");
-    let shown = page_shows(
-        &mut page,
-        "aborted",
-        &format!("aborted at wave 1 of 3: {restored} restored"),
-    )
-    .await;
-    println!("abort on the page: {shown}");
+    follow_the_waves(&six, &mut page, &image).await;
+    halt_then_abort(&six, &mut page).await;
 
     // (d) The state cannot be read (nats-server is gone): the line says
     // so, instead of vanishing or keeping the last state it read.
@@ -155,6 +93,88 @@ async fn the_page_follows_a_rollout_wave_by_wave_to_its_halt_and_abort() {
         origin,
         "a new document"
     );
+}
+
+/// (a) A rollout of `image` (V=2) in three waves, the hives held stopped
+/// until the test lets a wave go: for each wave, the page shows "wave k of
+/// n" and the counts of `rollout status --json` before and after it looked.
+async fn follow_the_waves(six: &Six, page: &mut Page, image: &str) {
+    let mut stopped = Stopped::all(&six.swarm.hives, &six.swarm.names);
+    let v2 = six.file(&format!("v2{NAME_MARKUP}.toml"), image, "2", WAVES);
+    let mut driver = six.spawn_rollout(&v2, "driver.log");
+    for (wave, counts) in [(0, [0, 1, 5, 0]), (1, [1, 2, 3, 0]), (2, [3, 3, 0, 0])] {
+        let state = wave_written(six, wave).await;
+        assert_eq!(
+            counts_of(&state),
+            counts,
+            "done/written/waiting/failed: {state:#}"
+        );
+        let expected = running_text(&state);
+        let shown = page_shows(page, "running", &expected).await;
+        println!("wave {} on the page: {shown}", wave + 1);
+        let after = six.rollout().await;
+        assert_eq!(running_text(&after), expected, "the state moved: {after:#}");
+        let names: Vec<String> = serde_json::from_value(state["waves"][wave].clone()).unwrap();
+        stopped.resume(&names);
+    }
+    drop(stopped);
+    assert_eq!(driver.wait_exit(), Some(0), "{}", driver.log());
+    let done = six.rollout().await;
+    assert_eq!(done["outcome"], "completed", "{done:#}");
+    page_shows(page, "completed", "completed, 3 waves: 6 done").await;
+}
+
+/// (b) A bad image (with markup in it) halts the next rollout in wave 1:
+/// the page shows "halted", the hive and the reason. (c) After `rollout
+/// abort` it shows "aborted".
+async fn halt_then_abort(six: &Six, page: &mut Page) {
+    let bad = format!("127.0.0.1:1/{}{IMAGE_MARKUP}:1", unique_name("missing"));
+    let v3 = six.file(&format!("v3{NAME_MARKUP}.toml"), &bad, "3", WAVES);
+    let r = six.run(&["declare", &v3, "--rollout"]).await;
+    println!("declare --rollout (bad image):\n{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, 1, "{r:?}");
+    let state = six.rollout().await;
+    assert_eq!(state["outcome"], "halted", "{state:#}");
+    let hive = state["hive"].as_str().unwrap().to_string();
+    assert_eq!(state["waves"][0][0], hive.as_str(), "{state:#}");
+    assert_eq!(counts_of(&state), [0, 0, 5, 1], "{state:#}");
+    let reason = state["reason"].as_str().unwrap().to_string();
+    println!("halt reason: {reason}");
+    let shown = page_shows(
+        page,
+        "halted",
+        &format!(
+            "halted at wave 1 of 3: hive {hive}: {reason} ({})",
+            counts_text(&state)
+        ),
+    )
+    .await;
+    println!("halt on the page: {shown}");
+    assert!(shown.contains(NAME_MARKUP), "{shown}");
+    assert!(
+        reason.contains(IMAGE_MARKUP),
+        "the image's markup reaches the reason: {reason}"
+    );
+    assert!(shown.contains(IMAGE_MARKUP), "{shown}");
+
+    // Abort: the line says aborted.
+    let r = six.run(&["rollout", "abort"]).await;
+    println!("rollout abort:\n{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, 0, "{r:?}");
+    let state = six.rollout().await;
+    assert_eq!(state["outcome"], "aborted", "{state:#}");
+    let restored = state["counts"]["restored"].as_u64().unwrap();
+    assert_eq!(restored, 1, "{state:#}");
+    let shown = page_shows(
+        page,
+        "aborted",
+        &format!(
+            "aborted at wave 1 of 3: {restored} restored, {}",
+            counts_text(&state)
+        ),
+    )
+    .await;
+    println!("abort on the page: {shown}");
 }
 
 /// Wait until wave `wave` (0-based) of the running rollout is the current
@@ -180,14 +200,20 @@ fn counts_of(state: &Value) -> [u64; 4] {
     ["done", "written", "waiting", "failed"].map(|k| state["counts"][k].as_u64().unwrap())
 }
 
+/// "d done, w written, x waiting, f failed" from the JSON's counts.
+fn counts_text(state: &Value) -> String {
+    let [done, written, waiting, failed] = counts_of(state);
+    format!("{done} done, {written} written, {waiting} waiting, {failed} failed")
+}
+
 /// What the line of a running rollout must say, from its JSON fields (not
 /// from its `line`, so a line with wrong numbers fails).
 fn running_text(state: &Value) -> String {
-    let [done, written, waiting, failed] = counts_of(state);
     format!(
-        "running, wave {} of {}: {done} done, {written} written, {waiting} waiting, {failed} failed",
+        "running, wave {} of {}: {}",
         state["wave"].as_u64().unwrap() + 1,
-        state["wave_count"]
+        state["wave_count"],
+        counts_text(state)
     )
 }
 

@@ -14,113 +14,11 @@
 
 mod controller_support;
 
-use std::time::Duration;
-
-use controller_support::{run_controller, Run};
-use futures_util::StreamExt;
+use controller_support::six::{version, Six, T, WAVES};
+use controller_support::Run;
 use hyperhive_tests::docker::{docker, ImageGuard};
-use hyperhive_tests::kv::{container, Swarm};
-use hyperhive_tests::swarm::{SwarmSpec, TestSwarm};
-use hyperhive_tests::{controller_bin, unique_name, wait_until, Daemon};
-
-const T: Duration = Duration::from_secs(90);
-
-/// Six hives; `web(i)` says whether hive `i` is labelled `role = "web"`.
-struct Six {
-    swarm: TestSwarm,
-    kv: Swarm,
-    dir: tempfile::TempDir,
-}
-
-impl Six {
-    async fn start(test: &str, web: impl Fn(usize) -> bool) -> Six {
-        let swarm = TestSwarm::start(SwarmSpec {
-            test,
-            hives: 6,
-            ..Default::default()
-        })
-        .await;
-        // The roster again, with labels: groups select by them.
-        let mut text = format!("stale_after_secs = 10\n[nats]\nurl = {:?}\n", swarm.url);
-        for (i, n) in swarm.names.iter().enumerate() {
-            let role = if web(i) { "web" } else { "db" };
-            text.push_str(&format!(
-                "[hives.{n:?}]\nlabels = {{ role = \"{role}\", n = \"{i}\" }}\n"
-            ));
-        }
-        std::fs::write(&swarm.controller_config, text).unwrap();
-        let kv = swarm.connect().await;
-        let dir = tempfile::Builder::new()
-            .prefix("hhtest-rollout-")
-            .tempdir()
-            .unwrap();
-        Six { swarm, kv, dir }
-    }
-
-    async fn run(&self, args: &[&str]) -> Run {
-        run_controller(Some(&self.swarm.controller_config), args).await
-    }
-
-    /// A swarm file: group `web` runs agent `a` from `image` with `V=version`.
-    fn file(&self, name: &str, image: &str, version: &str, rollout: &str) -> String {
-        let text = format!(
-            "[groups.web]\nselect = {{ role = \"web\" }}\n\n\
-             [groups.web.agents.a]\nimage = \"{image}\"\ncommand = [\"/bin/sleep\", \"3600\"]\n\
-             env = {{ V = \"{version}\" }}\n\n{rollout}"
-        );
-        let path = self.dir.path().join(name);
-        std::fs::write(&path, text).unwrap();
-        path.display().to_string()
-    }
-
-    /// The KV revision of `hyperhive-wanted/<hive>` (None: no key).
-    async fn wanted_revision(&self, hive: &str) -> Option<u64> {
-        let store = self.kv.js.get_key_value("hyperhive-wanted").await.unwrap();
-        store.entry(hive).await.unwrap().map(|e| e.revision)
-    }
-
-    /// How many values `hyperhive-wanted/<hive>` has had (its kept history).
-    async fn writes(&self, hive: &str) -> usize {
-        let store = self.kv.js.get_key_value("hyperhive-wanted").await.unwrap();
-        match store.history(hive).await {
-            Ok(h) => h.count().await,
-            Err(_) => 0,
-        }
-    }
-
-    /// `rollout status --json`.
-    async fn rollout(&self) -> serde_json::Value {
-        let r = self.run(&["rollout", "status", "--json"]).await;
-        assert_eq!(r.code, 0, "{r:?}");
-        r.json()
-    }
-
-    /// Declare `file` at once and wait for every selected hive to converge.
-    async fn declare_converged(&self, file: &str, selected: &[usize]) {
-        let r = self.run(&["declare", file]).await;
-        assert_eq!(r.code, 0, "{r:?}");
-        for i in selected {
-            let n = &self.swarm.names[*i];
-            let rev = self.wanted_revision(n).await.expect("declared");
-            self.kv.converged(n, rev, T).await;
-        }
-    }
-}
-
-/// The `V` env value of hive `hive`'s agent `a`.
-fn version(hive: &str) -> String {
-    docker(&[
-        "inspect",
-        "--format",
-        "{{range .Config.Env}}{{println .}}{{end}}",
-        &format!("hyperhive.{hive}.a"),
-    ])
-    .lines()
-    .find_map(|l| l.strip_prefix("V=").map(str::to_string))
-    .unwrap_or_default()
-}
-
-const WAVES: &str = "[rollout]\nwaves = [\"1\", \"50%\", \"100%\"]\nwait_converged_secs = 120\n";
+use hyperhive_tests::kv::container;
+use hyperhive_tests::{unique_name, wait_until};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_reaches_only_its_hives_and_a_change_rolls_out_in_three_waves() {
@@ -322,13 +220,7 @@ async fn a_killed_controller_is_resumed_by_exactly_one_of_two_without_writing_tw
     );
 
     // The first controller, killed as soon as it has written wave 2.
-    let cfg = six.swarm.controller_config.display().to_string();
-    let mut first = Daemon::spawn(
-        &controller_bin(),
-        &["--config", &cfg, "declare", &v2, "--rollout"],
-        &[],
-        &six.dir.path().join("first.log"),
-    );
+    let mut first = six.spawn_rollout(&v2, "first.log");
     wait_until(T, "the first controller to write wave 2", || async {
         let s = six.rollout().await;
         let second = s["waves"][1][0].as_str()?.to_string();

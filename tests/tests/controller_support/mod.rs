@@ -5,6 +5,8 @@
 
 #![allow(dead_code)] // each test file uses a different part
 
+pub mod six;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

@@ -68,6 +68,9 @@ pub struct SwarmSpec<'a> {
     pub hives: usize,
     /// Which server(s) the hives connect to.
     pub hives_on: HivesOn,
+    /// Each hive's `publish_interval_secs` (1, so tests see statuses soon;
+    /// a failed put's retry backs off up to it).
+    pub publish_interval_secs: u64,
 }
 
 impl Default for SwarmSpec<'_> {
@@ -80,6 +83,7 @@ impl Default for SwarmSpec<'_> {
             hive_envs: &[],
             hives: 3,
             hives_on: HivesOn::AllServers,
+            publish_interval_secs: 1,
         }
     }
 }
@@ -275,6 +279,7 @@ impl TestSwarm {
                 name: Some(&n),
                 extra: &extra,
                 envs: spec.hive_envs,
+                publish_interval_secs: spec.publish_interval_secs,
                 ..Default::default()
             });
             swarm.hives.push(hive);

@@ -258,7 +258,7 @@ async fn a_site_hive_cannot_reach_another_hives_keys_through_the_domain() {
     let mut ajs = a.jetstream();
     ajs.set_timeout(REFUSED_WAIT);
     let me = site.secured.hive("alpha").public.clone();
-    let hub_api = JsApi::domain(HUB_DOMAIN);
+    let hub_api = JsApi::domain(HUB_DOMAIN).unwrap();
     let refused = |kind, subject: String| {
         let s = &site.secured;
         let me = me.clone();
@@ -321,7 +321,9 @@ async fn a_site_hive_cannot_reach_another_hives_keys_through_the_domain() {
     let _ = a
         .client
         .request(
-            JsApi::domain("site").direct_get(Bucket::Wanted, "alpha"),
+            JsApi::domain("site")
+                .unwrap()
+                .direct_get(Bucket::Wanted, "alpha"),
             "".into(),
         )
         .await;

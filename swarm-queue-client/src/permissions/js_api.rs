@@ -18,12 +18,21 @@
 
 use crate::buckets::Bucket;
 
+/// A JetStream domain that is not one literal subject token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "JetStream domain {domain:?} is not one literal subject token (empty, or holding `.`, `*`, \
+     `>` or whitespace), so grants made from it would not name exact subjects"
+)]
+pub struct NotOneToken {
+    pub domain: String,
+}
+
 /// Where one identity's JetStream requests go: the connected server's own
 /// domain (`$JS.API`) or a named one (`$JS.<domain>.API`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct JsApi {
-    /// `None` for the local API. A checked domain
-    /// ([`crate::connect::check_domain`]): one subject token.
+    /// `None` for the local API; else one literal subject token.
     domain: Option<String>,
 }
 
@@ -33,12 +42,22 @@ impl JsApi {
         JsApi { domain: None }
     }
 
-    /// The JetStream of domain `domain`: `$JS.<domain>.API`. The caller has
-    /// checked it ([`crate::connect::check_domain`]).
-    pub fn domain(domain: &str) -> Self {
-        JsApi {
-            domain: Some(domain.to_string()),
+    /// The JetStream of domain `domain`: `$JS.<domain>.API`. Refused unless
+    /// the domain is one literal subject token, so that every grant made
+    /// from it names exact subjects. (The config check of a domain,
+    /// `connect::check_domain`, also bounds its length.)
+    pub fn domain(domain: &str) -> Result<Self, NotOneToken> {
+        let literal = !domain.is_empty()
+            && !domain.contains(['.', '*', '>'])
+            && !domain.chars().any(|c| c.is_whitespace() || c.is_control());
+        if !literal {
+            return Err(NotOneToken {
+                domain: domain.to_string(),
+            });
         }
+        Ok(JsApi {
+            domain: Some(domain.to_string()),
+        })
     }
 
     /// The domain, when not the local one.
@@ -132,7 +151,7 @@ mod tests {
 
     #[test]
     fn the_domain_form_is_the_local_one_under_the_domain_prefix() {
-        let hub = JsApi::domain("hub");
+        let hub = JsApi::domain("hub").unwrap();
         assert_eq!(
             hub.direct_get(Bucket::Wanted, "alpha"),
             "$JS.hub.API.DIRECT.GET.KV_hyperhive-wanted.$KV.hyperhive-wanted.alpha"
@@ -153,5 +172,8 @@ mod tests {
             hub.stream_info(Bucket::Wanted),
             "$JS.hub.API.STREAM.INFO.KV_hyperhive-wanted"
         );
+        for bad in ["", "a.b", "*", ">", "a b"] {
+            assert_eq!(JsApi::domain(bad), Err(NotOneToken { domain: bad.into() }));
+        }
     }
 }

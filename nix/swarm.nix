@@ -47,6 +47,7 @@ let
     common.withoutNulls {
       labels = if h.labels == { } then null else h.labels;
       inherit (h) nkey;
+      jetstream_domain = h.jetstreamDomain;
     }
   ) cfg.hives;
 
@@ -192,6 +193,18 @@ in
                 with. The nats-server authorization grants it only this hive's
                 subjects and keys. The seed stays on the hive
                 (services.hyperhive.nats.credentialsFile).
+              '';
+            };
+            jetstreamDomain = mkOption {
+              type = types.nullOr types.str;
+              default = null;
+              example = "hub";
+              description = ''
+                For a hive on a leaf-node site: the JetStream domain of the
+                servers holding the buckets, the same value as that hive's
+                services.hyperhive.settings.nats.jetstream_domain. Its
+                generated permissions then name `$JS.<domain>.API.…`, as the
+                site's nats-server, which enforces them, sees its requests.
               '';
             };
           };

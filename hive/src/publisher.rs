@@ -3,7 +3,9 @@
 //!
 //! Publish first, then wait. It publishes again when the interval passes,
 //! when what is published changes (after a successful publish only, so a
-//! NATS outage does not turn into a retry storm), and right after every
+//! NATS outage does not turn into a retry storm; after a failed one only
+//! when the seen or converged revision changes, `Health::revisions_changed`,
+//! which is rare and is what the swarm waits for), and right after every
 //! reconnect. A put that failed while connected (no ack within
 //! [`PUBLISH_TIMEOUT`]: the stream had no leader, during an election; or
 //! no stream answered: a leaf node's link down) is tried again after
@@ -171,7 +173,11 @@ pub async fn run(deps: PublisherDeps, mut shutdown: Shutdown) {
     let js = deps.nats.jetstream();
     let mut p = Publisher { deps, js };
     let mut backoff = RETRY_FIRST;
+    let mut revisions = health.revisions_changed.subscribe();
     loop {
+        // What this publish carries is what the next revision change is
+        // measured against.
+        revisions.mark_unchanged();
         let outcome = p.publish_and_record().await;
         let (next, later) = wait_after(outcome, backoff, interval);
         backoff = later;
@@ -192,9 +198,16 @@ pub async fn run(deps: PublisherDeps, mut shutdown: Shutdown) {
             }
         } else {
             tokio::select! {
+                // Cancel-safe as above; watch::Receiver::changed too.
                 _ = shutdown.wait() => break,
                 _ = &mut wait => {}
                 _ = connects.changed() => {}
+                // A new seen or converged revision is worth a try at once:
+                // the wanted task just read the declaration, so the buckets
+                // likely answer again. Rare, so no storm while they do not.
+                _ = revisions.changed() => {
+                    tokio::time::sleep(MIN_CHANGE_GAP).await;
+                }
             }
         }
     }

@@ -66,6 +66,12 @@ pub struct Health {
     /// The wanted task reads its key on every change, as after a reconnect,
     /// because a doorbell rung while the buckets were out of reach is lost.
     pub buckets_back: tokio::sync::watch::Sender<u64>,
+    /// Counts changes of the seen or converged revision: what the swarm
+    /// waits for after a declaration. The publisher wakes on it even while
+    /// its puts fail (it ignores [`Health::changed`] then), so a converged
+    /// revision goes out as soon as the buckets take it again, not after
+    /// the failed put's backoff.
+    pub revisions_changed: tokio::sync::watch::Sender<u64>,
 }
 
 /// Figures that go to `/metrics`, from the same lock as the `Readiness`.
@@ -129,6 +135,7 @@ impl Health {
             changed: Notify::new(),
             job_progress: Notify::new(),
             buckets_back: tokio::sync::watch::Sender::new(0),
+            revisions_changed: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -288,6 +295,7 @@ impl Health {
             inner.seen_revision = seen;
             inner.converged_revision = converged;
             drop(inner);
+            self.revisions_changed.send_modify(|n| *n += 1);
             self.changed.notify_one();
         }
     }
@@ -534,6 +542,23 @@ mod tests {
         let r = h.snapshot().readiness;
         assert_eq!(r.state, HiveState::Stopped);
         assert!(!r.ready);
+    }
+
+    /// The publisher's wake-up while its puts fail: only a revision change
+    /// counts, not its own failure warning.
+    #[test]
+    fn revision_changes_are_counted_apart_from_other_changes() {
+        let h = health();
+        let rx = h.revisions_changed.subscribe();
+        for _ in 0..PUBLISH_FAILURES_BEFORE_WARNING + 1 {
+            h.publish_failed("no ack");
+        }
+        assert!(!rx.has_changed().unwrap());
+        h.set_revisions(Some(4), None);
+        h.set_revisions(Some(4), None);
+        assert_eq!(*rx.borrow(), 1);
+        h.set_revisions(Some(4), Some(4));
+        assert_eq!(*rx.borrow(), 2);
     }
 
     #[test]

@@ -35,7 +35,10 @@ let
           labels.zone = "eu";
           inherit (keys.alpha) nkey;
         };
-        beta.nkey = "UBETA0000000000000000000000000000000000000000000000000000";
+        beta = {
+          nkey = "UBETA0000000000000000000000000000000000000000000000000000";
+          jetstreamDomain = "hub";
+        };
       };
       controller = {
         inherit (keys.controller) nkey xkey;
@@ -263,6 +266,9 @@ in
         "declare unit has no webhook secret" = !(lib.any (lib.hasPrefix "webhook-secret:") declareUnit.serviceConfig.LoadCredential);
         "declare unit reads its own credential copy" = lib.hasInfix "hyperhive-swarm-declare.toml declare " declareUnit.serviceConfig.ExecStart;
         "roster in the config" = goodController.services.hyperhive.swarm.controller.settings.hives.alpha.labels.zone == "eu";
+        "a leaf-site hive's domain in the roster" =
+          goodController.services.hyperhive.swarm.controller.settings.hives.beta.jetstream_domain == "hub"
+          && !(goodController.services.hyperhive.swarm.controller.settings.hives.alpha ? jetstream_domain);
         "controller nkey in the config" = goodController.services.hyperhive.swarm.controller.settings.controller.nkey == keys.controller.nkey;
         "firewall opened for the listen port and nats" = lib.sort lib.lessThan goodController.networking.firewall.allowedTCPPorts == [ 7380 ];
         "nats runs the combined config" = lib.hasSuffix "nats-hyperhive.conf" natsExecStart;

@@ -10,6 +10,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
+use swarm_controller::config::{Roster, RosterEntry};
 use swarm_controller::nats_config::render;
 use swarm_queue_client::HiveName;
 
@@ -30,11 +31,17 @@ fn main() -> anyhow::Result<()> {
     );
     std::fs::create_dir_all(&dir)?;
     let controller = new_user(&dir, "controller")?;
-    let mut hives = Vec::new();
+    let mut hives = Roster::new();
     for name in args {
         let hive = HiveName::new(name)?;
-        let key = new_user(&dir, hive.as_str())?;
-        hives.push((hive, Some(key)));
+        let nkey = Some(new_user(&dir, hive.as_str())?);
+        hives.insert(
+            hive,
+            RosterEntry {
+                nkey,
+                ..Default::default()
+            },
+        );
     }
     print!("{}", render(&controller, &hives)?);
     Ok(())

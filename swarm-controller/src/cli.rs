@@ -398,16 +398,11 @@ fn nats_config_cmd(config: &Config, json: bool) -> i32 {
         );
         return EXIT_CONFIG;
     };
-    let hives: Vec<(HiveName, Option<String>)> = config
-        .hives
-        .iter()
-        .map(|(name, entry)| (name.clone(), entry.nkey.clone()))
-        .collect();
     let rendered = if json {
-        crate::nats_config::render_json(controller, &hives)
+        crate::nats_config::render_json(controller, &config.hives)
             .map(|v| serde_json::to_string_pretty(&v).unwrap_or_default() + "\n")
     } else {
-        crate::nats_config::render(controller, &hives)
+        crate::nats_config::render(controller, &config.hives)
     };
     match rendered {
         Ok(text) => {

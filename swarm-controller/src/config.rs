@@ -59,6 +59,12 @@ pub struct RosterEntry {
     /// The hive's public NATS user nkey (`U…`), for per-hive permissions.
     #[serde(default)]
     pub nkey: Option<String>,
+    /// The JetStream domain of the buckets as this hive reaches them (a
+    /// hive on a leaf-node site): the same value as the hive's own `[nats]
+    /// jetstream_domain`. Only `nats-config` reads it: the hive's grants
+    /// then name `$JS.<domain>.API.…`.
+    #[serde(default)]
+    pub jetstream_domain: Option<String>,
 }
 
 /// The hives this controller knows, by name.
@@ -378,6 +384,11 @@ fn check_roster_entry(entry: &RosterEntry) -> Vec<String> {
     }
     if let Some(nkey) = &entry.nkey {
         problems.extend(check_user_nkey(nkey));
+    }
+    if let Some(domain) = &entry.jetstream_domain {
+        if let Err(e) = swarm_queue_client::connect::check_domain(domain) {
+            problems.push(format!("jetstream_domain: {e}"));
+        }
     }
     problems
 }

@@ -193,7 +193,7 @@ mod tests {
                             .iter()
                             .map(|(k, v)| (k.to_string(), v.to_string()))
                             .collect(),
-                        nkey: None,
+                        ..Default::default()
                     },
                 )
             })

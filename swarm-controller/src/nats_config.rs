@@ -6,8 +6,10 @@
 //! this module only turns the roster into its input and says which hive
 //! lacks a key. It connects to nothing.
 
-use swarm_queue_client::permissions::{authorization, Authorization, RosterError};
+use swarm_queue_client::permissions::{authorization, Authorization, RosterError, RosterHive};
 use swarm_queue_client::HiveName;
+
+use crate::config::Roster;
 
 /// The roster cannot be rendered.
 #[derive(Debug, thiserror::Error)]
@@ -26,30 +28,30 @@ pub enum NatsConfigError {
 /// JetStream settings: include it from the server's own config.
 ///
 /// `controller_nkey` is the controller's public user nkey (`[controller]
-/// nkey`); `hives` is each rostered hive with its `[hives.<name>] nkey`.
-pub fn render(
-    controller_nkey: &str,
-    hives: &[(HiveName, Option<String>)],
-) -> Result<String, NatsConfigError> {
+/// nkey`); `hives` is the roster: each hive's `[hives.<name>] nkey`, and
+/// its `jetstream_domain` when it sits on a leaf-node site (its grants then
+/// name `$JS.<domain>.API.…`; the site's server enforces them).
+pub fn render(controller_nkey: &str, hives: &Roster) -> Result<String, NatsConfigError> {
     Ok(build(controller_nkey, hives)?.to_server_config())
 }
 
 /// The same authorization as JSON (`nats-config --json`).
 pub fn render_json(
     controller_nkey: &str,
-    hives: &[(HiveName, Option<String>)],
+    hives: &Roster,
 ) -> Result<serde_json::Value, NatsConfigError> {
     Ok(build(controller_nkey, hives)?.to_json())
 }
 
-fn build(
-    controller_nkey: &str,
-    hives: &[(HiveName, Option<String>)],
-) -> Result<Authorization, NatsConfigError> {
+fn build(controller_nkey: &str, hives: &Roster) -> Result<Authorization, NatsConfigError> {
     let keyed = hives
         .iter()
-        .map(|(hive, key)| match key {
-            Some(k) => Ok((hive.clone(), k.trim().to_string())),
+        .map(|(hive, entry)| match &entry.nkey {
+            Some(k) => Ok(RosterHive {
+                hive: hive.clone(),
+                nkey: k.trim().to_string(),
+                jetstream_domain: entry.jetstream_domain.clone(),
+            }),
             None => Err(NatsConfigError::MissingHiveKey { hive: hive.clone() }),
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -59,37 +61,78 @@ fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::RosterEntry;
 
     fn key() -> String {
         nkeys::KeyPair::new_user().public_key()
     }
 
+    fn roster(hives: &[(&str, Option<&str>, Option<&str>)]) -> Roster {
+        hives
+            .iter()
+            .map(|(name, nkey, domain)| {
+                let entry = RosterEntry {
+                    nkey: nkey.map(str::to_string),
+                    jetstream_domain: domain.map(str::to_string),
+                    ..Default::default()
+                };
+                (HiveName::new(*name).unwrap(), entry)
+            })
+            .collect()
+    }
+
     #[test]
     fn renders_every_hive_and_names_a_missing_key() {
         let controller = key();
-        let alpha = HiveName::new("alpha").unwrap();
-        let beta = HiveName::new("beta").unwrap();
         let (ka, kb) = (key(), key());
         let text = render(
             &controller,
-            &[
-                (beta.clone(), Some(kb.clone())),
-                (alpha.clone(), Some(ka.clone())),
-            ],
+            &roster(&[("beta", Some(&kb), None), ("alpha", Some(&ka), None)]),
         )
         .unwrap();
         for k in [&controller, &ka, &kb] {
             assert!(text.contains(k.as_str()), "{k} missing:\n{text}");
         }
         assert!(text.contains("# hive alpha") && text.contains("# hive beta"));
-        let json = render_json(&controller, &[(alpha.clone(), Some(ka))]).unwrap();
+        let json = render_json(&controller, &roster(&[("alpha", Some(&ka), None)])).unwrap();
         assert_eq!(json["users"].as_array().unwrap().len(), 2);
 
-        let err = render(&controller, &[(alpha, Some(kb)), (beta, None)]).unwrap_err();
+        let err = render(
+            &controller,
+            &roster(&[("alpha", Some(&kb), None), ("beta", None, None)]),
+        )
+        .unwrap_err();
         let msg = err.to_string();
         assert!(
             msg.contains("hive beta has no nkey") && msg.contains("[hives.beta]"),
             "{msg}"
+        );
+    }
+
+    /// `[hives.<name>] jetstream_domain` gives that hive, and only it, the
+    /// `$JS.<domain>.API` forms.
+    #[test]
+    fn a_hive_on_a_leaf_site_gets_its_grants_in_the_hubs_domain() {
+        let (ka, kb) = (key(), key());
+        let hives = roster(&[("alpha", Some(&ka), Some("hub")), ("beta", Some(&kb), None)]);
+        let text = render(&key(), &hives).unwrap();
+        for subject in [
+            "\"$JS.hub.API.$KV.hyperhive-status.alpha\"",
+            "\"$JS.hub.API.DIRECT.GET.KV_hyperhive-wanted.$KV.hyperhive-wanted.alpha\"",
+            "\"$KV.hyperhive-status.beta\"",
+            "\"$JS.API.DIRECT.GET.KV_hyperhive-wanted.$KV.hyperhive-wanted.beta\"",
+        ] {
+            assert!(text.contains(subject), "{subject} missing:\n{text}");
+        }
+        assert!(!text.contains("\"$KV.hyperhive-status.alpha\""), "{text}");
+        assert!(
+            !text.contains("$JS.hub.API.DIRECT.GET.KV_hyperhive-wanted.$KV.hyperhive-wanted.beta")
+        );
+        let bad = roster(&[("alpha", Some(&ka), Some("hub.eu"))]);
+        let err = render(&key(), &bad).unwrap_err().to_string();
+        assert!(
+            err.contains("hive alpha") && err.contains("hub.eu"),
+            "{err}"
         );
     }
 
@@ -108,20 +151,14 @@ mod tests {
             let end = example[start..].find("\n```").unwrap() + start;
             example[start..end].trim_start_matches('\n').to_string()
         };
-        let roster: toml::Value = toml::from_str(&block("```toml")).unwrap();
-        let controller = roster["controller"]["nkey"].as_str().unwrap();
-        let hives: Vec<(HiveName, Option<String>)> = roster["hives"]
-            .as_table()
-            .unwrap()
-            .iter()
-            .map(|(name, t)| {
-                (
-                    HiveName::new(name.clone()).unwrap(),
-                    t["nkey"].as_str().map(str::to_string),
-                )
-            })
-            .collect();
-        let rendered = render(controller, &hives).unwrap();
+        #[derive(serde::Deserialize)]
+        struct Example {
+            controller: crate::config::ControllerEntry,
+            hives: Roster,
+        }
+        let example: Example = toml::from_str(&block("```toml")).unwrap();
+        let controller = example.controller.nkey.expect("the controller's nkey");
+        let rendered = render(&controller, &example.hives).unwrap();
         assert_eq!(
             block("```text").trim_end(),
             rendered.trim_end(),

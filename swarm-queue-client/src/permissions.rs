@@ -28,6 +28,11 @@
 //! | read a key ([`KeyReader::last`]) | `$JS.API.DIRECT.GET.KV_<bucket>.$KV.<bucket>.<key>` |
 //! | put its status ([`put_own`]) | publish to `$KV.hyperhive-status.<hive>`, the ack comes to the inbox |
 //!
+//! A hive on a leaf-node site (`[hives.<name>] jetstream_domain` in the
+//! roster, the same as its own `[nats] jetstream_domain`) sends the last two
+//! to `$JS.<domain>.API.DIRECT.GET.…` and `$JS.<domain>.API.$KV.…`; its
+//! grants name exactly those ([`JsApi`]), checked by the site's server.
+//!
 //! The controller opens buckets (`$JS.API.STREAM.INFO`), creates them, and
 //! reads each with one ordered consumer (`Store::watch*`, unnamed create).
 //!
@@ -38,7 +43,6 @@
 //! the position of a hive name (tested below).
 
 use std::collections::BTreeSet;
-use std::fmt::Write as _;
 
 use serde::Serialize;
 
@@ -49,58 +53,10 @@ use crate::subjects::{
     HiveSubjects, KNOWLEDGE,
 };
 
-/// The JetStream API request subjects the grants are made of (the `$JS.API`
-/// prefix of the default domain). Tests use them to name what the server
-/// refused.
-pub mod js_api {
-    use crate::buckets::Bucket;
+pub mod js_api;
+mod render;
 
-    /// `$JS.API.STREAM.INFO.KV_<bucket>`: what opening a bucket asks.
-    pub fn stream_info(bucket: Bucket) -> String {
-        format!("$JS.API.STREAM.INFO.{}", bucket.stream_name())
-    }
-
-    /// `$JS.API.STREAM.CREATE.KV_<bucket>`: creating a bucket.
-    pub fn stream_create(bucket: Bucket) -> String {
-        format!("$JS.API.STREAM.CREATE.{}", bucket.stream_name())
-    }
-
-    /// `$JS.API.DIRECT.GET.KV_<bucket>.$KV.<bucket>.<key>`: the last value
-    /// of a key (`key` may be a filter such as `alpha.>`).
-    pub fn direct_get(bucket: Bucket, key: &str) -> String {
-        format!(
-            "$JS.API.DIRECT.GET.{}.{}",
-            bucket.stream_name(),
-            bucket.key_subject(key)
-        )
-    }
-
-    /// `$JS.API.CONSUMER.CREATE.KV_<bucket>`: an unnamed consumer; the
-    /// subject does not say what it reads.
-    pub fn consumer_create_unnamed(bucket: Bucket) -> String {
-        format!("$JS.API.CONSUMER.CREATE.{}", bucket.stream_name())
-    }
-
-    /// `$JS.API.CONSUMER.CREATE.KV_<bucket>.<name>.$KV.<bucket>.<key>`: a
-    /// named consumer reading `key` (`name` may be `*`).
-    pub fn consumer_create(bucket: Bucket, name: &str, key: &str) -> String {
-        format!(
-            "{}.{name}.{}",
-            consumer_create_unnamed(bucket),
-            bucket.key_subject(key)
-        )
-    }
-
-    /// `$JS.API.CONSUMER.DELETE.KV_<bucket>.<name>`.
-    pub fn consumer_delete(bucket: Bucket, name: &str) -> String {
-        format!("$JS.API.CONSUMER.DELETE.{}.{name}", bucket.stream_name())
-    }
-
-    /// `$JS.API.CONSUMER.INFO.KV_<bucket>.<name>`.
-    pub fn consumer_info(bucket: Bucket, name: &str) -> String {
-        format!("$JS.API.CONSUMER.INFO.{}.{name}", bucket.stream_name())
-    }
-}
+pub use js_api::{JsApi, NotOneToken};
 
 /// One allowed subject and why it is allowed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -174,6 +130,11 @@ pub enum RosterError {
     },
     #[error("hive {0} is listed twice")]
     DuplicateHive(HiveName),
+    #[error("hive {hive}: jetstream_domain: {problem}")]
+    BadDomain {
+        hive: HiveName,
+        problem: NotOneToken,
+    },
 }
 
 fn check_user_key(role: &Role, key: &str) -> Result<(), RosterError> {
@@ -198,24 +159,38 @@ fn check_user_key(role: &Role, key: &str) -> Result<(), RosterError> {
 /// subscription on each of its own key subjects, a put of its own status.
 /// No stream info (with a subject filter it lists every key of a bucket),
 /// no consumer of any kind (server state per hive), no bucket creation.
-pub fn hive_permissions(hive: &HiveName) -> Permissions {
+///
+/// `api` is where its JetStream requests go: [`JsApi::local`], or the hub's
+/// domain for a hive on a leaf-node site (`[nats] jetstream_domain`), whose
+/// direct gets and status put the server it connects to sees as
+/// `$JS.<domain>.API.…`. It gets those forms only: the site's own
+/// JetStream (`$JS.API`) is nothing of a hive's.
+pub fn hive_permissions(hive: &HiveName, api: &JsApi) -> Permissions {
     let status = Bucket::Status;
     let wanted = Bucket::Wanted;
     let creds = Bucket::Credentials;
     let own_creds = format!("{hive}.>");
     let subjects = HiveSubjects::new(hive);
+    let across = match api.domain_name() {
+        Some(d) => format!(" (through JetStream domain {d})"),
+        None => String::new(),
+    };
     let publish = vec![
         grant(
-            status.key_subject(hive.as_str()),
-            "put its own status, and nothing else in the status bucket",
+            api.put(status, hive.as_str()),
+            format!("put its own status, and nothing else in the status bucket{across}"),
         ),
         grant(
-            js_api::direct_get(wanted, hive.as_str()),
-            "read its own declaration (after a doorbell, at boot, on reconnect, on a timer)",
+            api.direct_get(wanted, hive.as_str()),
+            format!(
+                "read its own declaration (after a doorbell, at boot, on reconnect, on a timer){across}"
+            ),
         ),
         grant(
-            js_api::direct_get(creds, &own_creds),
-            "read one of its own sealed credentials (after a doorbell or a notice, at boot)",
+            api.direct_get(creds, &own_creds),
+            format!(
+                "read one of its own sealed credentials (after a doorbell or a notice, at boot){across}"
+            ),
         ),
     ];
     let subscribe = vec![
@@ -320,12 +295,24 @@ pub fn controller_permissions() -> Permissions {
     }
 }
 
+/// One hive of the roster, as the authorization needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RosterHive {
+    pub hive: HiveName,
+    /// Public user nkey (`U…`).
+    pub nkey: String,
+    /// The JetStream domain of the buckets when the hive reaches them
+    /// through a leaf-node site: the same value as its own `[nats]
+    /// jetstream_domain`. `None`: the hive connects to the buckets' servers.
+    pub jetstream_domain: Option<String>,
+}
+
 /// Build the authorization for a roster: the controller's public user nkey
 /// and each hive's. Every key must be a valid public user key and no two
-/// identities may share one.
+/// identities may share one; a hive's domain must be one subject token.
 pub fn authorization(
     controller_nkey: &str,
-    hives: &[(HiveName, String)],
+    hives: &[RosterHive],
 ) -> Result<Authorization, RosterError> {
     let mut users = Vec::with_capacity(hives.len() + 1);
     let controller = Role::Controller;
@@ -336,9 +323,14 @@ pub fn authorization(
         permissions: controller_permissions(),
     });
     let mut seen = BTreeSet::new();
-    let mut sorted: Vec<&(HiveName, String)> = hives.iter().collect();
-    sorted.sort_by(|a, b| a.0.cmp(&b.0));
-    for (hive, key) in sorted {
+    let mut sorted: Vec<&RosterHive> = hives.iter().collect();
+    sorted.sort_by(|a, b| a.hive.cmp(&b.hive));
+    for entry in sorted {
+        let RosterHive {
+            hive,
+            nkey: key,
+            jetstream_domain,
+        } = entry;
         if !seen.insert(hive.clone()) {
             return Err(RosterError::DuplicateHive(hive.clone()));
         }
@@ -351,87 +343,20 @@ pub fn authorization(
                 key: key.clone(),
             });
         }
+        let api = match jetstream_domain {
+            Some(d) => JsApi::domain(d).map_err(|problem| RosterError::BadDomain {
+                hive: hive.clone(),
+                problem,
+            })?,
+            None => JsApi::local(),
+        };
         users.push(User {
             role,
             nkey: key.clone(),
-            permissions: hive_permissions(hive),
+            permissions: hive_permissions(hive, &api),
         });
     }
     Ok(Authorization { users })
-}
-
-/// Quote a string for the nats-server config format. Subjects and keys are
-/// plain ASCII without quotes or backslashes, but escape anyway.
-fn quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-fn render_grants(out: &mut String, what: &str, grants: &[Grant]) {
-    let width = grants
-        .iter()
-        .map(|g| g.subject.len() + 2)
-        .max()
-        .unwrap_or(0);
-    let _ = writeln!(out, "        {what}: {{");
-    let _ = writeln!(out, "          allow: [");
-    for g in grants {
-        let _ = writeln!(
-            out,
-            "            {:<width$}  # {}",
-            quote(&g.subject),
-            g.why
-        );
-    }
-    let _ = writeln!(out, "          ]");
-    let _ = writeln!(out, "        }}");
-}
-
-impl Authorization {
-    /// The nats-server config text: an `authorization` block to include in
-    /// (or paste into) the server's config. It sets nothing else (no
-    /// listen address, no JetStream settings).
-    pub fn to_server_config(&self) -> String {
-        let mut out = String::new();
-        out.push_str(
-            "# hyperhive: one nkey user per identity. Generated from the roster by\n\
-             # `swarm-controller nats-config`; regenerate it when the roster changes.\n\
-             # Anything not allowed below is refused with a permissions violation.\n",
-        );
-        out.push_str("authorization {\n  users = [\n");
-        for user in &self.users {
-            let _ = writeln!(out, "    # {}", user.role);
-            out.push_str("    {\n");
-            let _ = writeln!(out, "      nkey: {}", quote(&user.nkey));
-            out.push_str("      permissions: {\n");
-            render_grants(&mut out, "publish", &user.permissions.publish);
-            render_grants(&mut out, "subscribe", &user.permissions.subscribe);
-            if user.permissions.allow_responses {
-                out.push_str(
-                    "        # may answer a request it received (a deploy reply), once per request\n",
-                );
-                out.push_str("        allow_responses: true\n");
-            }
-            out.push_str("      }\n    }\n");
-        }
-        out.push_str("  ]\n}\n");
-        out
-    }
-
-    /// The same, as JSON (for tooling that builds its own server config).
-    pub fn to_json(&self) -> serde_json::Value {
-        // Serializing plain strings, vectors and bools cannot fail.
-        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
-    }
 }
 
 #[cfg(test)]
@@ -442,20 +367,25 @@ mod tests {
         nkeys::KeyPair::new_user().public_key()
     }
 
-    fn roster() -> (String, Vec<(HiveName, String)>) {
+    fn entry(hive: &str, nkey: String) -> RosterHive {
+        RosterHive {
+            hive: HiveName::new(hive).unwrap(),
+            nkey,
+            jetstream_domain: None,
+        }
+    }
+
+    fn roster() -> (String, Vec<RosterHive>) {
         (
             user_key(),
-            vec![
-                (HiveName::new("beta").unwrap(), user_key()),
-                (HiveName::new("alpha").unwrap(), user_key()),
-            ],
+            vec![entry("beta", user_key()), entry("alpha", user_key())],
         )
     }
 
     #[test]
     fn hive_grants_name_only_that_hive() {
         let alpha = HiveName::new("alpha").unwrap();
-        let p = hive_permissions(&alpha);
+        let p = hive_permissions(&alpha, &JsApi::local());
         for g in p.publish.iter().chain(&p.subscribe) {
             assert!(!g.subject.contains("beta"), "{g:?}");
             assert!(!g.subject.split('.').any(|t| t == "*"), "{g:?}");
@@ -527,8 +457,8 @@ mod tests {
         let auth = authorization(&controller, &hives).unwrap();
         let text = auth.to_server_config();
         let c = text.find(&controller).unwrap();
-        let a = text.find(&hives[1].1).unwrap();
-        let b = text.find(&hives[0].1).unwrap();
+        let a = text.find(&hives[1].nkey).unwrap();
+        let b = text.find(&hives[0].nkey).unwrap();
         assert!(c < a && a < b, "controller, then hives by name:\n{text}");
         assert!(text.contains("\"$KV.hyperhive-status.alpha\""));
         assert!(text.contains("allow_responses: true"));
@@ -546,13 +476,13 @@ mod tests {
         let err = authorization(&seed, &hives).unwrap_err().to_string();
         assert!(err.contains("controller") && !err.contains(&seed), "{err}");
         let account = nkeys::KeyPair::new_account().public_key();
-        let bad = vec![(HiveName::new("alpha").unwrap(), account.clone())];
+        let bad = vec![entry("alpha", account.clone())];
         let err = authorization(&controller, &bad).unwrap_err().to_string();
         assert!(
             err.contains("hive alpha") && err.contains(&account),
             "{err}"
         );
-        let shared = vec![(HiveName::new("alpha").unwrap(), controller.clone())];
+        let shared = vec![entry("alpha", controller.clone())];
         let err = authorization(&controller, &shared).unwrap_err().to_string();
         assert!(err.contains("same nkey"), "{err}");
         let twice = vec![hives[0].clone(), hives[0].clone()];
@@ -560,5 +490,63 @@ mod tests {
             authorization(&controller, &twice),
             Err(RosterError::DuplicateHive(_))
         ));
+        let dotted = vec![RosterHive {
+            jetstream_domain: Some("hub.eu".into()),
+            ..entry("alpha", user_key())
+        }];
+        let err = authorization(&controller, &dotted).unwrap_err().to_string();
+        assert!(
+            err.contains("hive alpha") && err.contains("\"hub.eu\""),
+            "{err}"
+        );
+    }
+
+    /// A hive on a leaf-node site gets the same grants, its JetStream ones
+    /// under `$JS.<domain>.API` and nothing under the site's own `$JS.API`.
+    #[test]
+    fn a_hive_in_a_domain_gets_the_domain_forms_only() {
+        let alpha = HiveName::new("alpha").unwrap();
+        let local = hive_permissions(&alpha, &JsApi::local());
+        let hub = hive_permissions(&alpha, &JsApi::domain("hub").unwrap());
+        let publish: Vec<&str> = hub.publish.iter().map(|g| g.subject.as_str()).collect();
+        assert_eq!(
+            publish,
+            vec![
+                "$JS.hub.API.$KV.hyperhive-status.alpha",
+                "$JS.hub.API.DIRECT.GET.KV_hyperhive-wanted.$KV.hyperhive-wanted.alpha",
+                "$JS.hub.API.DIRECT.GET.KV_hyperhive-credentials.$KV.hyperhive-credentials.alpha.>",
+            ]
+        );
+        for g in hub.publish.iter().chain(&hub.subscribe) {
+            assert!(
+                !g.subject.contains("beta") && !g.subject.contains('*'),
+                "{g:?}"
+            );
+            assert!(!g.subject.starts_with("$JS.API"), "{g:?}");
+            assert!(
+                !g.subject.contains("CONSUMER") && !g.subject.contains("STREAM."),
+                "{g:?}"
+            );
+        }
+        // Subscriptions are core NATS: the same in any domain.
+        assert_eq!(hub.subscribe.len(), local.subscribe.len());
+        for (h, l) in hub.subscribe.iter().zip(&local.subscribe) {
+            assert_eq!(h.subject, l.subject);
+        }
+        assert!(hub.allow_responses);
+
+        let (controller, mut hives) = roster();
+        hives[1].jetstream_domain = Some("hub".into());
+        let text = authorization(&controller, &hives)
+            .unwrap()
+            .to_server_config();
+        assert!(
+            text.contains("\"$JS.hub.API.$KV.hyperhive-status.alpha\""),
+            "{text}"
+        );
+        assert!(text.contains("\"$KV.hyperhive-status.beta\""), "{text}");
+        assert!(
+            !text.contains("$JS.hub.API.DIRECT.GET.KV_hyperhive-wanted.$KV.hyperhive-wanted.beta")
+        );
     }
 }

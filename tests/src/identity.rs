@@ -186,16 +186,28 @@ impl SecuredNats {
 /// The authorization text `swarm-controller nats-config` prints for this
 /// roster.
 pub fn render_roster(controller: &str, hives: &[(String, String)]) -> String {
-    let hives: Vec<(HiveName, Option<String>)> = hives
+    render_roster_in_domain(controller, hives, None)
+}
+
+/// The same, every hive with `[hives.<name>] jetstream_domain = domain`
+/// when `domain` is given (hives on a leaf-node site).
+pub fn render_roster_in_domain(
+    controller: &str,
+    hives: &[(String, String)],
+    domain: Option<&str>,
+) -> String {
+    let roster: swarm_controller::config::Roster = hives
         .iter()
         .map(|(h, k)| {
-            (
-                HiveName::new(h.clone()).expect("a valid hive name"),
-                Some(k.clone()),
-            )
+            let entry = swarm_controller::config::RosterEntry {
+                nkey: Some(k.clone()),
+                jetstream_domain: domain.map(str::to_string),
+                ..Default::default()
+            };
+            (HiveName::new(h.clone()).expect("a valid hive name"), entry)
         })
         .collect();
-    swarm_controller::nats_config::render(controller, &hives).expect("render the roster")
+    swarm_controller::nats_config::render(controller, &roster).expect("render the roster")
 }
 
 /// Connect through `swarm_queue_client::connect` (the daemons' code path)

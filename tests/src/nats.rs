@@ -150,6 +150,42 @@ impl NatsServer {
         }
     }
 
+    /// Send signal `sig` (`TERM`, `USR2`) to the server and return at once:
+    /// `TERM` (or `INT`) shuts it down, stepping down every Raft group it leads
+    /// first; `USR2` is lame duck mode (what `nats-server --signal
+    /// ldm=<pid>` sends): it hands its leaderships over, stops JetStream,
+    /// and closes its clients after its grace period, then exits. See
+    /// [`NatsServer::wait_exit`].
+    pub fn signal(&self, sig: &str) {
+        let pid = self.pid().expect("the server is running");
+        let status = Command::new("kill")
+            .args([&format!("-{sig}"), &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{sig} {pid} failed");
+    }
+
+    /// Wait up to `timeout` for the server to exit by itself (after
+    /// [`NatsServer::signal`]); SIGKILL it if it has not. Returns whether
+    /// it exited by itself. The store dir is kept.
+    pub fn wait_exit(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let Some(child) = self.child.as_mut() else {
+            return true;
+        };
+        loop {
+            if let Ok(Some(_)) = child.try_wait() {
+                self.child = None;
+                return true;
+            }
+            if Instant::now() > deadline {
+                self.stop();
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Start it again on the same port with the same store.
     pub fn restart(&mut self) {
         self.stop();

@@ -68,6 +68,9 @@ pub struct SwarmSpec<'a> {
     pub hives: usize,
     /// Which server(s) the hives connect to.
     pub hives_on: HivesOn,
+    /// Each hive's `publish_interval_secs` (1, so tests see statuses soon;
+    /// a failed put's retry backs off up to it).
+    pub publish_interval_secs: u64,
 }
 
 impl Default for SwarmSpec<'_> {
@@ -80,6 +83,7 @@ impl Default for SwarmSpec<'_> {
             hive_envs: &[],
             hives: 3,
             hives_on: HivesOn::AllServers,
+            publish_interval_secs: 1,
         }
     }
 }
@@ -103,7 +107,7 @@ pub struct TestSwarm {
 }
 
 /// A free loopback TCP port (bound and released; good enough on loopback).
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -136,21 +140,27 @@ impl LeafSite {
     /// How many leaf-node connections the site server holds now (its
     /// monitoring endpoint's `/leafz`).
     pub async fn leaf_links(&self) -> usize {
-        let base = self.server.monitor_url().expect("the site runs with -m -1");
-        let body: serde_json::Value = reqwest::get(format!("{base}/leafz"))
-            .await
-            .expect("GET /leafz")
-            .json()
-            .await
-            .expect("leafz JSON");
-        body["leafnodes"].as_u64().unwrap_or(0) as usize
+        leaf_links(&self.server).await
     }
+}
+
+/// How many leaf-node connections `server` holds now (its monitoring
+/// endpoint's `/leafz`; it must run with `-m -1`).
+pub async fn leaf_links(server: &NatsServer) -> usize {
+    let base = server.monitor_url().expect("the server runs with -m -1");
+    let body: serde_json::Value = reqwest::get(format!("{base}/leafz"))
+        .await
+        .expect("GET /leafz")
+        .json()
+        .await
+        .expect("leafz JSON");
+    body["leafnodes"].as_u64().unwrap_or(0) as usize
 }
 
 /// Per-server config text of a hub server whose leafnode listener is on
 /// `leaf_port`: its JetStream domain, and no advertising of its real
 /// leafnode address (the site must reach it only through the link).
-fn hub_config(leaf_port: u16) -> String {
+pub fn hub_config(leaf_port: u16) -> String {
     format!(
         "jetstream {{ domain: {HUB_DOMAIN} }}\nleafnodes {{\n  listen: \"127.0.0.1:{leaf_port}\"\n  no_advertise: true\n}}\n"
     )
@@ -163,12 +173,18 @@ fn start_site(name: &str, leaf_ports: &[u16]) -> LeafSite {
         .iter()
         .map(|l| format!("\"nats-leaf://127.0.0.1:{}\"", l.port()))
         .collect();
-    let text = format!(
-        "server_name: {name}-site\njetstream {{ domain: site }}\nleafnodes {{\n  reconnect: \"1s\"\n  remotes: [ {{ urls: [{}] }} ]\n}}\n",
-        urls.join(", ")
-    );
-    let server = NatsServer::start_with(Some(&text), &["-m", "-1"]);
+    let server = NatsServer::start_with(Some(&site_config(name, &urls)), &["-m", "-1"]);
     LeafSite { server, links }
+}
+
+/// Config text of a site server named `<name>-site` with its own JetStream
+/// (domain `site`), joined as a leaf node to the hub at `leaf_urls`
+/// (`"nats-leaf://…"`, quoted), redialling every second.
+pub fn site_config(name: &str, leaf_urls: &[String]) -> String {
+    format!(
+        "server_name: {name}-site\njetstream {{ domain: site }}\nleafnodes {{\n  reconnect: \"1s\"\n  remotes: [ {{ urls: [{}] }} ]\n}}\n",
+        leaf_urls.join(", ")
+    )
 }
 
 /// The swarm's servers: one, or three in a JetStream cluster on loopback;
@@ -263,6 +279,7 @@ impl TestSwarm {
                 name: Some(&n),
                 extra: &extra,
                 envs: spec.hive_envs,
+                publish_interval_secs: spec.publish_interval_secs,
                 ..Default::default()
             });
             swarm.hives.push(hive);

@@ -1,7 +1,13 @@
 //! A JetStream cluster of three servers on loopback, buckets with 3
-//! replicas: the server every hive is connected to killed, the hives fail
-//! over, keep publishing, watching and converging; the server back, nothing
-//! is lost (every declared revision still readable).
+//! replicas: the server every hive is connected to taken down, the hives
+//! fail over, keep publishing, watching and converging; the server back,
+//! nothing is lost (every declared revision still readable).
+//!
+//! Four cases, each on a fresh swarm: SIGKILL of a server that leads
+//! neither bucket stream, SIGKILL of one that leads both (a crash: the
+//! streams wait out the Raft election timeout), and a graceful stop of one
+//! that leads both, by SIGTERM and by lame duck mode (nats-server hands its
+//! leaderships over before it stops).
 //!
 //! The failover's time is printed (`FIGURES:`), never asserted, with where
 //! it went: the test's own client finding the other servers, the streams'
@@ -25,21 +31,55 @@ enum Leads {
     Both,
 }
 
+/// How the hives' server is taken down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// SIGKILL: a crash; its streams elect new leaders after the Raft
+    /// election timeout.
+    Kill,
+    /// SIGTERM: nats-server's `Shutdown` steps down every Raft group it
+    /// leads (`stepdownRaftNodes`) before it stops.
+    Term,
+    /// SIGUSR2 (`nats-server --signal ldm=<pid>`): lame duck mode hands the
+    /// leaderships over (`transferRaftLeaders`), stops JetStream, and
+    /// closes its clients after its 10 s grace period, then exits.
+    LameDuck,
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_of_three_survives_one_server_down() {
-    for leads in [Leads::Neither, Leads::Both] {
-        failover(leads).await;
+    for (leads, stop, publish_interval_secs) in [
+        (Leads::Neither, Stop::Kill, 1),
+        (Leads::Both, Stop::Kill, 1),
+        // The same with a longer publish interval, up to which a failed
+        // status put's retry backs off (60 s by default).
+        (Leads::Both, Stop::Kill, 10),
+        (Leads::Both, Stop::Term, 1),
+        (Leads::Both, Stop::LameDuck, 1),
+    ] {
+        failover(leads, stop, publish_interval_secs).await;
     }
 }
 
-/// One swarm: declare, kill the server every hive is connected to, declare
-/// again and wait for all converged; restart it, declare, check every
-/// revision through it alone.
-async fn failover(leads: Leads) {
+/// Take the hives' server down as `stop` says; a graceful stop returns at
+/// once (the server exits by itself later).
+fn take_down(server: &mut hyperhive_tests::NatsServer, stop: Stop) {
+    match stop {
+        Stop::Kill => server.stop(),
+        Stop::Term => server.signal("TERM"),
+        Stop::LameDuck => server.signal("USR2"),
+    }
+}
+
+/// One swarm: declare, take down the server every hive is connected to,
+/// declare again and wait for all converged; restart it, declare, check
+/// every revision through it alone.
+async fn failover(leads: Leads, stop: Stop, publish_interval_secs: u64) {
     let mut swarm = TestSwarm::start(SwarmSpec {
         test: "f-clu",
         cluster: true,
         hives_on: HivesOn::FirstServer,
+        publish_interval_secs,
         hive_envs: &[("RUST_LOG", "info,hive=debug")],
         ..Default::default()
     })
@@ -66,10 +106,10 @@ async fn failover(leads: Leads) {
     };
     place_leaders(&kv, &leader).await;
 
-    // Kill the server every hive is connected to.
-    swarm.nats[0].stop();
+    // Take down the server every hive is connected to.
     let down = Instant::now();
     let down_at = SystemTime::now();
+    take_down(&mut swarm.nats[0], stop);
     // The test's own client stands in for the controller: on the other two
     // servers, with short request timeouts, so its polling measures the
     // cluster and not a 5 s client timeout.
@@ -113,7 +153,7 @@ async fn failover(leads: Leads) {
     let reconnected = per_hive("connected to NATS");
     let status_put = per_hive("status published");
     let read = per_hive("new declaration");
-    let converged = per_hive("hive::converger: converged");
+    let converged = per_hive("converger::status: converged");
     for (n, r0) in swarm.names.iter().zip(&before) {
         wait_until(T, &format!("{n} still publishing"), || async {
             let (r, _) = kv.status(n).await?;
@@ -122,6 +162,9 @@ async fn failover(leads: Leads) {
         .await;
     }
     all.extend(second);
+    // A graceful stop ends by itself (lame duck: after its grace period).
+    let exited = swarm.nats[0].wait_exit(T);
+    assert!(exited, "{stop:?} did not end the server");
 
     // Back again: nothing lost. The same declare → converged with no server
     // down is the baseline of the one above.
@@ -154,8 +197,10 @@ async fn failover(leads: Leads) {
     }
     // Per-hive figures are ms after the kill, from each hive's log.
     println!(
-        "FIGURES: faults_cluster servers=3 replicas=3 hives_on=killed killed_leads={leads:?} \
-         kill_to_all_converged_ms={} new_leaders_ms={leaders_ms} put_accepted_ms={put_ms} \
+        "FIGURES: faults_cluster servers=3 replicas=3 hives_on=stopped stop={stop:?} \
+         stopped_leads={leads:?} publish_interval_s={publish_interval_secs} \
+         stop_to_all_converged_ms={} new_leaders_ms={leaders_ms} \
+         put_accepted_ms={put_ms} \
          hive_reconnected_ms={reconnected} hive_first_status_ms={status_put} \
          hive_read_declaration_ms={read} hive_converged_ms={converged} \
          no_failover_declare_to_all_converged_ms={} revisions_checked={}",

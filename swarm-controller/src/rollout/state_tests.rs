@@ -109,7 +109,10 @@ fn a_wave_is_done_only_when_each_hive_is_fresh_and_converged_on_its_revision() {
     let mut r = rollout(6, 0);
     let h0 = hive(0);
     // Not written yet.
-    assert!(matches!(judge_wave(&mut r, |_| None::<HiveRow>), Verdict::Waiting(_)));
+    assert!(matches!(
+        judge_wave(&mut r, |_| None::<HiveRow>),
+        Verdict::Waiting(_)
+    ));
     r.hives.get_mut(&h0).unwrap().written_revision = Some(10);
     let cases: Vec<(Convergence, Freshness, u64, &str)> = vec![
         (Convergence::Converged, Freshness::Fresh, 9, "waiting"),

@@ -102,14 +102,6 @@ pub struct TestSwarm {
     _dir: tempfile::TempDir,
 }
 
-/// A free loopback TCP port (bound and released; good enough on loopback).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
 /// Three servers forming a JetStream cluster on loopback.
 pub fn start_cluster(name: &str) -> Vec<NatsServer> {
     start_servers(name, true, None)
@@ -145,57 +137,6 @@ impl LeafSite {
             .expect("leafz JSON");
         body["leafnodes"].as_u64().unwrap_or(0) as usize
     }
-}
-
-/// Per-server config text of a hub server whose leafnode listener is on
-/// `leaf_port`: its JetStream domain, and no advertising of its real
-/// leafnode address (the site must reach it only through the link).
-fn hub_config(leaf_port: u16) -> String {
-    format!(
-        "jetstream {{ domain: {HUB_DOMAIN} }}\nleafnodes {{\n  listen: \"127.0.0.1:{leaf_port}\"\n  no_advertise: true\n}}\n"
-    )
-}
-
-/// The site server, joined to the hub through links to `leaf_ports`.
-fn start_site(name: &str, leaf_ports: &[u16]) -> LeafSite {
-    let links: Vec<TcpLink> = leaf_ports.iter().map(|p| TcpLink::start(*p)).collect();
-    let urls: Vec<String> = links
-        .iter()
-        .map(|l| format!("\"nats-leaf://127.0.0.1:{}\"", l.port()))
-        .collect();
-    let text = format!(
-        "server_name: {name}-site\njetstream {{ domain: site }}\nleafnodes {{\n  reconnect: \"1s\"\n  remotes: [ {{ urls: [{}] }} ]\n}}\n",
-        urls.join(", ")
-    );
-    let server = NatsServer::start_with(Some(&text), &["-m", "-1"]);
-    LeafSite { server, links }
-}
-
-/// The swarm's servers: one, or three in a JetStream cluster on loopback;
-/// with `leaf_ports`, each is a hub server listening for leaf nodes there.
-fn start_servers(name: &str, cluster: bool, leaf_ports: Option<&[u16]>) -> Vec<NatsServer> {
-    let count = if cluster { 3 } else { 1 };
-    let routes: Vec<u16> = (0..count).map(|_| free_port()).collect();
-    let mut servers = Vec::new();
-    for (i, port) in routes.iter().enumerate() {
-        let mut text = format!("server_name: {name}-n{i}\n");
-        if cluster {
-            let others: Vec<String> = routes
-                .iter()
-                .filter(|p| *p != port)
-                .map(|p| format!("\"nats-route://127.0.0.1:{p}\""))
-                .collect();
-            text.push_str(&format!(
-                "cluster {{\n  name: {name}\n  listen: \"127.0.0.1:{port}\"\n  routes: [{}]\n}}\n",
-                others.join(", ")
-            ));
-        }
-        if let Some(ports) = leaf_ports {
-            text.push_str(&hub_config(ports[i]));
-        }
-        servers.push(NatsServer::start_with(Some(&text), &["-m", "-1"]));
-    }
-    servers
 }
 
 impl TestSwarm {
@@ -396,4 +337,63 @@ pub fn write_controller_config(
     )
     .expect("write controller config");
     path
+}
+
+/// A free loopback TCP port (bound and released; good enough on loopback).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// Per-server config text of a hub server whose leafnode listener is on
+/// `leaf_port`: its JetStream domain, and no advertising of its real
+/// leafnode address (the site must reach it only through the link).
+fn hub_config(leaf_port: u16) -> String {
+    format!(
+        "jetstream {{ domain: {HUB_DOMAIN} }}\nleafnodes {{\n  listen: \"127.0.0.1:{leaf_port}\"\n  no_advertise: true\n}}\n"
+    )
+}
+
+/// The site server, joined to the hub through links to `leaf_ports`.
+fn start_site(name: &str, leaf_ports: &[u16]) -> LeafSite {
+    let links: Vec<TcpLink> = leaf_ports.iter().map(|p| TcpLink::start(*p)).collect();
+    let urls: Vec<String> = links
+        .iter()
+        .map(|l| format!("\"nats-leaf://127.0.0.1:{}\"", l.port()))
+        .collect();
+    let text = format!(
+        "server_name: {name}-site\njetstream {{ domain: site }}\nleafnodes {{\n  reconnect: \"1s\"\n  remotes: [ {{ urls: [{}] }} ]\n}}\n",
+        urls.join(", ")
+    );
+    let server = NatsServer::start_with(Some(&text), &["-m", "-1"]);
+    LeafSite { server, links }
+}
+
+/// The swarm's servers: one, or three in a JetStream cluster on loopback;
+/// with `leaf_ports`, each is a hub server listening for leaf nodes there.
+fn start_servers(name: &str, cluster: bool, leaf_ports: Option<&[u16]>) -> Vec<NatsServer> {
+    let count = if cluster { 3 } else { 1 };
+    let routes: Vec<u16> = (0..count).map(|_| free_port()).collect();
+    let mut servers = Vec::new();
+    for (i, port) in routes.iter().enumerate() {
+        let mut text = format!("server_name: {name}-n{i}\n");
+        if cluster {
+            let others: Vec<String> = routes
+                .iter()
+                .filter(|p| *p != port)
+                .map(|p| format!("\"nats-route://127.0.0.1:{p}\""))
+                .collect();
+            text.push_str(&format!(
+                "cluster {{\n  name: {name}\n  listen: \"127.0.0.1:{port}\"\n  routes: [{}]\n}}\n",
+                others.join(", ")
+            ));
+        }
+        if let Some(ports) = leaf_ports {
+            text.push_str(&hub_config(ports[i]));
+        }
+        servers.push(NatsServer::start_with(Some(&text), &["-m", "-1"]));
+    }
+    servers
 }

@@ -21,8 +21,10 @@ pub const CREDENTIALS_BUCKET: &str = "hyperhive-credentials";
 /// read and written (compare-and-set) only by controllers. Hives have no
 /// grant on it.
 pub const ROLLOUTS_BUCKET: &str = "hyperhive-rollouts";
-/// The one key of [`ROLLOUTS_BUCKET`]: the latest rollout. One key, so
-/// every change of any rollout is one compare-and-set on one revision.
+/// The head of the latest rollout in [`ROLLOUTS_BUCKET`]. It names the
+/// parts (`current.h<k>`, `current.d<k>`) that hold the rest at exact
+/// revisions, so every change of a rollout, however large, is committed by
+/// one compare-and-set on this key.
 pub const CURRENT_ROLLOUT_KEY: &str = "current";
 
 /// Which of the buckets; each has its own default history.

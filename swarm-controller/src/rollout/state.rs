@@ -1,5 +1,5 @@
-//! A rollout's state as stored in `hyperhive-rollouts/current`, and the
-//! decisions made on it (pure).
+//! A rollout's state (stored in `hyperhive-rollouts` as a head and parts:
+//! `parts.rs`), and the decisions made on it (pure).
 //!
 //! The state is the whole plan: every hive's target declaration (by value
 //! hash; each distinct declaration is stored once), the KV revision of
@@ -22,8 +22,9 @@ use swarm_queue_client::{Declaration, HiveName};
 use crate::evaluate::{Convergence, Freshness, HiveRow};
 use crate::rollout::settings::RolloutSettings;
 
-/// The rollout state's own schema version.
-pub const ROLLOUT_SCHEMA: u32 = 1;
+/// The rollout state's own schema version. 1: the whole state in the one
+/// value `current`; 2: a head naming parts (`parts.rs`). Both are read.
+pub const ROLLOUT_SCHEMA: u32 = 2;
 
 /// A short, stable hash of a declaration's value.
 pub fn value_hash(declaration: &Declaration) -> String {
@@ -106,7 +107,7 @@ impl Outcome {
     }
 }
 
-/// The value of `hyperhive-rollouts/current`.
+/// A whole rollout (schema 1 stored exactly this in `current`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Rollout {
     pub schema: u32,
@@ -356,4 +357,4 @@ fn judge_hive(row: &HiveRow, revision: u64) -> HiveJudgement {
 
 #[cfg(test)]
 #[path = "state_tests.rs"]
-mod tests;
+pub(crate) mod tests;

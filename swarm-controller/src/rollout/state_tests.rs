@@ -8,7 +8,7 @@ fn hive(n: usize) -> HiveName {
     HiveName::new(format!("h{n}")).unwrap()
 }
 
-fn decl(image: &str) -> Declaration {
+pub(crate) fn decl(image: &str) -> Declaration {
     Declaration::new(
         [(
             AgentName::new("web").unwrap(),
@@ -21,22 +21,27 @@ fn decl(image: &str) -> Declaration {
     )
 }
 
-fn rollout(n: usize, max_failed: usize) -> Rollout {
+/// A rollout of `hives` in `waves`, hive `i` getting `declaration(i)` over
+/// revision `i + 1`.
+pub(crate) fn plan(
+    hives: Vec<HiveName>,
+    waves: Vec<WaveSize>,
+    max_failed: usize,
+    declaration: impl Fn(usize) -> Declaration,
+) -> Rollout {
     let settings = RolloutSettings {
-        waves: vec![
-            WaveSize::Count(1),
-            WaveSize::Percent(50),
-            WaveSize::Percent(100),
-        ],
+        waves,
         max_failed,
         ..Default::default()
     };
-    let changes = (0..n)
-        .map(|i| Change {
-            hive: hive(i),
+    let changes = hives
+        .into_iter()
+        .enumerate()
+        .map(|(i, hive)| Change {
+            hive,
             expected_revision: Some(i as u64 + 1),
             had_declaration: true,
-            declaration: decl("web:2"),
+            declaration: declaration(i),
         })
         .collect();
     Rollout::plan(
@@ -46,6 +51,17 @@ fn rollout(n: usize, max_failed: usize) -> Rollout {
         "c1".into(),
         changes,
     )
+}
+
+fn rollout(n: usize, max_failed: usize) -> Rollout {
+    let waves = vec![
+        WaveSize::Count(1),
+        WaveSize::Percent(50),
+        WaveSize::Percent(100),
+    ];
+    plan((0..n).map(hive).collect(), waves, max_failed, |_| {
+        decl("web:2")
+    })
 }
 
 fn row(name: &HiveName, convergence: Convergence, freshness: Freshness, declared: u64) -> HiveRow {

@@ -1,12 +1,21 @@
-//! Reading and writing `hyperhive-rollouts/current`, always compare-and-set.
+//! Reading and writing the rollout state in `hyperhive-rollouts`, every
+//! change committed by one compare-and-set.
 //!
-//! Every change of a rollout is `update(key, value, revision_read)` (or
-//! `create` when there is none), so of two controllers changing the same
-//! rollout from the same read, exactly one succeeds; the other gets
-//! [`StoreError::Conflict`], reads again, and decides anew from what the
-//! winner wrote. The entry's server timestamp is the rollout's heartbeat:
-//! `resume` takes a running rollout over only when that is older than the
-//! lease, by the reader's clock against the server's stamp (as freshness).
+//! The state is a head (`current`) and parts (`current.h<k>`, `current.d<k>`;
+//! [`parts`] says how it is cut). A change writes the parts whose bytes
+//! changed, with plain puts, and then the head, naming each part's revision,
+//! by `update(current, head, revision_read)` (or `create` when there is
+//! none). The head is the one commit point: of two controllers changing the
+//! same rollout from the same read, exactly one head write succeeds; the
+//! other gets [`StoreError::Conflict`], reads again, and decides anew from
+//! what the winner wrote. A part the loser wrote is never read, because a
+//! reader reads each part at exactly the revision the head names (the
+//! bucket keeps 10 values per key, so a named revision outlives nine
+//! stray writes of its key).
+//!
+//! The head's server timestamp is the rollout's heartbeat: `resume` takes a
+//! running rollout over only when that is older than the lease, by the
+//! reader's clock against the server's stamp (as freshness).
 
 use async_nats::jetstream::kv::{self, Operation};
 use bytes::Bytes;
@@ -14,93 +23,261 @@ use swarm_queue_client::buckets::CURRENT_ROLLOUT_KEY;
 use time::OffsetDateTime;
 
 use crate::nats::CasError;
+pub use crate::rollout::parts::Parts;
+use crate::rollout::parts::{
+    self, bytes_hash, declaration_part_key, hive_part_key, DeclarationPart, Head, HivePart, PartRef,
+};
 use crate::rollout::state::Rollout;
 
 /// The stored rollout, with what a compare-and-set needs.
 #[derive(Debug, Clone)]
 pub struct Stored {
     pub rollout: Rollout,
+    /// The head's revision.
     pub revision: u64,
-    /// When the server stored it.
+    /// When the server stored the head.
     pub created: OffsetDateTime,
+    /// The parts the head at `revision` names.
+    pub parts: Parts,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("cannot read hyperhive-rollouts/{CURRENT_ROLLOUT_KEY}: {0}")]
-    Read(String),
-    #[error("hyperhive-rollouts/{CURRENT_ROLLOUT_KEY} revision {revision} does not decode as a rollout: {reason}")]
-    Undecodable { revision: u64, reason: String },
-    #[error("cannot write hyperhive-rollouts/{CURRENT_ROLLOUT_KEY}: {0}")]
-    Write(String),
-    /// Another writer changed the key since `expected` was read.
+    #[error("cannot read hyperhive-rollouts/{key}: {reason}")]
+    Read { key: String, reason: String },
+    #[error("hyperhive-rollouts/{key} revision {revision} does not decode as a rollout: {reason}")]
+    Undecodable {
+        key: String,
+        revision: u64,
+        reason: String,
+    },
+    /// A part the head names is not in the bucket at that revision.
+    #[error("hyperhive-rollouts/{key} revision {revision} (hash {hash}), named by the rollout head, is no longer there")]
+    PartGone {
+        key: String,
+        revision: u64,
+        hash: String,
+    },
+    #[error("cannot write hyperhive-rollouts/{key}: {reason}")]
+    Write { key: String, reason: String },
+    /// Another writer changed the head since `expected` was read.
     #[error("hyperhive-rollouts/{CURRENT_ROLLOUT_KEY} changed since revision {expected:?} was read (another controller wrote it)")]
     Conflict { expected: Option<u64> },
-    #[error("the rollout state is {bytes} bytes, over the {max}-byte value limit; roll out fewer hives at once")]
-    TooBig { bytes: usize, max: usize },
+    #[error("hyperhive-rollouts/{key} would be {bytes} bytes, over the {max}-byte value limit")]
+    TooBig {
+        key: String,
+        bytes: usize,
+        max: usize,
+    },
 }
+
+/// How many times a read starts again when the head moved while its parts
+/// were read.
+const READ_TRIES: usize = 5;
 
 /// The current rollout, if any.
 pub async fn read(store: &kv::Store) -> Result<Option<Stored>, StoreError> {
+    let mut last = None;
+    for _ in 0..READ_TRIES {
+        match read_once(store).await {
+            Ok(stored) => return Ok(stored),
+            // A part the head names is gone: a newer head (a new rollout, or
+            // one that removed it) replaced that head meanwhile.
+            Err(e @ StoreError::PartGone { .. }) => {
+                tracing::debug!(error = %e, "reading the rollout head again");
+                last = Some(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| read_error(CURRENT_ROLLOUT_KEY, "the head kept moving")))
+}
+
+async fn read_once(store: &kv::Store) -> Result<Option<Stored>, StoreError> {
     let entry = store
         .entry(CURRENT_ROLLOUT_KEY)
         .await
-        .map_err(|e| StoreError::Read(e.to_string()))?;
+        .map_err(|e| read_error(CURRENT_ROLLOUT_KEY, e))?;
     let Some(entry) = entry.filter(|e| e.operation == Operation::Put) else {
         return Ok(None);
     };
-    let rollout: Rollout =
-        serde_json::from_slice(&entry.value).map_err(|e| StoreError::Undecodable {
-            revision: entry.revision,
-            reason: e.to_string(),
-        })?;
+    let undecodable = |reason: String| StoreError::Undecodable {
+        key: CURRENT_ROLLOUT_KEY.into(),
+        revision: entry.revision,
+        reason,
+    };
+    let value: serde_json::Value =
+        serde_json::from_slice(&entry.value).map_err(|e| undecodable(e.to_string()))?;
+    let (rollout, parts) = if value.get("parts").is_none() {
+        // Schema 1: the whole rollout in the one value.
+        let rollout: Rollout =
+            serde_json::from_value(value).map_err(|e| undecodable(e.to_string()))?;
+        (rollout, Parts::default())
+    } else {
+        let head: Head = serde_json::from_value(value).map_err(|e| undecodable(e.to_string()))?;
+        let parts = head.parts.clone();
+        let mut hive_parts = Vec::with_capacity(parts.hives.len());
+        for p in &parts.hives {
+            hive_parts.push(read_part::<HivePart>(store, p).await?);
+        }
+        let mut declaration_parts = Vec::with_capacity(parts.declarations.len());
+        for p in &parts.declarations {
+            declaration_parts.push(read_part::<DeclarationPart>(store, p).await?);
+        }
+        let rollout = parts::join(head, hive_parts, declaration_parts)
+            .map_err(|e| undecodable(e.to_string()))?;
+        (rollout, parts)
+    };
     Ok(Some(Stored {
         rollout,
         revision: entry.revision,
         created: entry.created,
+        parts,
     }))
 }
 
-/// The revision of the key now (None: no key), whatever its value: what a
+/// One part at exactly the revision `p` names, checked against its hash.
+async fn read_part<T: serde::de::DeserializeOwned>(
+    store: &kv::Store,
+    p: &PartRef,
+) -> Result<T, StoreError> {
+    let entry = store
+        .entry_for_revision(p.key.as_str(), p.revision)
+        .await
+        .map_err(|e| read_error(&p.key, e))?
+        .filter(|e| e.operation == Operation::Put && bytes_hash(&e.value) == p.hash)
+        .ok_or_else(|| StoreError::PartGone {
+            key: p.key.clone(),
+            revision: p.revision,
+            hash: p.hash.clone(),
+        })?;
+    serde_json::from_slice(&entry.value).map_err(|e| StoreError::Undecodable {
+        key: p.key.clone(),
+        revision: p.revision,
+        reason: e.to_string(),
+    })
+}
+
+fn read_error(key: &str, reason: impl ToString) -> StoreError {
+    StoreError::Read {
+        key: key.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+/// The revision of the head now (None: no key), whatever its value: what a
 /// new rollout's `create` or `update` expects.
 pub async fn revision(store: &kv::Store) -> Result<Option<u64>, StoreError> {
     let entry = store
         .entry(CURRENT_ROLLOUT_KEY)
         .await
-        .map_err(|e| StoreError::Read(e.to_string()))?;
+        .map_err(|e| read_error(CURRENT_ROLLOUT_KEY, e))?;
     Ok(entry.map(|e| e.revision))
 }
 
-/// Write `rollout` if the key is still at `expected` (None: no key yet);
-/// the new revision.
+/// Write `rollout` if the head is still at `expected` (None: no head yet):
+/// first each part whose bytes differ from `previous`, then the head. The
+/// head's new revision, and the parts it names.
 pub async fn write(
     store: &kv::Store,
     rollout: &Rollout,
     expected: Option<u64>,
-) -> Result<u64, StoreError> {
-    let bytes = serde_json::to_vec(rollout).map_err(|e| StoreError::Write(e.to_string()))?;
-    let max = swarm_queue_client::limits::MAX_VALUE_BYTES;
-    if bytes.len() > max {
-        return Err(StoreError::TooBig {
-            bytes: bytes.len(),
-            max,
-        });
-    }
-    crate::nats::write_if(store, CURRENT_ROLLOUT_KEY, Bytes::from(bytes), expected)
+    previous: &Parts,
+) -> Result<(u64, Parts), StoreError> {
+    let write_error = |key: &str, reason: String| StoreError::Write {
+        key: key.to_string(),
+        reason,
+    };
+    let cut = parts::cut(rollout).map_err(|e| write_error(CURRENT_ROLLOUT_KEY, e.to_string()))?;
+    let mut head = cut.head;
+    head.parts = Parts {
+        hives: write_parts(store, cut.hives, &previous.hives, hive_part_key).await?,
+        declarations: write_parts(
+            store,
+            cut.declarations,
+            &previous.declarations,
+            declaration_part_key,
+        )
+        .await?,
+    };
+    let bytes =
+        serde_json::to_vec(&head).map_err(|e| write_error(CURRENT_ROLLOUT_KEY, e.to_string()))?;
+    check_size(CURRENT_ROLLOUT_KEY, bytes.len())?;
+    let revision = crate::nats::write_if(store, CURRENT_ROLLOUT_KEY, Bytes::from(bytes), expected)
         .await
         .map_err(|e| match e {
             CasError::Conflict => StoreError::Conflict { expected },
-            other => StoreError::Write(other.to_string()),
-        })
+            other => write_error(CURRENT_ROLLOUT_KEY, other.to_string()),
+        })?;
+    Ok((revision, head.parts))
 }
 
-/// Write `stored.rollout` over the revision it was read at (or last
+/// Put each of `values` under `key(k)`, unless `previous[k]` already holds
+/// the same bytes; the references to name in the head.
+async fn write_parts(
+    store: &kv::Store,
+    values: Vec<Vec<u8>>,
+    previous: &[PartRef],
+    key: fn(usize) -> String,
+) -> Result<Vec<PartRef>, StoreError> {
+    let mut refs = Vec::with_capacity(values.len());
+    for (k, value) in values.into_iter().enumerate() {
+        let hash = bytes_hash(&value);
+        if let Some(same) = previous.get(k).filter(|p| p.hash == hash) {
+            refs.push(same.clone());
+            continue;
+        }
+        let key = key(k);
+        check_size(&key, value.len())?;
+        let revision = store
+            .put(key.as_str(), Bytes::from(value))
+            .await
+            .map_err(|e| StoreError::Write {
+                key: key.clone(),
+                reason: e.to_string(),
+            })?;
+        refs.push(PartRef {
+            key,
+            revision,
+            hash,
+        });
+    }
+    Ok(refs)
+}
+
+fn check_size(key: &str, bytes: usize) -> Result<(), StoreError> {
+    let max = swarm_queue_client::limits::MAX_VALUE_BYTES;
+    if bytes > max {
+        return Err(StoreError::TooBig {
+            key: key.to_string(),
+            bytes,
+            max,
+        });
+    }
+    Ok(())
+}
+
+/// Write `stored.rollout` over the head revision it was read at (or last
 /// written), and keep `stored` in step with what the server holds.
 pub async fn update(store: &kv::Store, stored: &mut Stored) -> Result<(), StoreError> {
-    let revision = write(store, &stored.rollout, Some(stored.revision)).await?;
+    let (revision, parts) =
+        write(store, &stored.rollout, Some(stored.revision), &stored.parts).await?;
     stored.revision = revision;
+    stored.parts = parts;
     stored.created = OffsetDateTime::now_utc();
     Ok(())
+}
+
+/// Remove the parts `old` names that `new` does not (a smaller rollout
+/// after a larger one), so that a listing of the bucket shows only what the
+/// head names. Best effort: a part left behind is never read.
+pub async fn remove_unnamed(store: &kv::Store, old: &Parts, new: &Parts) {
+    let keep: std::collections::BTreeSet<&str> = new.keys().collect();
+    for key in old.keys().filter(|k| !keep.contains(k)) {
+        if let Err(e) = store.purge(key).await {
+            tracing::warn!(key, error = %e, "cannot remove an old rollout part; it is never read");
+        }
+    }
 }
 
 /// What another controller wrote, in one line, after a lost compare-and-set.

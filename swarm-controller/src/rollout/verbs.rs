@@ -85,7 +85,14 @@ pub async fn start(
         ));
     }
     let expected = store::revision(&deps.buckets.rollouts).await?;
-    let revision = match store::write(&deps.buckets.rollouts, &rollout, expected).await {
+    let written = store::write(
+        &deps.buckets.rollouts,
+        &rollout,
+        expected,
+        &store::Parts::default(),
+    )
+    .await;
+    let (revision, parts) = match written {
         Ok(r) => r,
         Err(StoreError::Conflict { .. }) => {
             return Err(VerbError::LostRace(
@@ -95,10 +102,14 @@ pub async fn start(
         Err(e) => return Err(e.into()),
     };
     (deps.report)(&format!("started {}", rollout.line()));
+    if let Some(old) = &current {
+        store::remove_unnamed(&deps.buckets.rollouts, &old.parts, &parts).await;
+    }
     let stored = Stored {
         rollout,
         revision,
         created: OffsetDateTime::now_utc(),
+        parts,
     };
     Ok(drive(deps, stored).await?)
 }
@@ -221,6 +232,7 @@ pub async fn abort(deps: &Deps<'_>) -> Result<Rollout, VerbError> {
             Err(StoreError::Conflict { .. }) => {
                 if let Some(again) = store::read(&deps.buckets.rollouts).await? {
                     stored.revision = again.revision;
+                    stored.parts = again.parts;
                 }
             }
             Err(e) => return Err(e.into()),

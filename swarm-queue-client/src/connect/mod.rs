@@ -100,41 +100,7 @@ pub async fn connect(config: &NatsConfig, name: &str) -> Result<Connection, Conn
         .map(|a| a.clone().into_inner().to_string())
         .collect::<Vec<_>>()
         .join(",");
-    let mut opts = ConnectOptions::new();
-    if let Some(path) = &config.credentials_file {
-        let credentials_error = |source| ConnectError::Credentials {
-            path: path.clone(),
-            source,
-        };
-        let contents = tokio::fs::read_to_string(path)
-            .await
-            .map_err(credentials_error)?;
-        opts = match seed::nkey_seed(&contents) {
-            Some(seed) => opts.nkey(seed),
-            None => opts.credentials(&contents).map_err(credentials_error)?,
-        };
-    }
-    if let Some(path) = &config.nkey_seed_file {
-        opts = opts.nkey(read_nkey_seed(path)?);
-    }
-    let tls = &config.tls;
-    if tls.required {
-        opts = opts.require_tls(true);
-    }
-    if let Some(ca) = &tls.ca_file {
-        opts = opts.add_root_certificates(ca.clone());
-    }
-    match (&tls.cert_file, &tls.key_file) {
-        (Some(cert), Some(key)) => {
-            opts = opts.add_client_certificate(cert.clone(), key.clone());
-        }
-        (None, None) => {}
-        _ => {
-            return Err(ConnectError::Tls(
-                "cert_file and key_file go together; give both or neither".into(),
-            ))
-        }
-    }
+    let mut opts = identity_and_tls(config, ConnectOptions::new()).await?;
     let (tx, rx) = watch::channel(0u64);
     let conn_name = config.name.clone().unwrap_or_else(|| name.to_string());
     let log_servers = servers.clone();
@@ -194,4 +160,47 @@ pub fn ensure_connected(client: &Client) -> Result<(), NotConnected> {
             state: other.to_string(),
         }),
     }
+}
+
+/// The options that say who this process is and how it talks TLS: the
+/// credentials file or nkey seed, and `[nats.tls]`.
+async fn identity_and_tls(
+    config: &NatsConfig,
+    mut opts: ConnectOptions,
+) -> Result<ConnectOptions, ConnectError> {
+    if let Some(path) = &config.credentials_file {
+        let credentials_error = |source| ConnectError::Credentials {
+            path: path.clone(),
+            source,
+        };
+        let contents = tokio::fs::read_to_string(path)
+            .await
+            .map_err(credentials_error)?;
+        opts = match seed::nkey_seed(&contents) {
+            Some(seed) => opts.nkey(seed),
+            None => opts.credentials(&contents).map_err(credentials_error)?,
+        };
+    }
+    if let Some(path) = &config.nkey_seed_file {
+        opts = opts.nkey(read_nkey_seed(path)?);
+    }
+    let tls = &config.tls;
+    if tls.required {
+        opts = opts.require_tls(true);
+    }
+    if let Some(ca) = &tls.ca_file {
+        opts = opts.add_root_certificates(ca.clone());
+    }
+    match (&tls.cert_file, &tls.key_file) {
+        (Some(cert), Some(key)) => {
+            opts = opts.add_client_certificate(cert.clone(), key.clone());
+        }
+        (None, None) => {}
+        _ => {
+            return Err(ConnectError::Tls(
+                "cert_file and key_file go together; give both or neither".into(),
+            ))
+        }
+    }
+    Ok(opts)
 }

@@ -166,18 +166,7 @@ impl AgentSpec {
             _ => {}
         }
         if let Some(build) = &self.build {
-            check_text(&f("build.context"), &build.context, MAX_BUILD_FIELD_LEN)?;
-            if build.context.trim().is_empty() {
-                return Err(InvalidField::Empty {
-                    field: f("build.context"),
-                });
-            }
-            if let Some(r) = &build.git_ref {
-                check_text(&f("build.ref"), r, MAX_BUILD_FIELD_LEN)?;
-            }
-            if let Some(d) = &build.dockerfile {
-                check_text(&f("build.dockerfile"), d, MAX_BUILD_FIELD_LEN)?;
-            }
+            build.validate(&f("build"))?;
         }
         if let Some(health) = &self.health {
             health.validate(&f("health"))?;
@@ -188,22 +177,7 @@ impl AgentSpec {
                 check_text(&format!("{}[{i}]", f("command")), arg, MAX_ARG_LEN)?;
             }
         }
-        check_count(&f("env"), self.env.len(), MAX_ENV_VARS)?;
-        for (k, v) in &self.env {
-            check_len(&f("env key"), k, MAX_ENV_KEY_LEN)?;
-            let valid_key = k
-                .chars()
-                .next()
-                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-                && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if !valid_key {
-                return Err(InvalidField::NotAnEnvName {
-                    field: f("env key"),
-                    value: k.clone(),
-                });
-            }
-            check_text(&format!("{}.{k}", f("env")), v, MAX_ENV_VALUE_LEN)?;
-        }
+        check_env(&f("env"), &self.env)?;
         if let Some(mb) = self.memory_mb {
             if !(MIN_MEMORY_MB..=MAX_MEMORY_MB).contains(&mb) {
                 return Err(InvalidField::OutOfRange {
@@ -261,4 +235,47 @@ impl Payload for Declaration {
         }
         Ok(())
     }
+}
+
+impl BuildSpec {
+    fn validate(&self, field: &str) -> Result<(), InvalidField> {
+        check_text(
+            &format!("{field}.context"),
+            &self.context,
+            MAX_BUILD_FIELD_LEN,
+        )?;
+        if self.context.trim().is_empty() {
+            return Err(InvalidField::Empty {
+                field: format!("{field}.context"),
+            });
+        }
+        if let Some(r) = &self.git_ref {
+            check_text(&format!("{field}.ref"), r, MAX_BUILD_FIELD_LEN)?;
+        }
+        if let Some(d) = &self.dockerfile {
+            check_text(&format!("{field}.dockerfile"), d, MAX_BUILD_FIELD_LEN)?;
+        }
+        Ok(())
+    }
+}
+
+/// An agent's environment: bounded, and every name a shell variable name.
+fn check_env(field: &str, env: &BTreeMap<String, String>) -> Result<(), InvalidField> {
+    check_count(field, env.len(), MAX_ENV_VARS)?;
+    for (k, v) in env {
+        check_len(&format!("{field} key"), k, MAX_ENV_KEY_LEN)?;
+        let valid_key = k
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid_key {
+            return Err(InvalidField::NotAnEnvName {
+                field: format!("{field} key"),
+                value: k.clone(),
+            });
+        }
+        check_text(&format!("{field}.{k}"), v, MAX_ENV_VALUE_LEN)?;
+    }
+    Ok(())
 }

@@ -16,24 +16,12 @@ async fn hostile_build_contexts_and_api_requests_are_refused_by_name() {
     let base = TestImage::busybox("bad-ctx");
     let _built = BuiltImages(name.clone());
     let _containers = ContainerGuard::new(&name);
-    let tmp = tempfile::Builder::new()
-        .prefix("hhtest-ctx-")
-        .tempdir()
-        .unwrap();
-    let root = tmp.path().join("root");
-    let secret = tmp.path().join("secret");
-    for d in [root.join("ok"), root.join("big"), secret.clone()] {
-        std::fs::create_dir_all(&d).unwrap();
-    }
-    let dockerfile = format!("FROM {}\nCOPY . /ctx\n", base.reference);
-    for d in [root.join("ok"), root.join("big"), secret.clone()] {
-        std::fs::write(d.join("Dockerfile"), &dockerfile).unwrap();
-    }
-    std::fs::write(root.join("big/blob"), vec![0u8; 256 * 1024]).unwrap();
-    std::os::unix::fs::symlink(&secret, root.join("escape")).unwrap();
-    let token = tmp.path().join("api.token");
-    std::fs::write(&token, "0123456789abcdef0123456789abcdef\n").unwrap();
-    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let ContextTree {
+        tmp: _tmp,
+        root,
+        secret,
+        token,
+    } = context_tree(&base.reference);
     let extra = format!(
         "build_roots = [{:?}]\nbuild_context_max_bytes = 131072\napi_token_file = {:?}\n",
         root.display().to_string(),
@@ -103,13 +91,86 @@ async fn hostile_build_contexts_and_api_requests_are_refused_by_name() {
         .await
         .starts_with("hyperhive-build/"));
 
-    // API requests with the wrong method, content type or origin: refused
-    // with a status that says which, and nothing is queued.
+    wrong_requests_are_refused_and_queue_nothing(&api, &hive.api().await).await;
+}
+
+/// Removes every image a hive named `.0` built, on drop.
+struct BuiltImages(String);
+
+impl Drop for BuiltImages {
+    fn drop(&mut self) {
+        let filter = format!("reference=hyperhive-build/{}/*", self.0);
+        let ids = Command::new("docker")
+            .args(["images", "-q", "--filter", &filter])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+            .unwrap_or_default();
+        for id in ids.split_whitespace() {
+            let _ = Command::new("docker").args(["rmi", "-f", id]).output();
+        }
+    }
+}
+
+/// The image tag the hive built for `agent`.
+async fn built_tag(api: &hyperhive_tests::jobs::JobApi, agent: &str) -> String {
+    let (_, agents) = api.get("/api/v1/agents").await;
+    agents["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["agent"] == agent)
+        .and_then(|a| a["image"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A build root with a good context (`ok`), one over the size cap (`big`)
+/// and a symlink out of it (`escape`) to a `secret` directory beside it,
+/// and a remote-writes token file; all removed with `tmp`.
+struct ContextTree {
+    tmp: tempfile::TempDir,
+    root: std::path::PathBuf,
+    secret: std::path::PathBuf,
+    token: std::path::PathBuf,
+}
+
+fn context_tree(base_image: &str) -> ContextTree {
+    let tmp = tempfile::Builder::new()
+        .prefix("hhtest-ctx-")
+        .tempdir()
+        .unwrap();
+    let root = tmp.path().join("root");
+    let secret = tmp.path().join("secret");
+    for d in [root.join("ok"), root.join("big"), secret.clone()] {
+        std::fs::create_dir_all(&d).unwrap();
+    }
+    let dockerfile = format!("FROM {}\nCOPY . /ctx\n", base_image);
+    for d in [root.join("ok"), root.join("big"), secret.clone()] {
+        std::fs::write(d.join("Dockerfile"), &dockerfile).unwrap();
+    }
+    std::fs::write(root.join("big/blob"), vec![0u8; 256 * 1024]).unwrap();
+    std::os::unix::fs::symlink(&secret, root.join("escape")).unwrap();
+    let token = tmp.path().join("api.token");
+    std::fs::write(&token, "0123456789abcdef0123456789abcdef\n").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    ContextTree {
+        tmp,
+        root,
+        secret,
+        token,
+    }
+}
+
+/// API requests with the wrong method, content type or origin: refused
+/// with a status that says which, and nothing is queued.
+async fn wrong_requests_are_refused_and_queue_nothing(
+    api: &hyperhive_tests::jobs::JobApi,
+    tcp: &str,
+) {
     let before = api.get("/api/v1/jobs?all=true").await.1["jobs"]
         .as_array()
         .unwrap()
         .len();
-    let tcp = hive.api().await;
     let bearer = "Bearer 0123456789abcdef0123456789abcdef";
     let http = reqwest::Client::new();
     let deploy = format!("{tcp}/api/v1/agents/x/deploy");
@@ -186,34 +247,4 @@ async fn hostile_build_contexts_and_api_requests_are_refused_by_name() {
         .unwrap()
         .len();
     assert_eq!(after, before, "a refused request queued a job");
-}
-
-/// Removes every image a hive named `.0` built, on drop.
-struct BuiltImages(String);
-
-impl Drop for BuiltImages {
-    fn drop(&mut self) {
-        let filter = format!("reference=hyperhive-build/{}/*", self.0);
-        let ids = Command::new("docker")
-            .args(["images", "-q", "--filter", &filter])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
-            .unwrap_or_default();
-        for id in ids.split_whitespace() {
-            let _ = Command::new("docker").args(["rmi", "-f", id]).output();
-        }
-    }
-}
-
-/// The image tag the hive built for `agent`.
-async fn built_tag(api: &hyperhive_tests::jobs::JobApi, agent: &str) -> String {
-    let (_, agents) = api.get("/api/v1/agents").await;
-    agents["agents"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|a| a["agent"] == agent)
-        .and_then(|a| a["image"].as_str())
-        .unwrap_or_default()
-        .to_string()
 }

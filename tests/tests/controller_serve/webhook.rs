@@ -46,102 +46,18 @@ async fn webhook_verifies_signatures_and_publishes_knowledge_or_deploys() {
         "webhook_secret_file = \"hook.secret\"\nknowledge_repo = \"org/knowledge\"",
     )
     .await;
-    env.write("hook.secret", "s3cret-hook\n");
-    let swarm = env.write(
-        "swarm.toml",
-        "[hives.alpha.agents.bot.build]\ncontext = \"https://forge.example/org/bot.git\"\n\n\
-         [hives.beta.agents.bot.build]\ncontext = \"org/bot\"\n\n\
-         [hives.gamma.agents.bot]\nimage = \"org/bot:1\"\n",
-    );
-    assert_eq!(env.run(&["declare", swarm.to_str().unwrap()]).await.code, 0);
-    let (_serve, base) = env.serve("serve.log").await;
-    // The server learns declarations from its watch; wait until it has them.
-    wait_until(T, "declarations loaded", || async {
-        let api = get_json(&format!("{base}/api/status")).await;
-        api["hives"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|r| !r["declared_revision"].is_null())
-            .then_some(())
-    })
-    .await;
+    let (_serve, base) = serve_with_declarations(&env).await;
 
     let mut everything = env.client.subscribe("hyperhive.>").await.unwrap();
     env.client.flush().await.unwrap();
     let deploys = deploy_recorder(&env).await;
     let http = reqwest::Client::new();
     let hook = format!("{base}/hooks/forge");
-    let push_body = |repo: &str| {
-        format!(
-            r#"{{"ref":"refs/heads/main","repository":{{"full_name":"{repo}","clone_url":"https://forge.example/{repo}.git","default_branch":"main"}}}}"#
-        )
-    };
 
-    // Bad signatures: 401, and nothing at all is published.
     let body = push_body("org/knowledge");
-    let bad = [
-        vec![],
-        vec![(
-            "X-Hub-Signature-256",
-            format!("sha256={}", sign(body.as_bytes(), b"wrong")),
-        )],
-        vec![("X-Gitea-Signature", sign(b"another body", b"s3cret-hook"))],
-        vec![("X-Forgejo-Signature", "not hex".to_string())],
-    ];
-    for headers in bad {
-        let mut req = http
-            .post(&hook)
-            .header("X-GitHub-Event", "push")
-            .body(body.clone());
-        for (k, v) in &headers {
-            req = req.header(*k, v);
-        }
-        let resp = req.send().await.unwrap();
-        assert_eq!(resp.status(), 401, "{headers:?}");
-        println!("refused {headers:?}: {}", resp.text().await.unwrap());
-    }
-    // Prove the silence: the next message anyone sees is our own marker.
-    env.client
-        .publish("hyperhive.test-marker", Bytes::new())
-        .await
-        .unwrap();
-    let first = tokio::time::timeout(T, everything.next())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(first.subject.as_str(), "hyperhive.test-marker");
+    bad_signatures_get_401_and_publish_nothing(&env, &http, &hook, &body, &mut everything).await;
 
-    // Good signatures from each forge: a push to the knowledge repo.
-    let mut knowledge = env.client.subscribe("hyperhive.knowledge").await.unwrap();
-    server_has_our_subscriptions(&env.client).await;
-    let sig = sign(body.as_bytes(), b"s3cret-hook");
-    for (header, value, event) in [
-        (
-            "X-Hub-Signature-256",
-            format!("sha256={sig}"),
-            "X-GitHub-Event",
-        ),
-        ("X-Gitea-Signature", sig.clone(), "X-Gitea-Event"),
-        ("X-Forgejo-Signature", sig.clone(), "X-Forgejo-Event"),
-    ] {
-        let resp = http
-            .post(&hook)
-            .header(header, value)
-            .header(event, "push")
-            .body(body.clone())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), 200);
-        let doc: serde_json::Value = resp.json().await.unwrap();
-        assert_eq!(doc["knowledge"], "published", "{doc}");
-        let msg = tokio::time::timeout(T, knowledge.next())
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(msg.payload.is_empty());
-    }
+    each_forge_signature_publishes_knowledge(&env, &http, &hook, &body).await;
 
     // A push to the agent's repository: a deploy on every hive that builds it.
     let body = push_body("org/bot");
@@ -274,5 +190,120 @@ async fn a_cross_origin_post_to_any_route_changes_nothing() {
         env.client.publish(marker, Bytes::new()).await.unwrap();
         let first = tokio::time::timeout(T, sub.next()).await.unwrap().unwrap();
         assert_eq!(first.subject.as_str(), marker);
+    }
+}
+
+/// A GitHub/Gitea/Forgejo push payload for `repo` on `main`.
+fn push_body(repo: &str) -> String {
+    format!(
+        r#"{{"ref":"refs/heads/main","repository":{{"full_name":"{repo}","clone_url":"https://forge.example/{repo}.git","default_branch":"main"}}}}"#
+    )
+}
+
+/// `serve` with the webhook secret and three hives declared (two build
+/// the agent from its repository, one runs an image), once its watch has
+/// loaded the declarations.
+async fn serve_with_declarations(env: &Env) -> (hyperhive_tests::Daemon, String) {
+    env.write("hook.secret", "s3cret-hook\n");
+    let swarm = env.write(
+        "swarm.toml",
+        "[hives.alpha.agents.bot.build]\ncontext = \"https://forge.example/org/bot.git\"\n\n\
+         [hives.beta.agents.bot.build]\ncontext = \"org/bot\"\n\n\
+         [hives.gamma.agents.bot]\nimage = \"org/bot:1\"\n",
+    );
+    assert_eq!(env.run(&["declare", swarm.to_str().unwrap()]).await.code, 0);
+    let (serve, base) = env.serve("serve.log").await;
+    // The server learns declarations from its watch; wait until it has them.
+    wait_until(T, "declarations loaded", || async {
+        let api = get_json(&format!("{base}/api/status")).await;
+        api["hives"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| !r["declared_revision"].is_null())
+            .then_some(())
+    })
+    .await;
+    (serve, base)
+}
+
+/// Bad signatures: 401, and nothing at all is published (the next message
+/// `everything` sees is a marker published after them).
+async fn bad_signatures_get_401_and_publish_nothing(
+    env: &Env,
+    http: &reqwest::Client,
+    hook: &str,
+    body: &str,
+    everything: &mut async_nats::Subscriber,
+) {
+    let bad = [
+        vec![],
+        vec![(
+            "X-Hub-Signature-256",
+            format!("sha256={}", sign(body.as_bytes(), b"wrong")),
+        )],
+        vec![("X-Gitea-Signature", sign(b"another body", b"s3cret-hook"))],
+        vec![("X-Forgejo-Signature", "not hex".to_string())],
+    ];
+    for headers in bad {
+        let mut req = http
+            .post(hook)
+            .header("X-GitHub-Event", "push")
+            .body(body.to_string());
+        for (k, v) in &headers {
+            req = req.header(*k, v);
+        }
+        let resp = req.send().await.unwrap();
+        assert_eq!(resp.status(), 401, "{headers:?}");
+        println!("refused {headers:?}: {}", resp.text().await.unwrap());
+    }
+    // Prove the silence: the next message anyone sees is our own marker.
+    env.client
+        .publish("hyperhive.test-marker", Bytes::new())
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(T, everything.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.subject.as_str(), "hyperhive.test-marker");
+}
+
+/// Good signatures from each forge on a push to the knowledge repo: each
+/// publishes one empty knowledge event.
+async fn each_forge_signature_publishes_knowledge(
+    env: &Env,
+    http: &reqwest::Client,
+    hook: &str,
+    body: &str,
+) {
+    let mut knowledge = env.client.subscribe("hyperhive.knowledge").await.unwrap();
+    server_has_our_subscriptions(&env.client).await;
+    let sig = sign(body.as_bytes(), b"s3cret-hook");
+    for (header, value, event) in [
+        (
+            "X-Hub-Signature-256",
+            format!("sha256={sig}"),
+            "X-GitHub-Event",
+        ),
+        ("X-Gitea-Signature", sig.clone(), "X-Gitea-Event"),
+        ("X-Forgejo-Signature", sig.clone(), "X-Forgejo-Event"),
+    ] {
+        let resp = http
+            .post(hook)
+            .header(header, value)
+            .header(event, "push")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let doc: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(doc["knowledge"], "published", "{doc}");
+        let msg = tokio::time::timeout(T, knowledge.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(msg.payload.is_empty());
     }
 }

@@ -1,7 +1,10 @@
 # What the hive and swarm modules share: how a secret reaches a unit
 # (systemd LoadCredential, never the Nix store), how a generated config is
 # checked at build time (the daemon's own `--check-config`), the option
-# types for secret paths and NATS, and the unit hardening.
+# types for secret paths and NATS, the option blocks both modules declare
+# the same way (`package`, `checkConfig`, `configFile`, `settings`), and the
+# unit hardening. The options keep their paths: each module places the
+# blocks under its own prefix.
 #
 # Plain functions of `lib`; nothing here declares options by itself.
 { lib }:
@@ -58,6 +61,23 @@ rec {
 
   # Secrets of one unit: credential name -> { option, path }, the null ones dropped.
   presentSecrets = lib.filterAttrs (_: secret: secret.path != null);
+
+  # The secrets of one daemon's unit: its NATS files, and `files`
+  # (credential name -> the option under `prefix` that names the file), the
+  # unset ones dropped. `cfg` is the module's config at `prefix`.
+  unitSecrets =
+    {
+      prefix,
+      cfg,
+      files,
+    }:
+    presentSecrets (
+      natsSecrets prefix cfg.nats
+      // lib.mapAttrs (_: option: {
+        option = "${prefix}.${option}";
+        path = cfg.${option};
+      }) files
+    );
 
   loadCredential = secrets: lib.mapAttrsToList (name: secret: "${name}:${secret.path}") secrets;
 
@@ -127,8 +147,10 @@ rec {
   # (The daemons' check looks at whether those files exist, not into them;
   # it must not require what exists only at run time: the state directory,
   # the docker socket, a generated xkey seed.)
+  # With `enable` false (the module's checkConfig off), the config as it is.
   checkedConfig =
     {
+      enable,
       pkgs,
       name,
       configFile,
@@ -137,13 +159,61 @@ rec {
       unit,
       credentialNames,
     }:
-    pkgs.runCommand name { nativeBuildInputs = [ package ]; } ''
-      mkdir credentials
-      ${lib.concatMapStrings (n: "touch credentials/${lib.escapeShellArg n}\n") credentialNames}
-      sed "s|${credentialDir unit}/|$PWD/credentials/|g" ${configFile} > check.toml
-      ${checkCommand} check.toml
-      cp ${configFile} "$out"
-    '';
+    if !enable then
+      configFile
+    else
+      pkgs.runCommand name { nativeBuildInputs = [ package ]; } ''
+        mkdir credentials
+        ${lib.concatMapStrings (n: "touch credentials/${lib.escapeShellArg n}\n") credentialNames}
+        sed "s|${credentialDir unit}/|$PWD/credentials/|g" ${configFile} > check.toml
+        ${checkCommand} check.toml
+        cp ${configFile} "$out"
+      '';
+
+  # A daemon's `package` option: its crate, built by ./package.nix.
+  packageOption =
+    pkgs: crate:
+    mkOption {
+      type = types.package;
+      default = pkgs.callPackage ./package.nix { inherit crate; };
+      defaultText = lib.literalExpression ''pkgs.callPackage ./nix/package.nix { crate = "${crate}"; }'';
+      description = "The package that provides the `${crate}` binary.";
+    };
+
+  # The options both daemons' modules have for their generated config:
+  # `checkConfig`, the read-only `configFile` the unit runs with, and the
+  # free-form TOML `settings`.
+  configOptions =
+    {
+      toml,
+      checkCommand,
+      checkedConfigFile,
+      unitName,
+      settingsExample,
+      settingsDescription,
+    }:
+    {
+      checkConfig = mkOption {
+        type = types.bool;
+        default = true;
+        description = "Run `${checkCommand}` on the generated config at build time.";
+      };
+
+      configFile = mkOption {
+        type = types.package;
+        readOnly = true;
+        default = checkedConfigFile;
+        defaultText = lib.literalMD "the generated config, checked when `checkConfig` is set";
+        description = "The config file the ${unitName} unit runs with.";
+      };
+
+      settings = mkOption {
+        type = types.submodule { freeformType = toml.type; };
+        default = { };
+        example = settingsExample;
+        description = settingsDescription;
+      };
+    };
 
   # Unit hardening both daemons get. Whatever a daemon needs beyond this
   # (the hive's docker group, state paths) is added by its module.

@@ -25,19 +25,14 @@ let
   unit = "hyperhive-hive";
   user = "hyperhive";
 
-  secrets = common.presentSecrets (
-    common.natsSecrets "services.hyperhive" cfg.nats
-    // {
-      "xkey.seed" = {
-        option = "services.hyperhive.xkeySeedFile";
-        path = cfg.xkeySeedFile;
-      };
-      "registry-auth.json" = {
-        option = "services.hyperhive.registryAuthFile";
-        path = cfg.registryAuthFile;
-      };
-    }
-  );
+  secrets = common.unitSecrets {
+    prefix = "services.hyperhive";
+    inherit cfg;
+    files = {
+      "xkey.seed" = "xkeySeedFile";
+      "registry-auth.json" = "registryAuthFile";
+    };
+  };
 
   # The options that map onto the config file, with secret paths written by
   # `secretPath` (the LoadCredential copy for the unit, the file itself for
@@ -71,17 +66,14 @@ let
     lib.recursiveUpdate cfg.settings (typedSettings common.hostSecretPath)
   );
 
-  checkedConfigFile =
-    if cfg.checkConfig then
-      common.checkedConfig {
-        inherit pkgs configFile unit;
-        inherit (cfg) package;
-        name = "hyperhive-hive-checked.toml";
-        checkCommand = "hive --check-config";
-        credentialNames = lib.attrNames secrets;
-      }
-    else
-      configFile;
+  checkCommand = "hive --check-config";
+  checkedConfigFile = common.checkedConfig {
+    inherit pkgs configFile unit checkCommand;
+    inherit (cfg) package;
+    enable = cfg.checkConfig;
+    name = "hyperhive-hive-checked.toml";
+    credentialNames = lib.attrNames secrets;
+  };
 
   underVarLib = lib.hasPrefix "/var/lib/" cfg.stateDir;
   apiSocket = "/run/hyperhive/hive.sock";
@@ -90,12 +82,7 @@ in
   options.services.hyperhive = {
     enable = mkEnableOption "the hyperhive hive daemon, which runs this host's agents in Docker";
 
-    package = mkOption {
-      type = types.package;
-      default = pkgs.callPackage ./package.nix { crate = "hive"; };
-      defaultText = lib.literalExpression ''pkgs.callPackage ./nix/package.nix { crate = "hive"; }'';
-      description = "The package that provides the `hive` binary.";
-    };
+    package = common.packageOption pkgs "hive";
 
     hiveName = mkOption {
       type = types.str;
@@ -158,38 +145,23 @@ in
       default = 60;
       description = "systemd WatchdogSec; the hive pings every half of it.";
     };
-
-    checkConfig = mkOption {
-      type = types.bool;
-      default = true;
-      description = "Run `hive --check-config` on the generated config at build time.";
-    };
-
-    configFile = mkOption {
-      type = types.package;
-      readOnly = true;
-      default = checkedConfigFile;
-      defaultText = lib.literalMD "the generated config, checked when `checkConfig` is set";
-      description = "The config file the hive unit runs with.";
-    };
-
-    settings = mkOption {
-      type = types.submodule { freeformType = toml.type; };
-      default = { };
-      example = lib.literalExpression ''
-        {
-          publish_interval_secs = 60;
-          knowledge_repo = "/srv/git/knowledge.git";
-          nats.buckets.status.replicas = 3;
-        }
-      '';
-      description = ''
-        The hive's TOML config (docs/nixos.md lists the keys). The options
-        above fill name, state_dir, http_listen, [nats], xkey_seed_file and
-        trusted_controller_xkeys; set other keys here. Secrets go through the
-        *File options, never here.
-      '';
-    };
+  }
+  // common.configOptions {
+    inherit toml checkCommand checkedConfigFile;
+    unitName = "hive";
+    settingsExample = lib.literalExpression ''
+      {
+        publish_interval_secs = 60;
+        knowledge_repo = "/srv/git/knowledge.git";
+        nats.buckets.status.replicas = 3;
+      }
+    '';
+    settingsDescription = ''
+      The hive's TOML config (docs/nixos.md lists the keys). The options
+      above fill name, state_dir, http_listen, [nats], xkey_seed_file and
+      trusted_controller_xkeys; set other keys here. Secrets go through the
+      *File options, never here.
+    '';
   };
 
   config = lib.mkIf cfg.enable {

@@ -56,19 +56,14 @@ let
     hives = lib.mapAttrs (_: agents: { inherit agents; }) cfg.declarations;
   };
 
-  secrets = common.presentSecrets (
-    common.natsSecrets "services.hyperhive.swarm.controller" ctl.nats
-    // {
-      "xkey.seed" = {
-        option = "services.hyperhive.swarm.controller.xkeySeedFile";
-        path = ctl.xkeySeedFile;
-      };
-      "webhook-secret" = {
-        option = "services.hyperhive.swarm.controller.webhookSecretFile";
-        path = ctl.webhookSecretFile;
-      };
-    }
-  );
+  secrets = common.unitSecrets {
+    prefix = "services.hyperhive.swarm.controller";
+    cfg = ctl;
+    files = {
+      "xkey.seed" = "xkeySeedFile";
+      "webhook-secret" = "webhookSecretFile";
+    };
+  };
 
   typedSettings =
     secretPath:
@@ -101,17 +96,14 @@ let
   declareConfigFile = configFor "hyperhive-swarm-declare.toml" (common.unitSecretPath declareUnit);
   operatorConfigFile = configFor "hyperhive-swarm-operator.toml" common.hostSecretPath;
 
-  checkedConfigFile =
-    if ctl.checkConfig then
-      common.checkedConfig {
-        inherit pkgs configFile unit;
-        inherit (ctl) package;
-        name = "hyperhive-swarm-checked.toml";
-        checkCommand = "swarm-controller --check-config";
-        credentialNames = lib.attrNames secrets;
-      }
-    else
-      configFile;
+  checkCommand = "swarm-controller --check-config";
+  checkedConfigFile = common.checkedConfig {
+    inherit pkgs configFile unit checkCommand;
+    inherit (ctl) package;
+    enable = ctl.checkConfig;
+    name = "hyperhive-swarm-checked.toml";
+    credentialNames = lib.attrNames secrets;
+  };
 
   # Only what `nats-config` needs: the roster and the public nkeys. No secret
   # and no server address, so the nats host needs neither.
@@ -282,12 +274,7 @@ in
     controller = {
       enable = mkEnableOption "the hyperhive swarm controller on this host";
 
-      package = mkOption {
-        type = types.package;
-        default = pkgs.callPackage ./package.nix { crate = "swarm-controller"; };
-        defaultText = lib.literalExpression ''pkgs.callPackage ./nix/package.nix { crate = "swarm-controller"; }'';
-        description = "The package that provides the `swarm-controller` binary.";
-      };
+      package = common.packageOption pkgs "swarm-controller";
 
       listen = mkOption {
         type = types.str;
@@ -331,33 +318,18 @@ in
         use ${stateDir}/xkey.seed, created by the controller'';
 
       webhookSecretFile = common.secretFileOption "webhook-secret" "The forge webhook's HMAC secret";
-
-      checkConfig = mkOption {
-        type = types.bool;
-        default = true;
-        description = "Run `swarm-controller --check-config` on the generated config at build time.";
-      };
-
-      configFile = mkOption {
-        type = types.package;
-        readOnly = true;
-        default = checkedConfigFile;
-        defaultText = lib.literalMD "the generated config, checked when `checkConfig` is set";
-        description = "The config file the controller unit runs with.";
-      };
-
-      settings = mkOption {
-        type = types.submodule { freeformType = toml.type; };
-        default = { };
-        example = lib.literalExpression ''{ knowledge_repo = "org/knowledge"; }'';
-        description = ''
-          The controller's TOML config. The options above fill
-          stale_after_secs, http_listen, xkey_seed_file,
-          webhook_secret_file, swarm_file, [nats], [controller] and
-          [hives.*]; set other keys here. Secrets go through the *File
-          options, never here.
-        '';
-      };
+    }
+    // common.configOptions {
+      inherit toml checkCommand checkedConfigFile;
+      unitName = "controller";
+      settingsExample = lib.literalExpression ''{ knowledge_repo = "org/knowledge"; }'';
+      settingsDescription = ''
+        The controller's TOML config. The options above fill
+        stale_after_secs, http_listen, xkey_seed_file,
+        webhook_secret_file, swarm_file, [nats], [controller] and
+        [hives.*]; set other keys here. Secrets go through the *File
+        options, never here.
+      '';
     };
   };
 

@@ -405,15 +405,14 @@ fn start_local_side(
     tasks: &mut Supervisor,
 ) {
     if let (Some(repo), Some(trigger)) = (config.knowledge_repo.clone(), state.knowledge.clone()) {
-        let (dir, health) = (config.knowledge_dir(), state.health.clone());
+        let deps = knowledge::KnowledgeDeps {
+            repo,
+            dir: config.knowledge_dir(),
+            trigger,
+            health: state.health.clone(),
+        };
         tasks.spawn("knowledge", Role::Auxiliary, move |shutdown| {
-            knowledge::run(
-                repo.clone(),
-                dir.clone(),
-                trigger.clone(),
-                health.clone(),
-                shutdown,
-            )
+            knowledge::run(deps.clone(), shutdown)
         });
     }
     let listener = Arc::clone(&state.listener);

@@ -58,16 +58,29 @@ pub async fn pull(repo: &str, dir: &Path) -> Result<String, KnowledgeError> {
     git(dir, &["rev-parse", "HEAD"]).await
 }
 
+/// What the knowledge task needs.
+#[derive(Clone)]
+pub struct KnowledgeDeps {
+    /// The configured `knowledge_repo` (a git URL or path).
+    pub repo: String,
+    /// The checkout agents mount read-only.
+    pub dir: PathBuf,
+    /// Rung by each knowledge event.
+    pub trigger: std::sync::Arc<tokio::sync::Notify>,
+    /// Where a failed pull is raised as a warning.
+    pub health: std::sync::Arc<crate::readiness::Health>,
+}
+
 /// The knowledge task: pull at start, then on every trigger (knowledge
 /// events coalesce: several events during one pull cause one more pull).
-pub async fn run(
-    repo: String,
-    dir: PathBuf,
-    trigger: std::sync::Arc<tokio::sync::Notify>,
-    health: std::sync::Arc<crate::readiness::Health>,
-    mut shutdown: crate::shutdown::Shutdown,
-) {
+pub async fn run(deps: KnowledgeDeps, mut shutdown: crate::shutdown::Shutdown) {
     use crate::readiness::keys;
+    let KnowledgeDeps {
+        repo,
+        dir,
+        trigger,
+        health,
+    } = deps;
     loop {
         match pull(&repo, &dir).await {
             Ok(commit) => {

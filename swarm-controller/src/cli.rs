@@ -11,8 +11,8 @@ use clap::{Parser, Subcommand};
 use swarm_queue_client::{AgentName, HiveName};
 use tokio::sync::watch;
 
-use crate::cli_declare::{self, DeclareArgs, RolloutVerb};
-use crate::cli_events::{self, CredentialPut};
+use crate::cli_declare::{self, DeclareArgs, RollbackArgs, RolloutVerb};
+use crate::cli_events::{self, CredentialPut, DeployArgs};
 use crate::cli_status;
 use crate::config::Config;
 use crate::{nats, serve};
@@ -332,21 +332,28 @@ async fn run(config: Config, command: Command) -> anyhow::Result<i32> {
             to,
             dry_run,
             json,
-        } => cli_declare::rollback_cmd(&config, hive, to, dry_run, json).await,
+        } => {
+            let args = RollbackArgs {
+                hive,
+                to,
+                dry_run,
+                json,
+            };
+            cli_declare::rollback_cmd(&config, args).await
+        }
         Command::Deploy {
             hive,
             agent,
             timeout_secs,
             json,
         } => {
-            cli_events::deploy_cmd(
-                &config,
-                &hive,
-                &agent,
-                Duration::from_secs(timeout_secs),
+            let args = DeployArgs {
+                hive,
+                agent,
+                timeout: Duration::from_secs(timeout_secs),
                 json,
-            )
-            .await
+            };
+            cli_events::deploy_cmd(&config, args).await
         }
         Command::Credential {
             action: CredentialCommand::Xkey,

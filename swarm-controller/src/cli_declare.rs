@@ -69,6 +69,15 @@ pub struct DeclareArgs {
     pub json: bool,
 }
 
+/// How `rollback` was asked to run.
+pub struct RollbackArgs {
+    pub hive: HiveName,
+    /// The revision to restore; `None` is the one before the current.
+    pub to: Option<u64>,
+    pub dry_run: bool,
+    pub json: bool,
+}
+
 pub async fn declare_cmd(config: &Config, args: DeclareArgs) -> anyhow::Result<i32> {
     let Some(path) = args.file.or_else(|| config.swarm_file.clone()) else {
         eprintln!("swarm-controller declare: give a swarm file, or set swarm_file in the config");
@@ -112,13 +121,13 @@ pub async fn declare_cmd(config: &Config, args: DeclareArgs) -> anyhow::Result<i
     Ok(EXIT_OK)
 }
 
-pub async fn rollback_cmd(
-    config: &Config,
-    hive: HiveName,
-    to: Option<u64>,
-    dry_run: bool,
-    json: bool,
-) -> anyhow::Result<i32> {
+pub async fn rollback_cmd(config: &Config, args: RollbackArgs) -> anyhow::Result<i32> {
+    let RollbackArgs {
+        hive,
+        to,
+        dry_run,
+        json,
+    } = args;
     if !config.hives.contains_key(&hive) {
         bail!("hive {hive} is not on the roster of this controller's config");
     }

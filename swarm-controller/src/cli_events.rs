@@ -28,14 +28,23 @@ pub(crate) struct CredentialPut {
     json: bool,
 }
 
+/// How `deploy` was asked to run.
+pub(crate) struct DeployArgs {
+    pub hive: HiveName,
+    pub agent: AgentName,
+    /// How long to wait for the hive's reply.
+    pub timeout: Duration,
+    pub json: bool,
+}
+
 /// `deploy HIVE AGENT`: ask the hive to deploy now; exit 0 once it queued.
-pub(crate) async fn deploy_cmd(
-    config: &Config,
-    hive: &HiveName,
-    agent: &AgentName,
-    timeout: Duration,
-    json: bool,
-) -> anyhow::Result<i32> {
+pub(crate) async fn deploy_cmd(config: &Config, args: DeployArgs) -> anyhow::Result<i32> {
+    let DeployArgs {
+        ref hive,
+        ref agent,
+        timeout,
+        json,
+    } = args;
     if !config.hives.contains_key(hive) {
         bail!(
             "hive {hive} is not on the roster in {}",

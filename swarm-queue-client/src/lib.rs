@@ -20,6 +20,7 @@
 //!   against DNS rebinding.
 //! - [`permissions`]: the per-identity nats-server authorization (which
 //!   subjects each hive and the controller may use).
+//! - `test_support` (feature `test-support`): payload builders for tests.
 //!
 //! Invariants: no payload carries a timestamp (freshness is the KV entry's
 //! own time); a declaration's KV revision is its identity; decoders never
@@ -38,6 +39,8 @@ pub mod names;
 pub mod payload;
 pub mod permissions;
 pub mod subjects;
+#[cfg(feature = "test-support")]
+pub mod test_support;
 
 #[cfg(feature = "nats")]
 pub use buckets::open_or_create;

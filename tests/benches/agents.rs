@@ -33,7 +33,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bollard::query_parameters::EventsOptions;
 use bollard::Docker;
 use futures_util::StreamExt;
-use hive::runtime::ContainerSpec;
+use hive::runtime::{AgentContainer, ContainerSpec};
 use hive::worker::WorkerConfig;
 use hyperhive_tests::bare;
 use hyperhive_tests::docker::{ContainerGuard, TestImage};
@@ -129,7 +129,14 @@ fn bare_specs(
         .map(|(a, s)| {
             let dir = state.join(a.as_str());
             std::fs::create_dir_all(&dir).expect("bare state dir");
-            ContainerSpec::for_agent(hive, a, s, image, &dir, vec![])
+            ContainerSpec::for_agent(AgentContainer {
+                hive,
+                agent: a,
+                spec: s,
+                image,
+                state_dir: &dir,
+                extra_binds: vec![],
+            })
         })
         .collect()
 }

@@ -24,7 +24,9 @@ use futures_util::StreamExt;
 use hive::converger::{self, ConvergerDeps};
 use hive::jobs::JobStore;
 use hive::readiness::Health;
-use hive::runtime::{ContainerInfo, ContainerRuntime, ContainerSpec, ProgressFn, RuntimeError};
+use hive::runtime::{
+    BuildRequest, ContainerInfo, ContainerRuntime, ContainerSpec, ProgressFn, RuntimeError,
+};
 use hive::wanted::{self, WantedDeps};
 use hyperhive_tests::docker::{ContainerGuard, TestImage};
 use hyperhive_tests::hive::{HiveProc, HiveSpec};
@@ -59,14 +61,7 @@ impl ContainerRuntime for NullRuntime {
     async fn remove_image(&self, _: &str) -> Result<bool, RuntimeError> {
         Ok(true)
     }
-    async fn build(
-        &self,
-        _: &std::path::Path,
-        _: &str,
-        _: &str,
-        _: bool,
-        _: ProgressFn<'_>,
-    ) -> Result<(), RuntimeError> {
+    async fn build(&self, _: &BuildRequest<'_>, _: ProgressFn<'_>) -> Result<(), RuntimeError> {
         Ok(())
     }
     async fn create(&self, spec: &ContainerSpec) -> Result<String, RuntimeError> {

@@ -23,7 +23,7 @@ use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
 use hive::jobs::{
     db_path, now_ms, DeployRequest, Durability, JobRequest, JobStore, Outcome, RetryPolicy, Store,
 };
-use hive::runtime::{ContainerSpec, DockerRuntime};
+use hive::runtime::{AgentContainer, ContainerSpec, DockerRuntime};
 use hive::worker::{self, WorkerConfig, WorkerDeps};
 use hyperhive_tests::docker::{ContainerGuard, TestImage};
 use swarm_queue_client::{AgentName, AgentSpec, HiveName};
@@ -247,7 +247,14 @@ async fn first_deploy_vs_bollard(mode: &Mode) {
         let b = AgentName::new(format!("direct-{i}")).expect("agent");
         let state = dir.path().join("direct").join(b.as_str());
         std::fs::create_dir_all(&state).expect("state dir");
-        let c = ContainerSpec::for_agent(&hive, &b, &spec, &image.reference, &state, vec![]);
+        let c = ContainerSpec::for_agent(AgentContainer {
+            hive: &hive,
+            agent: &b,
+            spec: &spec,
+            image: &image.reference,
+            state_dir: &state,
+            extra_binds: vec![],
+        });
         let started = Instant::now();
         let body = hyperhive_tests::bare::create_body(&c);
         let created = docker

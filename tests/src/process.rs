@@ -4,68 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-/// The test crate's own binaries (`src/bin/hh-*.rs`) are thin wrappers over
-/// the same library entry points as `hive` and `swarm-controller`. Cargo
-/// builds them before it runs this crate's integration tests, into the
-/// `deps/` folder the test executable runs from (as `hh_hive-<hash>`) and
-/// links them up one level (as `hh-hive`).
-///
-/// Several checkouts of this workspace may share one target dir (the
-/// project's rule on a small machine). The linked-up `hh-hive` is then
-/// whichever checkout built last, even while this test runs; so the path
-/// taken is the newest `deps/hh_hive-*` that says it was built from this
-/// very checkout (asked with [`WHICH_TREE`]), and it stays that path for
-/// the whole test process.
-fn sibling_bin(name: &str) -> PathBuf {
-    static FOUND: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
-    let mut found = FOUND.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, path)) = found.iter().find(|(n, _)| n == name) {
-        return path.clone();
-    }
-    let exe = std::env::current_exe().expect("current test executable");
-    let deps = exe
-        .parent()
-        .expect("test executable lives in target/<profile>/deps");
-    let stem = format!("{}-", name.replace('-', "_"));
-    let mut candidates: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(deps)
-        .map(|entries| {
-            entries
-                .filter_map(|e| e.ok())
-                .filter(|e| {
-                    let file = e.file_name().to_string_lossy().to_string();
-                    file.starts_with(&stem) && !file.contains('.')
-                })
-                .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
-                .collect()
-        })
-        .unwrap_or_default();
-    candidates.sort_by_key(|c| std::cmp::Reverse(c.0));
-    let here = env!("CARGO_MANIFEST_DIR");
-    let bin = candidates
-        .into_iter()
-        .map(|(_, path)| path)
-        .find(|path| built_from(path).as_deref() == Some(here))
-        .unwrap_or_else(|| {
-            panic!(
-                "no {name} built from {here} in {}; run the tests with `cargo test -p hyperhive-tests`, which builds it",
-                deps.display()
-            )
-        });
-    found.push((name.to_string(), bin.clone()));
-    bin
-}
-
 /// Set in the environment of a test binary (`hh-hive`,
 /// `hh-swarm-controller`), it prints the checkout it was built from and
 /// exits.
 pub const WHICH_TREE: &str = "HYPERHIVE_TESTS_WHICH_TREE";
-
-fn built_from(bin: &Path) -> Option<String> {
-    let out = Command::new(bin).env(WHICH_TREE, "1").output().ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
 
 /// Path of the `hive` binary built for this test run.
 pub fn hive_bin() -> PathBuf {
@@ -221,4 +163,62 @@ impl Drop for Daemon {
             );
         }
     }
+}
+
+/// The test crate's own binaries (`src/bin/hh-*.rs`) are thin wrappers over
+/// the same library entry points as `hive` and `swarm-controller`. Cargo
+/// builds them before it runs this crate's integration tests, into the
+/// `deps/` folder the test executable runs from (as `hh_hive-<hash>`) and
+/// links them up one level (as `hh-hive`).
+///
+/// Several checkouts of this workspace may share one target dir (the
+/// project's rule on a small machine). The linked-up `hh-hive` is then
+/// whichever checkout built last, even while this test runs; so the path
+/// taken is the newest `deps/hh_hive-*` that says it was built from this
+/// very checkout (asked with [`WHICH_TREE`]), and it stays that path for
+/// the whole test process.
+fn sibling_bin(name: &str) -> PathBuf {
+    static FOUND: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let mut found = FOUND.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, path)) = found.iter().find(|(n, _)| n == name) {
+        return path.clone();
+    }
+    let exe = std::env::current_exe().expect("current test executable");
+    let deps = exe
+        .parent()
+        .expect("test executable lives in target/<profile>/deps");
+    let stem = format!("{}-", name.replace('-', "_"));
+    let mut candidates: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(deps)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .filter(|e| {
+                    let file = e.file_name().to_string_lossy().to_string();
+                    file.starts_with(&stem) && !file.contains('.')
+                })
+                .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+                .collect()
+        })
+        .unwrap_or_default();
+    candidates.sort_by_key(|c| std::cmp::Reverse(c.0));
+    let here = env!("CARGO_MANIFEST_DIR");
+    let bin = candidates
+        .into_iter()
+        .map(|(_, path)| path)
+        .find(|path| built_from(path).as_deref() == Some(here))
+        .unwrap_or_else(|| {
+            panic!(
+                "no {name} built from {here} in {}; run the tests with `cargo test -p hyperhive-tests`, which builds it",
+                deps.display()
+            )
+        });
+    found.push((name.to_string(), bin.clone()));
+    bin
+}
+
+fn built_from(bin: &Path) -> Option<String> {
+    let out = Command::new(bin).env(WHICH_TREE, "1").output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }

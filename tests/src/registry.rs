@@ -232,21 +232,6 @@ pub fn remove_images_from(host: &str) {
     }
 }
 
-/// Whether something on `port` answers `GET /v2/` like a registry (200 or
-/// 401).
-fn answers_v2(port: u16) -> bool {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    let req = "GET /v2/ HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-    if s.write_all(req.as_bytes()).is_err() {
-        return false;
-    }
-    let mut head = [0u8; 12];
-    s.read_exact(&mut head).is_ok() && (head.ends_with(b"401") || head.ends_with(b"200"))
-}
-
 /// A TCP proxy in front of a registry that sends the registry's answers at
 /// most `bytes_per_sec`, so a pull lasts long enough for its progress to be
 /// seen. Stopped (and its port closed) on drop.
@@ -301,6 +286,21 @@ impl Drop for SlowProxy {
         }
         remove_images_from(&self.host());
     }
+}
+
+/// Whether something on `port` answers `GET /v2/` like a registry (200 or
+/// 401).
+fn answers_v2(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let req = "GET /v2/ HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if s.write_all(req.as_bytes()).is_err() {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).is_ok() && (head.ends_with(b"401") || head.ends_with(b"200"))
 }
 
 /// Copy until either side closes, pacing to `rate` bytes a second.

@@ -166,17 +166,6 @@ pub fn hub_config(leaf_port: u16) -> String {
     )
 }
 
-/// The site server, joined to the hub through links to `leaf_ports`.
-fn start_site(name: &str, leaf_ports: &[u16]) -> LeafSite {
-    let links: Vec<TcpLink> = leaf_ports.iter().map(|p| TcpLink::start(*p)).collect();
-    let urls: Vec<String> = links
-        .iter()
-        .map(|l| format!("\"nats-leaf://127.0.0.1:{}\"", l.port()))
-        .collect();
-    let server = NatsServer::start_with(Some(&site_config(name, &urls)), &["-m", "-1"]);
-    LeafSite { server, links }
-}
-
 /// Config text of a site server named `<name>-site` with its own JetStream
 /// (domain `site`), joined as a leaf node to the hub at `leaf_urls`
 /// (`"nats-leaf://…"`, quoted), redialling every second.
@@ -185,33 +174,6 @@ pub fn site_config(name: &str, leaf_urls: &[String]) -> String {
         "server_name: {name}-site\njetstream {{ domain: site }}\nleafnodes {{\n  reconnect: \"1s\"\n  remotes: [ {{ urls: [{}] }} ]\n}}\n",
         leaf_urls.join(", ")
     )
-}
-
-/// The swarm's servers: one, or three in a JetStream cluster on loopback;
-/// with `leaf_ports`, each is a hub server listening for leaf nodes there.
-fn start_servers(name: &str, cluster: bool, leaf_ports: Option<&[u16]>) -> Vec<NatsServer> {
-    let count = if cluster { 3 } else { 1 };
-    let routes: Vec<u16> = (0..count).map(|_| free_port()).collect();
-    let mut servers = Vec::new();
-    for (i, port) in routes.iter().enumerate() {
-        let mut text = format!("server_name: {name}-n{i}\n");
-        if cluster {
-            let others: Vec<String> = routes
-                .iter()
-                .filter(|p| *p != port)
-                .map(|p| format!("\"nats-route://127.0.0.1:{p}\""))
-                .collect();
-            text.push_str(&format!(
-                "cluster {{\n  name: {name}\n  listen: \"127.0.0.1:{port}\"\n  routes: [{}]\n}}\n",
-                others.join(", ")
-            ));
-        }
-        if let Some(ports) = leaf_ports {
-            text.push_str(&hub_config(ports[i]));
-        }
-        servers.push(NatsServer::start_with(Some(&text), &["-m", "-1"]));
-    }
-    servers
 }
 
 impl TestSwarm {
@@ -413,4 +375,42 @@ pub fn write_controller_config(
     )
     .expect("write controller config");
     path
+}
+
+/// The site server, joined to the hub through links to `leaf_ports`.
+fn start_site(name: &str, leaf_ports: &[u16]) -> LeafSite {
+    let links: Vec<TcpLink> = leaf_ports.iter().map(|p| TcpLink::start(*p)).collect();
+    let urls: Vec<String> = links
+        .iter()
+        .map(|l| format!("\"nats-leaf://127.0.0.1:{}\"", l.port()))
+        .collect();
+    let server = NatsServer::start_with(Some(&site_config(name, &urls)), &["-m", "-1"]);
+    LeafSite { server, links }
+}
+
+/// The swarm's servers: one, or three in a JetStream cluster on loopback;
+/// with `leaf_ports`, each is a hub server listening for leaf nodes there.
+fn start_servers(name: &str, cluster: bool, leaf_ports: Option<&[u16]>) -> Vec<NatsServer> {
+    let count = if cluster { 3 } else { 1 };
+    let routes: Vec<u16> = (0..count).map(|_| free_port()).collect();
+    let mut servers = Vec::new();
+    for (i, port) in routes.iter().enumerate() {
+        let mut text = format!("server_name: {name}-n{i}\n");
+        if cluster {
+            let others: Vec<String> = routes
+                .iter()
+                .filter(|p| *p != port)
+                .map(|p| format!("\"nats-route://127.0.0.1:{p}\""))
+                .collect();
+            text.push_str(&format!(
+                "cluster {{\n  name: {name}\n  listen: \"127.0.0.1:{port}\"\n  routes: [{}]\n}}\n",
+                others.join(", ")
+            ));
+        }
+        if let Some(ports) = leaf_ports {
+            text.push_str(&hub_config(ports[i]));
+        }
+        servers.push(NatsServer::start_with(Some(&text), &["-m", "-1"]));
+    }
+    servers
 }

@@ -10,7 +10,6 @@
 mod errors;
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -30,8 +29,8 @@ use crate::registry_auth::{Login, RegistryAuth};
 
 use super::pull_progress::PullTally;
 use super::{
-    check_owner, context, split_image_ref, ContainerInfo, ContainerRuntime, ContainerSpec,
-    ProgressFn, RuntimeError,
+    check_owner, context, split_image_ref, BuildRequest, ContainerInfo, ContainerRuntime,
+    ContainerSpec, ProgressFn, RuntimeError,
 };
 
 /// Seconds bollard waits for a response's headers. Streams (pull, build)
@@ -295,12 +294,15 @@ impl ContainerRuntime for DockerRuntime {
 
     async fn build(
         &self,
-        context_dir: &Path,
-        dockerfile: &str,
-        tag: &str,
-        no_cache: bool,
+        request: &BuildRequest<'_>,
         progress: ProgressFn<'_>,
     ) -> Result<(), RuntimeError> {
+        let &BuildRequest {
+            context: context_dir,
+            dockerfile,
+            tag,
+            no_cache,
+        } = request;
         let docker = self.client()?;
         let tar = context::stream_tar(context_dir.to_path_buf(), self.context_max_bytes);
         progress(&format!(

@@ -4,7 +4,6 @@
 //! the Docker runtime, through the same [`check_owner`].
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -13,7 +12,8 @@ use swarm_queue_client::containers::LABEL_HIVE;
 use swarm_queue_client::HiveName;
 
 use super::{
-    check_owner, ContainerInfo, ContainerRuntime, ContainerSpec, ProgressFn, RuntimeError,
+    check_owner, BuildRequest, ContainerInfo, ContainerRuntime, ContainerSpec, ProgressFn,
+    RuntimeError,
 };
 
 #[derive(Debug, Default)]
@@ -174,12 +174,15 @@ impl ContainerRuntime for FakeRuntime {
 
     async fn build(
         &self,
-        context: &Path,
-        dockerfile: &str,
-        tag: &str,
-        _no_cache: bool,
+        request: &BuildRequest<'_>,
         progress: ProgressFn<'_>,
     ) -> Result<(), RuntimeError> {
+        let &BuildRequest {
+            context,
+            dockerfile,
+            tag,
+            ..
+        } = request;
         self.enter("build", tag)?;
         if !context.join(dockerfile).is_file() {
             return Err(RuntimeError::Build {

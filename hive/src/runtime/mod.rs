@@ -59,6 +59,31 @@ impl Bind {
     }
 }
 
+/// What one agent's container is made from (see [`ContainerSpec::for_agent`]).
+#[derive(Debug, Clone)]
+pub struct AgentContainer<'a> {
+    pub hive: &'a HiveName,
+    pub agent: &'a AgentName,
+    pub spec: &'a AgentSpec,
+    /// Already resolved: pulled or built.
+    pub image: &'a str,
+    /// The agent's state directory on the host, mounted at `/state`.
+    pub state_dir: &'a Path,
+    /// The knowledge directory, read-only, once the hive has one.
+    pub extra_binds: Vec<Bind>,
+}
+
+/// One image build: the directory `context` (with `dockerfile` inside it),
+/// tagged `tag` when done.
+#[derive(Debug, Clone, Copy)]
+pub struct BuildRequest<'a> {
+    pub context: &'a Path,
+    pub dockerfile: &'a str,
+    pub tag: &'a str,
+    /// Rebuild every step instead of reusing cached layers (a relock).
+    pub no_cache: bool,
+}
+
 /// Everything needed to create one agent's container.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ContainerSpec {
@@ -80,18 +105,18 @@ pub struct ContainerSpec {
 }
 
 impl ContainerSpec {
-    /// The container for `agent` running `image` (already resolved: pulled
-    /// or built) with `spec`'s env, command and limits, its state directory
-    /// bind-mounted at `/state`, plus `extra_binds` (the knowledge
-    /// directory, read-only, once the hive has one).
-    pub fn for_agent(
-        hive: &HiveName,
-        agent: &AgentName,
-        spec: &AgentSpec,
-        image: &str,
-        state_dir: &Path,
-        extra_binds: Vec<Bind>,
-    ) -> ContainerSpec {
+    /// The container for one agent: its spec's env, command and limits on
+    /// the resolved image, its state directory bind-mounted at `/state`,
+    /// then the extra mounts.
+    pub fn for_agent(input: AgentContainer<'_>) -> ContainerSpec {
+        let AgentContainer {
+            hive,
+            agent,
+            spec,
+            image,
+            state_dir,
+            extra_binds,
+        } = input;
         let labels = BTreeMap::from([
             (LABEL_MANAGED.to_string(), "true".to_string()),
             (LABEL_HIVE.to_string(), hive.to_string()),
@@ -271,14 +296,10 @@ pub trait ContainerRuntime: Send + Sync + 'static {
         progress: ProgressFn<'_>,
     ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
 
-    /// Build the directory `context` (with `dockerfile` inside it) and tag
-    /// the result `tag`. `no_cache` rebuilds every step (a relock).
+    /// Build `request`'s context and tag the result.
     fn build(
         &self,
-        context: &Path,
-        dockerfile: &str,
-        tag: &str,
-        no_cache: bool,
+        request: &BuildRequest<'_>,
         progress: ProgressFn<'_>,
     ) -> impl Future<Output = Result<(), RuntimeError>> + Send;
 
@@ -427,14 +448,14 @@ mod tests {
             container: "/knowledge".into(),
             read_only: true,
         };
-        let c = ContainerSpec::for_agent(
-            &hive,
-            &agent,
-            &spec,
-            "local/mail:1",
-            Path::new("/var/lib/hive/agents/mail-bot"),
-            vec![knowledge],
-        );
+        let c = ContainerSpec::for_agent(AgentContainer {
+            hive: &hive,
+            agent: &agent,
+            spec: &spec,
+            image: "local/mail:1",
+            state_dir: Path::new("/var/lib/hive/agents/mail-bot"),
+            extra_binds: vec![knowledge],
+        });
         assert_eq!(c.name, "hyperhive.alpha.mail-bot");
         assert_eq!(c.labels["org.hyperhive.managed"], "true");
         assert_eq!(c.labels["org.hyperhive.hive"], "alpha");

@@ -15,7 +15,7 @@ use crate::jobs::Claim;
 use crate::runtime::confine::{confine, local_git_path, BuildRoots};
 use crate::runtime::context::{self, ContextSource};
 use crate::runtime::pull_progress;
-use crate::runtime::ContainerRuntime;
+use crate::runtime::{BuildRequest, ContainerRuntime};
 
 /// The longest a wanted image cleanup waits for the worker to be idle.
 const IMAGE_CLEAN_DEFER_MAX: Duration = Duration::from_secs(60);
@@ -201,7 +201,15 @@ async fn build_image<R: ContainerRuntime>(
         }
     };
     deps.runtime
-        .build(&dir, &dockerfile, tag, relock, progress)
+        .build(
+            &BuildRequest {
+                context: &dir,
+                dockerfile: &dockerfile,
+                tag,
+                no_cache: relock,
+            },
+            progress,
+        )
         .await
         .map_err(NodeError::runtime(&what))?;
     Ok(format!("built {tag} from {from}"))

@@ -14,7 +14,9 @@ use super::{agent_dir, image_ref, short_id, NodeError, WorkerDeps};
 use crate::jobs::model::default_power;
 use crate::jobs::{now_ms, Claim, CleanupAction, InstalledAgent, Op};
 use crate::runtime::confine::BuildRoots;
-use crate::runtime::{check_owner, ContainerInfo, ContainerRuntime, ContainerSpec, RuntimeError};
+use crate::runtime::{
+    check_owner, AgentContainer, ContainerInfo, ContainerRuntime, ContainerSpec, RuntimeError,
+};
 
 /// Do what one node says. Returns a note for the operator.
 pub(super) async fn run_node<R: ContainerRuntime>(
@@ -295,14 +297,14 @@ async fn create<R: ContainerRuntime>(
     }
     let dir = agent_dir(&deps.state_dir, agent);
     make_dir(&dir).await?;
-    let container = ContainerSpec::for_agent(
-        &deps.hive,
+    let container = ContainerSpec::for_agent(AgentContainer {
+        hive: &deps.hive,
         agent,
         spec,
-        &image,
-        &dir,
-        deps.extra_binds.clone(),
-    );
+        image: &image,
+        state_dir: &dir,
+        extra_binds: deps.extra_binds.clone(),
+    });
     match deps.runtime.create(&container).await {
         Ok(id) => Ok(Some(format!("created {}", short_id(&id)))),
         Err(RuntimeError::NameTaken { .. }) => adopt(deps, name, &spec_hash).await.map(Some),

@@ -14,7 +14,7 @@ use crate::jobs::{
     NodeState,
 };
 use crate::runtime::fake::FakeRuntime;
-use crate::runtime::ContainerSpec;
+use crate::runtime::{AgentContainer, ContainerSpec};
 use crate::shutdown::{self, ShutdownTrigger};
 
 const HIVE: &str = "alpha";
@@ -458,14 +458,14 @@ async fn a_node_cut_off_mid_create_runs_again_and_adopts_the_container() {
     loop {
         let c = h.store.claim(now_ms(), None).await.unwrap().unwrap();
         if c.op == Op::Create {
-            let container = ContainerSpec::for_agent(
-                &HiveName::new(HIVE).unwrap(),
-                &agent("a"),
-                &spec(IMAGE),
-                IMAGE,
-                &h.state_dir.join("agents/a"),
-                vec![],
-            );
+            let container = ContainerSpec::for_agent(AgentContainer {
+                hive: &HiveName::new(HIVE).unwrap(),
+                agent: &agent("a"),
+                spec: &spec(IMAGE),
+                image: IMAGE,
+                state_dir: &h.state_dir.join("agents/a"),
+                extra_binds: vec![],
+            });
             h.runtime.create(&container).await.unwrap();
             break;
         }

@@ -1,4 +1,5 @@
 use super::*;
+use swarm_queue_client::test_support::{agent_status, ReadinessBuilder};
 use swarm_queue_client::{AgentSpec, AgentStatus, Level, Warning};
 
 const STALE_AFTER: Duration = Duration::from_secs(120);
@@ -33,23 +34,7 @@ fn wanted(revision: u64, d: Declaration) -> WantedEntry {
 }
 
 fn agent(image: &str, observed: Observed, job: Option<(&str, Option<&str>)>) -> AgentStatus {
-    let hash = spec(image).spec_hash();
-    AgentStatus {
-        wanted: Power::Up,
-        observed,
-        spec: Some(hash.clone()),
-        declared_spec: Some(hash),
-        image_progress: None,
-        image_digest: None,
-        health: None,
-        last_job: job.map(|(state, error)| JobSummary {
-            id: 7,
-            kind: "first_deploy".into(),
-            state: state.into(),
-            error: error.map(str::to_string),
-        }),
-        retry: None,
-    }
+    agent_status(&spec(image), observed, job)
 }
 
 fn readiness(
@@ -58,21 +43,10 @@ fn readiness(
     converged: Option<u64>,
     agents: Vec<(&str, AgentStatus)>,
 ) -> Readiness {
-    Readiness {
-        schema: 1,
-        hive: HiveName::new("alpha").unwrap(),
-        ready: state == HiveState::Ok,
-        state,
-        warnings: vec![],
-        converged_revision: converged,
-        seen_revision: seen,
-        agents: agents
-            .into_iter()
-            .map(|(n, a)| (AgentName::new(n).unwrap(), a))
-            .collect(),
-        xkey: None,
-        version: "0.1.0".into(),
-    }
+    ReadinessBuilder::new("alpha", state)
+        .revisions(seen, converged)
+        .agents(agents)
+        .build()
 }
 
 fn status_at(age_secs: i64, r: Readiness) -> StatusEntry {
@@ -331,7 +305,7 @@ fn convergence_table() {
             )),
             Some(wanted(5, decl())),
             C::Progressing,
-            "bot: job 7 (first_deploy) running",
+            "bot: job 42 (first_deploy) running",
         ),
         (
             "read, agent not reported yet",
@@ -621,7 +595,7 @@ fn retry_countdown_is_anchored_to_the_entry_timestamp() {
     assert_eq!(row.convergence, Convergence::Failed, "{}", row.reason);
     assert!(
         row.reason
-            .contains("web: job 7 (first_deploy) failed at image, retrying in 4m00s (attempt 5)"),
+            .contains("web: job 42 (first_deploy) failed at image, retrying in 4m00s (attempt 5)"),
         "{}",
         row.reason
     );

@@ -1,4 +1,5 @@
 use super::*;
+use swarm_queue_client::test_support::ReadinessBuilder;
 use swarm_queue_client::{encode, HiveName, HiveState, Readiness};
 
 fn t0() -> OffsetDateTime {
@@ -6,19 +7,7 @@ fn t0() -> OffsetDateTime {
 }
 
 fn status_bytes(hive: &str) -> Vec<u8> {
-    encode(&Readiness {
-        schema: 1,
-        hive: HiveName::new(hive).unwrap(),
-        ready: true,
-        state: HiveState::Ok,
-        warnings: vec![],
-        converged_revision: None,
-        seen_revision: None,
-        agents: Default::default(),
-        xkey: None,
-        version: "0.1.0".into(),
-    })
-    .unwrap()
+    encode(&ReadinessBuilder::new(hive, HiveState::Ok).build()).unwrap()
 }
 
 fn roster(names: &[&str]) -> Roster {

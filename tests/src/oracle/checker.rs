@@ -175,31 +175,6 @@ pub async fn run(shared: Arc<Shared>) {
     }
 }
 
-fn wall_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
-}
-
-async fn controller_status(shared: &Shared) -> Result<Value, String> {
-    let run = tokio::process::Command::new(crate::controller_bin())
-        .arg("--config")
-        .arg(&shared.controller_config)
-        .args(["status", "--json"])
-        .env_remove("HYPERHIVE_NATS_URL")
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(STATUS_TIMEOUT, run)
-        .await
-        .map_err(|_| "status --json timed out".to_string())?
-        .map_err(|e| e.to_string())?;
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-    }
-    serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())
-}
-
 /// The containers labelled for `hive` in the dockerd at `socket`.
 pub async fn docker_view(socket: &std::path::Path, hive: &str) -> DockerView {
     let docker = Docker::connect_with_unix(socket.to_str()?, 3, API_DEFAULT_VERSION).ok()?;
@@ -237,6 +212,31 @@ pub fn process_up(pid: Option<u32>) -> bool {
         .next()
         .and_then(|s| s.split_whitespace().next());
     !matches!(state, None | Some("T" | "t" | "Z" | "X" | "x"))
+}
+
+fn wall_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+async fn controller_status(shared: &Shared) -> Result<Value, String> {
+    let run = tokio::process::Command::new(crate::controller_bin())
+        .arg("--config")
+        .arg(&shared.controller_config)
+        .args(["status", "--json"])
+        .env_remove("HYPERHIVE_NATS_URL")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(STATUS_TIMEOUT, run)
+        .await
+        .map_err(|_| "status --json timed out".to_string())?
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())
 }
 
 async fn sample(shared: &Shared) {

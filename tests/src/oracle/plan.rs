@@ -117,22 +117,6 @@ impl Rng {
     }
 }
 
-fn step(rng: &mut Rng, kind: FaultKind, hives: usize, stale_after: Duration) -> Step {
-    let stale_ms = stale_after.as_millis() as u64;
-    let hold = match kind {
-        // Down past stale_after, so the staleness claim is tested too.
-        FaultKind::HiveKill | FaultKind::HiveStop => rng.range(stale_ms + 500, stale_ms + 3000),
-        FaultKind::NatsRestart => rng.range(1500, 4000),
-        _ => 0,
-    };
-    Step {
-        kind,
-        hive: rng.range(0, hives as u64) as usize,
-        hold: Duration::from_millis(hold),
-        toggle_b: rng.range(0, 3) == 0,
-    }
-}
-
 /// Every fault kind once in a seeded order, with two new declarations
 /// among them.
 pub fn short_plan(seed: u64, hives: usize, stale_after: Duration) -> Vec<Step> {
@@ -158,6 +142,22 @@ pub fn long_plan(seed: u64, n: usize, hives: usize, stale_after: Duration) -> Ve
             step(&mut rng, k, hives, stale_after)
         })
         .collect()
+}
+
+fn step(rng: &mut Rng, kind: FaultKind, hives: usize, stale_after: Duration) -> Step {
+    let stale_ms = stale_after.as_millis() as u64;
+    let hold = match kind {
+        // Down past stale_after, so the staleness claim is tested too.
+        FaultKind::HiveKill | FaultKind::HiveStop => rng.range(stale_ms + 500, stale_ms + 3000),
+        FaultKind::NatsRestart => rng.range(1500, 4000),
+        _ => 0,
+    };
+    Step {
+        kind,
+        hive: rng.range(0, hives as u64) as usize,
+        hold: Duration::from_millis(hold),
+        toggle_b: rng.range(0, 3) == 0,
+    }
 }
 
 #[cfg(test)]

@@ -13,9 +13,13 @@ use std::time::Duration;
 use async_nats::jetstream::kv;
 use bytes::Bytes;
 use hyperhive_tests::{controller_bin, wait_until, Daemon, NatsServer};
+// Each test file uses a different part, this one too.
+#[allow(unused_imports)]
+pub use swarm_queue_client::test_support::agent_status;
+use swarm_queue_client::test_support::ReadinessBuilder;
 use swarm_queue_client::{
     encode_pretty, open_or_create, AgentName, AgentSpec, AgentStatus, Bucket, BucketSettings,
-    HiveName, HiveState, JobSummary, Observed, Power, Readiness,
+    HiveState, Readiness,
 };
 
 pub const T: Duration = Duration::from_secs(30);
@@ -194,31 +198,8 @@ pub fn image_spec(image: &str) -> AgentSpec {
     }
 }
 
-/// An agent report for `spec` in the given Docker state.
-pub fn agent_status(
-    spec: &AgentSpec,
-    observed: Observed,
-    job: Option<(&str, Option<&str>)>,
-) -> AgentStatus {
-    AgentStatus {
-        wanted: Power::Up,
-        observed,
-        spec: Some(spec.spec_hash()),
-        declared_spec: Some(spec.spec_hash()),
-        image_progress: None,
-        image_digest: None,
-        health: None,
-        last_job: job.map(|(state, error)| JobSummary {
-            id: 42,
-            kind: "first_deploy".into(),
-            state: state.into(),
-            error: error.map(str::to_string),
-        }),
-        retry: None,
-    }
-}
-
-/// A readiness as a hive would publish it.
+/// A readiness as a hive would publish it (the one builder the controller's
+/// unit tests use too).
 pub fn readiness(
     hive: &str,
     state: HiveState,
@@ -226,16 +207,8 @@ pub fn readiness(
     converged: Option<u64>,
     agents: Vec<(&str, AgentStatus)>,
 ) -> Readiness {
-    Readiness {
-        schema: 1,
-        hive: HiveName::new(hive).unwrap(),
-        ready: state == HiveState::Ok,
-        state,
-        warnings: vec![],
-        converged_revision: converged,
-        seen_revision: seen,
-        agents: agents.into_iter().map(|(n, a)| (agent(n), a)).collect(),
-        xkey: None,
-        version: "0.1.0".into(),
-    }
+    ReadinessBuilder::new(hive, state)
+        .revisions(seen, converged)
+        .agents(agents)
+        .build()
 }

@@ -1,0 +1,281 @@
+//! The declaration: what the controller asks one hive to run, stored under
+//! `hyperhive-wanted/<hive>`. Its KV revision is its identity; an agent's
+//! spec hash decides whether a change needs a new container.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::checks::{check_count, check_len, check_text};
+use super::codec::{InvalidField, Payload};
+use crate::limits::*;
+use crate::names::{AccountName, AgentName};
+
+/// Whether an agent should be running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Power {
+    #[default]
+    Up,
+    Down,
+}
+
+impl fmt::Display for Power {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Power::Up => "up",
+            Power::Down => "down",
+        })
+    }
+}
+
+/// Build an image from a context instead of pulling one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BuildSpec {
+    /// A directory on the hive, or a git URL.
+    pub context: String,
+    /// Git ref to check out when `context` is a repository.
+    #[serde(rename = "ref", default, skip_serializing_if = "Option::is_none")]
+    pub git_ref: Option<String>,
+    /// Dockerfile path inside the context (default `Dockerfile`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dockerfile: Option<String>,
+}
+
+/// How one agent should run. Every field but `image` (or `build`) is optional.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct AgentSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<BuildSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// Never secrets: those go through the credentials bucket.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Default power when the agent is first deployed; an operator's later
+    /// start or stop on the hive wins over it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power: Option<Power>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<f64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credentials: Vec<AccountName>,
+    /// A health check, mapped to Docker's; without one the image's own
+    /// HEALTHCHECK (if any) applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthSpec>,
+}
+
+/// How Docker checks an agent's health: `command` runs in the container
+/// (exec form, no shell) every `interval_secs`; `retries` failures in a row
+/// make it unhealthy; failures in the first `start_period_secs` do not
+/// count. Unset durations take Docker's defaults (30 s, 30 s, 3, 0 s).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct HealthSpec {
+    pub command: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval_secs: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_period_secs: Option<u64>,
+}
+
+/// Longest health-check interval, timeout or start period, in seconds.
+pub const MAX_HEALTH_SECS: u64 = 3600;
+
+impl HealthSpec {
+    fn validate(&self, field: &str) -> Result<(), InvalidField> {
+        if self.command.is_empty() {
+            return Err(InvalidField::EmptyCommand {
+                field: format!("{field}.command"),
+            });
+        }
+        check_count(
+            &format!("{field}.command"),
+            self.command.len(),
+            MAX_HEALTH_ARGS,
+        )?;
+        for (i, arg) in self.command.iter().enumerate() {
+            check_text(&format!("{field}.command[{i}]"), arg, MAX_HEALTH_ARG_LEN)?;
+        }
+        for (name, v) in [
+            ("interval_secs", self.interval_secs),
+            ("timeout_secs", self.timeout_secs),
+            ("start_period_secs", self.start_period_secs),
+        ] {
+            if let Some(v) = v.filter(|v| !(1..=MAX_HEALTH_SECS).contains(v)) {
+                return Err(InvalidField::NotBetweenOneAnd {
+                    field: format!("{field}.{name}"),
+                    value: v,
+                    max: MAX_HEALTH_SECS,
+                });
+            }
+        }
+        if let Some(r) = self.retries.filter(|r| !(1..=100).contains(r)) {
+            return Err(InvalidField::NotBetweenOneAnd {
+                field: format!("{field}.retries"),
+                value: u64::from(r),
+                max: 100,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl AgentSpec {
+    /// `sha256:<hex>` over everything that needs a new container when it
+    /// changes. Power is left out: it is a start or a stop, not a rebuild.
+    /// Optional fields are skipped when absent, so adding a field to the
+    /// contract does not change the hash of specs that do not use it.
+    pub fn spec_hash(&self) -> String {
+        let hashed = AgentSpec {
+            power: None,
+            ..self.clone()
+        };
+        // Serializing a struct of strings, maps and numbers cannot fail.
+        let bytes = serde_json::to_vec(&hashed).unwrap_or_default();
+        format!("sha256:{}", hex::encode(Sha256::digest(&bytes)))
+    }
+
+    pub fn validate(&self, agent: &AgentName) -> Result<(), InvalidField> {
+        let f = |name: &str| format!("agents.{agent}.{name}");
+        match (&self.image, &self.build) {
+            (None, None) => {
+                return Err(InvalidField::NoImageOrBuild {
+                    field: format!("agents.{agent}"),
+                })
+            }
+            (Some(image), _) => {
+                check_text(&f("image"), image, MAX_IMAGE_LEN)?;
+                if image.trim().is_empty() || image.contains(char::is_whitespace) {
+                    return Err(InvalidField::NotAnImageReference {
+                        field: f("image"),
+                        value: image.clone(),
+                    });
+                }
+            }
+            _ => {}
+        }
+        if let Some(build) = &self.build {
+            build.validate(&f("build"))?;
+        }
+        if let Some(health) = &self.health {
+            health.validate(&f("health"))?;
+        }
+        if let Some(command) = &self.command {
+            check_count(&f("command"), command.len(), MAX_COMMAND_ARGS)?;
+            for (i, arg) in command.iter().enumerate() {
+                check_text(&format!("{}[{i}]", f("command")), arg, MAX_ARG_LEN)?;
+            }
+        }
+        check_env(&f("env"), &self.env)?;
+        if let Some(mb) = self.memory_mb {
+            if !(MIN_MEMORY_MB..=MAX_MEMORY_MB).contains(&mb) {
+                return Err(InvalidField::OutOfRange {
+                    field: f("memory_mb"),
+                    value: mb.to_string(),
+                    allowed: format!("{MIN_MEMORY_MB} to {MAX_MEMORY_MB}"),
+                });
+            }
+        }
+        if let Some(cpus) = self.cpus {
+            if !(cpus.is_finite() && cpus > 0.0 && cpus <= MAX_CPUS) {
+                return Err(InvalidField::OutOfRange {
+                    field: f("cpus"),
+                    value: cpus.to_string(),
+                    allowed: format!("above 0 and at most {MAX_CPUS}"),
+                });
+            }
+        }
+        check_count(
+            &f("credentials"),
+            self.credentials.len(),
+            MAX_CREDENTIALS_PER_AGENT,
+        )?;
+        Ok(())
+    }
+}
+
+/// What one hive should run. Its KV revision is its identity.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Declaration {
+    pub schema: u32,
+    /// Required: a declaration without `agents` is refused, never read as
+    /// "nothing is wanted". `{}` is an explicit empty declaration.
+    pub agents: BTreeMap<AgentName, AgentSpec>,
+}
+
+impl Declaration {
+    pub fn new(agents: BTreeMap<AgentName, AgentSpec>) -> Self {
+        Self {
+            schema: SCHEMA_VERSION,
+            agents,
+        }
+    }
+}
+
+impl Payload for Declaration {
+    const WHAT: &'static str = "declaration";
+    fn schema(&self) -> u32 {
+        self.schema
+    }
+    fn validate(&self) -> Result<(), InvalidField> {
+        check_count("agents", self.agents.len(), MAX_AGENTS_PER_HIVE)?;
+        for (name, spec) in &self.agents {
+            spec.validate(name)?;
+        }
+        Ok(())
+    }
+}
+
+impl BuildSpec {
+    fn validate(&self, field: &str) -> Result<(), InvalidField> {
+        check_text(
+            &format!("{field}.context"),
+            &self.context,
+            MAX_BUILD_FIELD_LEN,
+        )?;
+        if self.context.trim().is_empty() {
+            return Err(InvalidField::Empty {
+                field: format!("{field}.context"),
+            });
+        }
+        if let Some(r) = &self.git_ref {
+            check_text(&format!("{field}.ref"), r, MAX_BUILD_FIELD_LEN)?;
+        }
+        if let Some(d) = &self.dockerfile {
+            check_text(&format!("{field}.dockerfile"), d, MAX_BUILD_FIELD_LEN)?;
+        }
+        Ok(())
+    }
+}
+
+/// An agent's environment: bounded, and every name a shell variable name.
+fn check_env(field: &str, env: &BTreeMap<String, String>) -> Result<(), InvalidField> {
+    check_count(field, env.len(), MAX_ENV_VARS)?;
+    for (k, v) in env {
+        check_len(&format!("{field} key"), k, MAX_ENV_KEY_LEN)?;
+        let valid_key = k
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid_key {
+            return Err(InvalidField::NotAnEnvName {
+                field: format!("{field} key"),
+                value: k.clone(),
+            });
+        }
+        check_text(&format!("{field}.{k}"), v, MAX_ENV_VALUE_LEN)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,42 @@
+//! The payloads on the wire, their bounds, and the one way to encode and
+//! decode each.
+//!
+//! Rules every payload follows:
+//! - JSON; unknown fields are ignored; a missing required field is an error.
+//! - `schema` is required. A newer schema than [`SCHEMA_VERSION`] decodes with
+//!   a warning when its fields still fit; when they do not, the error says the
+//!   payload is newer than this build.
+//! - Every string and collection is bounded (see [`crate::limits`]) and the
+//!   whole value is checked against [`MAX_VALUE_BYTES`] before it is parsed
+//!   and before it is written.
+//! - No payload carries a timestamp: freshness is the KV entry's own time.
+//!
+//! The parts, split by what each decides:
+//! - `codec`: the one encode/decode path every payload goes through, and
+//!   its errors.
+//! - `declaration`: what the controller asks a hive to run
+//!   (`hyperhive-wanted/<hive>`).
+//! - `readiness`: what a hive says of itself (`hyperhive-status/<hive>`).
+//! - `events`: the core-NATS requests and notices (deploy, credential).
+//! - `checks`: the bounds checks the validators share, and the sanitizers
+//!   that make text from outside safe to carry.
+//!
+//! [`SCHEMA_VERSION`]: crate::limits::SCHEMA_VERSION
+//! [`MAX_VALUE_BYTES`]: crate::limits::MAX_VALUE_BYTES
+
+mod checks;
+mod codec;
+mod declaration;
+mod events;
+mod readiness;
+
+pub use checks::{sanitize_message, sanitize_short};
+pub use codec::{
+    decode, encode, encode_pretty, DecodeError, Decoded, EncodeError, InvalidField, Payload,
+};
+pub use declaration::{AgentSpec, BuildSpec, Declaration, HealthSpec, Power, MAX_HEALTH_SECS};
+pub use events::{CredentialNotice, DeployReply, DeployRequest};
+pub use readiness::{
+    readiness_matches_key, AgentStatus, HiveState, JobSummary, Level, Observed, Readiness,
+    RetryStatus, Warning,
+};

@@ -1,0 +1,274 @@
+//! Readiness: what a hive says of itself, stored under
+//! `hyperhive-status/<hive>`. It carries no timestamp: the KV entry's own
+//! time is the only freshness there is, so a reader judges age, never the
+//! writer.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::checks::{check_count, check_text, sanitize_message, sanitize_short};
+use super::codec::{InvalidField, Payload};
+use super::declaration::Power;
+use crate::limits::*;
+use crate::names::{AgentName, HiveName};
+
+/// The hive's own judgement of itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HiveState {
+    Ok,
+    Degraded,
+    Failing,
+    /// Published once on a clean shutdown.
+    Stopped,
+    /// A state this build does not know (written by a newer hive).
+    #[serde(other)]
+    Unknown,
+}
+
+impl fmt::Display for HiveState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            HiveState::Ok => "ok",
+            HiveState::Degraded => "degraded",
+            HiveState::Failing => "failing",
+            HiveState::Stopped => "stopped",
+            HiveState::Unknown => "unknown",
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    Info,
+    Warn,
+    Error,
+    #[serde(other)]
+    Unknown,
+}
+
+/// One condition the operator should know about, keyed so it can be raised
+/// and cleared by the part of the hive that owns it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Warning {
+    pub key: String,
+    pub level: Level,
+    pub message: String,
+}
+
+impl Warning {
+    pub fn new(key: &str, level: Level, message: impl AsRef<str>) -> Self {
+        Self {
+            key: crate::limits::clip(key, MAX_WARNING_KEY_LEN),
+            level,
+            message: sanitize_message(message.as_ref()),
+        }
+    }
+}
+
+/// What Docker shows for an agent's container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Observed {
+    Running,
+    /// Created or exited: it exists but is not running.
+    Stopped,
+    /// No container.
+    Missing,
+    /// Docker could not be asked.
+    #[serde(other)]
+    Unknown,
+}
+
+impl fmt::Display for Observed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Observed::Running => "running",
+            Observed::Stopped => "stopped",
+            Observed::Missing => "missing",
+            Observed::Unknown => "unknown",
+        })
+    }
+}
+
+/// The outcome of the last job for an agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSummary {
+    pub id: u64,
+    /// `first_deploy`, `rebuild`, `retire` or `reconcile`.
+    pub kind: String,
+    /// `pending`, `running`, `done` or `failed`.
+    pub state: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One agent as the hive sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentStatus {
+    pub wanted: Power,
+    pub observed: Observed,
+    /// Spec hash of the running container (`sha256:…`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<String>,
+    /// Spec hash the current declaration asks for, if declared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub declared_spec: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_job: Option<JobSummary>,
+    /// While the agent's image is being pulled: `layers 2/3, 1.5/4.0 MB`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_progress: Option<String>,
+    /// The repo digest (`sha256:…`) of the image the agent's container
+    /// runs; absent for a locally built image or when there is no container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_digest: Option<String>,
+    /// What Docker's health check says: `starting`, `healthy` or
+    /// `unhealthy`; absent when the container has no health check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<String>,
+    /// Present while the agent is not as declared, its last job failed and
+    /// the hive is backing off before it tries again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryStatus>,
+}
+
+/// An agent the hive keeps trying to bring to its declared state.
+///
+/// No timestamps ("nothing stamps its own time"): `next_try_in_secs` counts
+/// from the moment the status was written, so a reader adds it to the KV
+/// entry's own timestamp to learn when the next try is due.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryStatus {
+    /// The node that failed last (`image`, `create`, `start`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    /// Failed jobs in a row for this agent (1 after the first failure).
+    pub attempts: u32,
+    /// Seconds from this status's write until the next try; 0 when due.
+    pub next_try_in_secs: u64,
+    /// Why the last try failed (≤ `MAX_MESSAGE_LEN` bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A hive's readiness, published under its own key. No timestamps: the KV
+/// entry's own time is the only freshness there is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Readiness {
+    pub schema: u32,
+    pub hive: HiveName,
+    pub ready: bool,
+    pub state: HiveState,
+    #[serde(default)]
+    pub warnings: Vec<Warning>,
+    /// The declaration revision this hive last fully converged on.
+    #[serde(default)]
+    pub converged_revision: Option<u64>,
+    /// The newest declaration revision this hive has read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seen_revision: Option<u64>,
+    #[serde(default)]
+    pub agents: BTreeMap<AgentName, AgentStatus>,
+    /// The hive's public xkey, to seal credentials to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xkey: Option<String>,
+    pub version: String,
+}
+
+impl Payload for Readiness {
+    const WHAT: &'static str = "readiness";
+    fn schema(&self) -> u32 {
+        self.schema
+    }
+    fn validate(&self) -> Result<(), InvalidField> {
+        check_count("warnings", self.warnings.len(), MAX_WARNINGS)?;
+        for w in &self.warnings {
+            check_text("warning key", &w.key, MAX_WARNING_KEY_LEN)?;
+            check_text(&format!("warning {}", w.key), &w.message, MAX_MESSAGE_LEN)?;
+        }
+        check_count("agents", self.agents.len(), MAX_AGENTS_PER_HIVE)?;
+        for (name, a) in &self.agents {
+            for (field, v) in [
+                ("spec", &a.spec),
+                ("declared_spec", &a.declared_spec),
+                ("image_progress", &a.image_progress),
+                ("image_digest", &a.image_digest),
+                ("health", &a.health),
+            ] {
+                if let Some(v) = v {
+                    check_text(&format!("agents.{name}.{field}"), v, MAX_SHORT_LEN)?;
+                }
+            }
+            if let Some(job) = &a.last_job {
+                check_text(
+                    &format!("agents.{name}.last_job.kind"),
+                    &job.kind,
+                    MAX_SHORT_LEN,
+                )?;
+                check_text(
+                    &format!("agents.{name}.last_job.state"),
+                    &job.state,
+                    MAX_SHORT_LEN,
+                )?;
+                if let Some(e) = &job.error {
+                    check_text(&format!("agents.{name}.last_job.error"), e, MAX_MESSAGE_LEN)?;
+                }
+            }
+            if let Some(r) = &a.retry {
+                if let Some(step) = &r.step {
+                    check_text(&format!("agents.{name}.retry.step"), step, MAX_SHORT_LEN)?;
+                }
+                if let Some(e) = &r.error {
+                    check_text(&format!("agents.{name}.retry.error"), e, MAX_MESSAGE_LEN)?;
+                }
+            }
+        }
+        if let Some(x) = &self.xkey {
+            check_text("xkey", x, MAX_SHORT_LEN)?;
+        }
+        check_text("version", &self.version, MAX_SHORT_LEN)?;
+        Ok(())
+    }
+}
+
+/// Whether `hive` is the hive this readiness is about; a status stored under
+/// another hive's key is not evidence about that hive.
+pub fn readiness_matches_key(readiness: &Readiness, key: &HiveName) -> bool {
+    &readiness.hive == key
+}
+
+impl AgentStatus {
+    /// The same status with every free-form field made valid: a publish is
+    /// refused only for a bug, never because of what Docker showed.
+    pub fn sanitized(mut self) -> AgentStatus {
+        let short = |v: &mut Option<String>| {
+            if let Some(s) = v.as_mut() {
+                *s = sanitize_short(s);
+            }
+        };
+        let long = |v: &mut Option<String>| {
+            if let Some(s) = v.as_mut() {
+                *s = sanitize_message(s);
+            }
+        };
+        short(&mut self.spec);
+        short(&mut self.declared_spec);
+        short(&mut self.image_progress);
+        short(&mut self.image_digest);
+        short(&mut self.health);
+        if let Some(j) = self.last_job.as_mut() {
+            j.kind = sanitize_short(&j.kind);
+            j.state = sanitize_short(&j.state);
+            long(&mut j.error);
+        }
+        if let Some(r) = self.retry.as_mut() {
+            short(&mut r.step);
+            long(&mut r.error);
+        }
+        self
+    }
+}

@@ -1,0 +1,49 @@
+//! `swarm-controller serve` over a real nats-server: the JSON API, the
+//! server-sent events (one row per KV update, never a re-read), the forge
+//! webhook (good and bad signatures), and two controllers at once.
+//!
+//! One test binary, a module per concern: `api` (the JSON API and the
+//! event stream), `webhook` (signatures, and what a cross-origin page can
+//! send), `controllers` (two at once, and following across a server restart).
+
+#[path = "../controller_support/mod.rs"]
+mod controller_support;
+
+mod api;
+mod controllers;
+mod webhook;
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use controller_support::*;
+use futures_util::StreamExt;
+use hyperhive_tests::sse::EventStream;
+use hyperhive_tests::wait_until;
+use swarm_controller::webhook::sign;
+use swarm_queue_client::subjects::all_deploy_subjects;
+use swarm_queue_client::{decode, DeployReply, DeployRequest, HiveState};
+
+/// The controller's event stream, each event's data parsed.
+struct Events(EventStream);
+
+impl Events {
+    async fn open(base: &str) -> Events {
+        Events::open_query(base, "").await
+    }
+
+    async fn open_query(base: &str, query: &str) -> Events {
+        Events(EventStream::open(&format!("{base}/api/events?{query}"), T).await)
+    }
+
+    /// The next event: (name, parsed data).
+    async fn next(&mut self) -> (String, serde_json::Value) {
+        let (name, data) = self.0.next().await;
+        (name, serde_json::from_str(&data).unwrap())
+    }
+}
+
+async fn get_json(url: &str) -> serde_json::Value {
+    reqwest::get(url).await.unwrap().json().await.unwrap()
+}

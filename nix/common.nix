@@ -93,6 +93,12 @@ rec {
   unitSecretPath = unit: credential: _hostPath: "${credentialDir unit}/${credential}";
   hostSecretPath = _credential: hostPath: hostPath;
 
+  # The path of an optional secret file `path` (null when unset), written by
+  # `secretPath`, one of the two functions above.
+  optionalSecretPath =
+    secretPath: credential: path:
+    if path == null then null else secretPath credential path;
+
   # Drop unset (null) entries: TOML has no null.
   withoutNulls = lib.filterAttrs (_: v: v != null);
 
@@ -100,7 +106,7 @@ rec {
   natsSettings =
     { nats, secretPath }:
     let
-      secret = credential: path: if path == null then null else secretPath credential path;
+      secret = optionalSecretPath secretPath;
       tls = withoutNulls {
         required = if nats.tls.required then true else null;
         ca_file = secret "nats-ca.pem" nats.tls.caFile;
@@ -147,24 +153,25 @@ rec {
   # (The daemons' check looks at whether those files exist, not into them;
   # it must not require what exists only at run time: the state directory,
   # the docker socket, a generated xkey seed.)
-  # With `enable` false (the module's checkConfig off), the config as it is.
+  # `cfg` is the module's config (its `package` runs the check); `secrets`
+  # its unitSecrets, whose names the stand-ins take. With `cfg.checkConfig`
+  # false, the config as it is.
   checkedConfig =
     {
-      enable,
       pkgs,
+      cfg,
+      secrets,
       name,
       configFile,
       checkCommand,
-      package,
       unit,
-      credentialNames,
     }:
-    if !enable then
+    if !cfg.checkConfig then
       configFile
     else
-      pkgs.runCommand name { nativeBuildInputs = [ package ]; } ''
+      pkgs.runCommand name { nativeBuildInputs = [ cfg.package ]; } ''
         mkdir credentials
-        ${lib.concatMapStrings (n: "touch credentials/${lib.escapeShellArg n}\n") credentialNames}
+        ${lib.concatMapStrings (n: "touch credentials/${lib.escapeShellArg n}\n") (lib.attrNames secrets)}
         sed "s|${credentialDir unit}/|$PWD/credentials/|g" ${configFile} > check.toml
         ${checkCommand} check.toml
         cp ${configFile} "$out"

@@ -39,6 +39,9 @@ let
   # the operator's copy in /etc).
   typedSettings =
     secretPath:
+    let
+      secret = common.optionalSecretPath secretPath;
+    in
     common.withoutNulls {
       name = cfg.hiveName;
       state_dir = cfg.stateDir;
@@ -47,18 +50,13 @@ let
         inherit (cfg) nats;
         inherit secretPath;
       };
-      xkey_seed_file =
-        if cfg.xkeySeedFile == null then null else secretPath "xkey.seed" cfg.xkeySeedFile;
+      xkey_seed_file = secret "xkey.seed" cfg.xkeySeedFile;
       trusted_controller_xkeys = cfg.trustedControllerXkeys;
       # The operator API: a socket in the unit's RuntimeDirectory (0750),
       # mode 0660, group hyperhive. Operators join that group.
       api_socket = apiSocket;
       api_socket_group = user;
-      registry_auth_file =
-        if cfg.registryAuthFile == null then
-          null
-        else
-          secretPath "registry-auth.json" cfg.registryAuthFile;
+      registry_auth_file = secret "registry-auth.json" cfg.registryAuthFile;
     };
 
   configFile = toml.generate "hyperhive-hive.toml" cfg.settings;
@@ -68,11 +66,15 @@ let
 
   checkCommand = "hive --check-config";
   checkedConfigFile = common.checkedConfig {
-    inherit pkgs configFile unit checkCommand;
-    inherit (cfg) package;
-    enable = cfg.checkConfig;
+    inherit
+      pkgs
+      cfg
+      secrets
+      configFile
+      unit
+      checkCommand
+      ;
     name = "hyperhive-hive-checked.toml";
-    credentialNames = lib.attrNames secrets;
   };
 
   underVarLib = lib.hasPrefix "/var/lib/" cfg.stateDir;

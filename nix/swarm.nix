@@ -76,10 +76,7 @@ let
         else
           secretPath "xkey.seed" ctl.xkeySeedFile;
       webhook_secret_file =
-        if ctl.webhookSecretFile == null then
-          null
-        else
-          secretPath "webhook-secret" ctl.webhookSecretFile;
+        common.optionalSecretPath secretPath "webhook-secret" ctl.webhookSecretFile;
       swarm_file = if cfg.declarations == { } then null else "${declarationsFile}";
       nats = common.natsSettings {
         inherit (ctl) nats;
@@ -98,11 +95,15 @@ let
 
   checkCommand = "swarm-controller --check-config";
   checkedConfigFile = common.checkedConfig {
-    inherit pkgs configFile unit checkCommand;
-    inherit (ctl) package;
-    enable = ctl.checkConfig;
+    inherit
+      pkgs
+      secrets
+      configFile
+      unit
+      checkCommand
+      ;
+    cfg = ctl;
     name = "hyperhive-swarm-checked.toml";
-    credentialNames = lib.attrNames secrets;
   };
 
   # Only what `nats-config` needs: the roster and the public nkeys. No secret

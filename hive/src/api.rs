@@ -195,15 +195,9 @@ impl AgentRow {
     /// The row as the published readiness carries it.
     pub fn status(&self) -> AgentStatus {
         AgentStatus {
-            wanted: self.wanted.unwrap_or(Power::Up),
-            observed: self.observed,
             spec: self.container_spec.clone(),
-            declared_spec: None,
-            image_progress: None,
-            image_digest: None,
-            health: None,
             last_job: self.last_job.clone(),
-            retry: None,
+            ..AgentStatus::new(self.wanted.unwrap_or(Power::Up), self.observed)
         }
     }
 }

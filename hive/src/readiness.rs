@@ -370,16 +370,11 @@ fn compute(hive: Option<HiveName>, xkey: Option<String>, inner: &Inner) -> Readi
 fn agents_with_progress(inner: &Inner) -> BTreeMap<AgentName, AgentStatus> {
     let mut agents = inner.agents.clone();
     for (agent, progress) in &inner.image_progress {
-        let entry = agents.entry(agent.clone()).or_insert_with(|| AgentStatus {
-            wanted: swarm_queue_client::Power::Up,
-            observed: swarm_queue_client::Observed::Missing,
-            spec: None,
-            declared_spec: None,
-            image_progress: None,
-            image_digest: None,
-            health: None,
-            last_job: None,
-            retry: None,
+        let entry = agents.entry(agent.clone()).or_insert_with(|| {
+            AgentStatus::new(
+                swarm_queue_client::Power::Up,
+                swarm_queue_client::Observed::Missing,
+            )
         });
         entry.image_progress = Some(swarm_queue_client::limits::clip(progress, MAX_SHORT_LEN));
     }
@@ -491,17 +486,10 @@ mod tests {
         h.set_agents(
             BTreeMap::from([(
                 a("web"),
-                AgentStatus {
-                    wanted: swarm_queue_client::Power::Up,
-                    observed: swarm_queue_client::Observed::Running,
-                    spec: None,
-                    declared_spec: None,
-                    image_progress: None,
-                    image_digest: None,
-                    health: None,
-                    last_job: None,
-                    retry: None,
-                },
+                AgentStatus::new(
+                    swarm_queue_client::Power::Up,
+                    swarm_queue_client::Observed::Running,
+                ),
             )]),
             BTreeMap::new(),
         );

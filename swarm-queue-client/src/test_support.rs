@@ -70,19 +70,14 @@ pub fn agent_status(
     job: Option<(&str, Option<&str>)>,
 ) -> AgentStatus {
     AgentStatus {
-        wanted: Power::Up,
-        observed,
         spec: Some(spec.spec_hash()),
         declared_spec: Some(spec.spec_hash()),
-        image_progress: None,
-        image_digest: None,
-        health: None,
         last_job: job.map(|(state, error)| JobSummary {
             id: JOB_ID,
             kind: "first_deploy".into(),
             state: state.into(),
             error: error.map(str::to_string),
         }),
-        retry: None,
+        ..AgentStatus::new(Power::Up, observed)
     }
 }

@@ -123,15 +123,11 @@ impl<R: ContainerRuntime> Converger<R> {
                 }
             });
             let status = AgentStatus {
-                wanted: wanted_power,
-                observed,
                 spec,
                 declared_spec: spec_decl.map(|s| s.spec_hash()),
-                image_progress: None,
-                image_digest: None,
-                health: None,
                 last_job: last.get(&name).map(summary),
                 retry,
+                ..AgentStatus::new(wanted_power, observed)
             };
             agents.insert(name, status.sanitized());
         }

@@ -242,6 +242,23 @@ pub fn readiness_matches_key(readiness: &Readiness, key: &HiveName) -> bool {
 }
 
 impl AgentStatus {
+    /// An agent the hive knows only as wanted and observed: no container
+    /// spec, declaration, job, pull, digest, health check or retry yet.
+    /// Callers fill in what they know with `..AgentStatus::new(..)`.
+    pub fn new(wanted: Power, observed: Observed) -> AgentStatus {
+        AgentStatus {
+            wanted,
+            observed,
+            spec: None,
+            declared_spec: None,
+            last_job: None,
+            image_progress: None,
+            image_digest: None,
+            health: None,
+            retry: None,
+        }
+    }
+
     /// The same status with every free-form field made valid: a publish is
     /// refused only for a bug, never because of what Docker showed.
     pub fn sanitized(mut self) -> AgentStatus {

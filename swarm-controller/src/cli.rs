@@ -92,32 +92,9 @@ enum Command {
     /// Declare an earlier value of a hive's declaration again, as a new
     /// revision: the one before the current by default, or --to REVISION
     /// (the wanted bucket keeps the last 10). Shows the same diff as declare.
-    Rollback {
-        hive: HiveName,
-        /// The revision of hyperhive-wanted/<hive> to restore.
-        #[arg(long, value_name = "REVISION")]
-        to: Option<u64>,
-        /// Show the diff and publish nothing.
-        #[arg(long)]
-        dry_run: bool,
-        #[arg(long)]
-        json: bool,
-    },
+    Rollback(RollbackArgs),
     /// Publish a swarm file: show each hive's diff, then write the changed declarations.
-    Declare {
-        /// The swarm file (TOML); defaults to the config's swarm_file.
-        file: Option<PathBuf>,
-        /// Show the diff and where each agent comes from (hive table or
-        /// group), and publish nothing.
-        #[arg(long)]
-        dry_run: bool,
-        /// Write the changed hives in the waves of the file's [rollout],
-        /// each only after the one before converged (state in hyperhive-rollouts).
-        #[arg(long, conflicts_with = "json")]
-        rollout: bool,
-        #[arg(long)]
-        json: bool,
-    },
+    Declare(DeclareArgs),
     /// The staged rollout recorded in hyperhive-rollouts.
     Rollout {
         #[command(subcommand)]
@@ -312,35 +289,9 @@ async fn run(config: Config, command: Command) -> anyhow::Result<i32> {
     match command {
         Command::Roster { swarm_file, json } => cli_declare::roster_cmd(&config, swarm_file, json),
         Command::Status { json, watch } => cli_status::status_cmd(&config, json, watch).await,
-        Command::Declare {
-            file,
-            dry_run,
-            rollout,
-            json,
-        } => {
-            let args = DeclareArgs {
-                file,
-                dry_run,
-                rollout,
-                json,
-            };
-            cli_declare::declare_cmd(&config, args).await
-        }
+        Command::Declare(args) => cli_declare::declare_cmd(&config, args).await,
         Command::Rollout { action } => cli_declare::rollout_cmd(&config, action.into()).await,
-        Command::Rollback {
-            hive,
-            to,
-            dry_run,
-            json,
-        } => {
-            let args = RollbackArgs {
-                hive,
-                to,
-                dry_run,
-                json,
-            };
-            cli_declare::rollback_cmd(&config, args).await
-        }
+        Command::Rollback(args) => cli_declare::rollback_cmd(&config, args).await,
         Command::Deploy {
             hive,
             agent,

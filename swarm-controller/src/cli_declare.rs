@@ -61,20 +61,34 @@ pub fn roster_cmd(config: &Config, swarm_file: Option<PathBuf>, json: bool) -> a
     Ok(EXIT_OK)
 }
 
-/// How `declare` was asked to run.
+/// How `declare` was asked to run (its command-line arguments).
+#[derive(Debug, clap::Args)]
 pub struct DeclareArgs {
+    /// The swarm file (TOML); defaults to the config's swarm_file.
     pub file: Option<PathBuf>,
+    /// Show the diff and where each agent comes from (hive table or
+    /// group), and publish nothing.
+    #[arg(long)]
     pub dry_run: bool,
+    /// Write the changed hives in the waves of the file's [rollout],
+    /// each only after the one before converged (state in hyperhive-rollouts).
+    #[arg(long, conflicts_with = "json")]
     pub rollout: bool,
+    #[arg(long)]
     pub json: bool,
 }
 
-/// How `rollback` was asked to run.
+/// How `rollback` was asked to run (its command-line arguments).
+#[derive(Debug, clap::Args)]
 pub struct RollbackArgs {
     pub hive: HiveName,
-    /// The revision to restore; `None` is the one before the current.
+    /// The revision of hyperhive-wanted/<hive> to restore.
+    #[arg(long, value_name = "REVISION")]
     pub to: Option<u64>,
+    /// Show the diff and publish nothing.
+    #[arg(long)]
     pub dry_run: bool,
+    #[arg(long)]
     pub json: bool,
 }
 

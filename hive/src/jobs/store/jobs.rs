@@ -13,6 +13,7 @@ use rusqlite::{params, OptionalExtension, Transaction};
 use serde::{Deserialize, Serialize};
 use swarm_queue_client::{AgentName, AgentSpec};
 
+use super::nodes::decode_deps_and_state;
 use super::power::seed_power_tx;
 use super::{sql_at, Store, StoreError};
 use crate::jobs::dag;
@@ -287,12 +288,11 @@ impl Store {
         rows.into_iter()
             .map(
                 |(seq, op, deps, state, attempts, error, detail, not_before)| {
-                    let state =
-                        NodeState::from_str(&state).map_err(self.decode_err("node state"))?;
+                    let (deps, state) = decode_deps_and_state(&self.path, &deps, &state)?;
                     Ok(NodeView {
                         seq,
                         op,
-                        deps: serde_json::from_str(&deps).map_err(self.decode_err("node deps"))?,
+                        deps,
                         retry_at_ms: (state == NodeState::Ready && not_before > 0)
                             .then_some(not_before),
                         state,

@@ -273,23 +273,34 @@ fn node_facts(tx: &Transaction<'_>, path: &Path, job: JobId) -> Result<Vec<NodeF
         .map_err(sql_at(path, "read nodes"))?
         .collect::<Result<Vec<_>, _>>()
         .map_err(sql_at(path, "read nodes"))?;
+    rows.into_iter()
+        .map(|(seq, deps, state, attempts)| {
+            let (deps, state) = decode_deps_and_state(path, &deps, &state)?;
+            Ok(NodeFacts {
+                seq,
+                deps,
+                state,
+                attempts,
+            })
+        })
+        .collect()
+}
+
+/// A nodes row's `deps` (stored as a JSON list of seqs) and `state` (stored
+/// as its name), typed: the one place that reads them back.
+pub(super) fn decode_deps_and_state(
+    path: &Path,
+    deps: &str,
+    state: &str,
+) -> Result<(Vec<u32>, NodeState), StoreError> {
     let decode = |what, reason: String| StoreError::Decode {
         path: path.to_path_buf(),
         what,
         reason,
     };
-    rows.into_iter()
-        .map(|(seq, deps, state, attempts)| {
-            Ok(NodeFacts {
-                seq,
-                deps: serde_json::from_str(&deps)
-                    .map_err(|e| decode("node deps", e.to_string()))?,
-                state: NodeState::from_str(&state)
-                    .map_err(|e| decode("node state", e.to_string()))?,
-                attempts,
-            })
-        })
-        .collect()
+    let state = NodeState::from_str(state).map_err(|e| decode("node state", e.to_string()))?;
+    let deps = serde_json::from_str(deps).map_err(|e| decode("node deps", e.to_string()))?;
+    Ok((deps, state))
 }
 
 fn node_op_names(

@@ -94,8 +94,7 @@ impl Publisher {
         // bucket is missing, try to create it once (it works only where
         // hives are not limited to their own keys) and put again.
         let attempt = async {
-            let snapshot = self.deps.health.snapshot();
-            let bytes = encode_pretty(&snapshot.readiness)?;
+            let bytes = encode_pretty(&self.deps.health.published_readiness())?;
             let own = OwnKey {
                 bucket: Bucket::Status,
                 key: self.deps.hive.as_str(),

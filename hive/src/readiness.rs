@@ -318,7 +318,7 @@ impl Health {
     /// The one computation of readiness, and the metrics beside it.
     pub fn snapshot(&self) -> Snapshot {
         let inner = self.lock();
-        let readiness = compute(self.hive.clone(), self.xkey.clone(), &inner);
+        let readiness = compute(self.hive.clone(), self.xkey.clone(), &inner, &[]);
         let metrics = MetricsData {
             publish_failures_total: inner.publish.total_failures,
             publish_successes_total: inner.publish.total_successes,
@@ -333,10 +333,42 @@ impl Health {
     }
 }
 
-fn compute(hive: Option<HiveName>, xkey: Option<String>, inner: &Inner) -> Readiness {
+/// Warnings that a status in `hyperhive-status` disproves by being there:
+/// they are for the hive's own health endpoint, not for the bucket.
+const REFUTED_BY_A_PUT: [&str; 2] = [keys::STATUS_PUBLISH, keys::NATS_UNREACHABLE];
+
+impl Health {
+    /// The readiness to put into `hyperhive-status`: as [`Health::snapshot`],
+    /// without the warnings that its arrival disproves ("publishing status
+    /// is failing", "NATS unreachable"). The put that carries it succeeded,
+    /// so those would tell the controller of a fault that just ended, and
+    /// make a hive look degraded (halting a staged rollout) for as long as
+    /// it takes the next status to say it cleared.
+    pub fn published_readiness(&self) -> Readiness {
+        let inner = self.lock();
+        compute(
+            self.hive.clone(),
+            self.xkey.clone(),
+            &inner,
+            &REFUTED_BY_A_PUT,
+        )
+    }
+}
+
+fn compute(
+    hive: Option<HiveName>,
+    xkey: Option<String>,
+    inner: &Inner,
+    leave_out: &[&str],
+) -> Readiness {
     // Highest level first so that, if there are more warnings than a payload
     // may carry, the ones dropped are the least severe.
-    let mut warnings: Vec<Warning> = inner.warnings.values().cloned().collect();
+    let mut warnings: Vec<Warning> = inner
+        .warnings
+        .values()
+        .filter(|w| !leave_out.contains(&w.key.as_str()))
+        .cloned()
+        .collect();
     warnings.sort_by(|a, b| b.level.cmp(&a.level).then(a.key.cmp(&b.key)));
     warnings.truncate(MAX_WARNINGS);
     let worst = warnings.iter().map(|w| w.level).max();
@@ -530,6 +562,26 @@ mod tests {
         let r = h.snapshot().readiness;
         assert_eq!(r.state, HiveState::Stopped);
         assert!(!r.ready);
+    }
+
+    #[test]
+    fn a_published_status_leaves_out_the_warnings_its_arrival_disproves() {
+        let h = health();
+        for _ in 0..3 {
+            h.publish_failed("timed out after 1s");
+        }
+        h.raise(keys::NATS_UNREACHABLE, Level::Warn, "unreachable");
+        assert!(h.has_warning(keys::STATUS_PUBLISH));
+        assert_eq!(h.snapshot().readiness.state, HiveState::Degraded);
+        let published = h.published_readiness();
+        assert_eq!(published.state, HiveState::Ok, "{published:?}");
+        assert!(published.warnings.is_empty(), "{published:?}");
+        // Any other warning still degrades what is published.
+        h.raise(keys::DOCKER, Level::Warn, "docker is slow");
+        let published = h.published_readiness();
+        assert_eq!(published.state, HiveState::Degraded);
+        let keys: Vec<&str> = published.warnings.iter().map(|w| w.key.as_str()).collect();
+        assert_eq!(keys, vec![keys::DOCKER]);
     }
 
     /// The publisher's wake-up while its puts fail: only a revision change

@@ -137,7 +137,7 @@ async fn rollout_summary(rollouts: &kv::Store) -> Option<serde_json::Value> {
     match crate::rollout::store::read(rollouts).await {
         Ok(stored) => stored
             .as_ref()
-            .map(|s| cli_declare::status_json(Some(s), OffsetDateTime::now_utc())),
+            .map(|s| cli_declare::summary_json(Some(s), OffsetDateTime::now_utc())),
         Err(e) => {
             tracing::warn!(error = %e, "cannot read the rollout state");
             None

@@ -10,9 +10,9 @@
 //! - **http** (axum): `GET /` the dashboard page, `GET /api/status` the same
 //!   JSON as `status --json` (with the filters and paging of
 //!   [`crate::view::Query`]), `GET /api/events` the server-sent events the
-//!   page listens to, `GET /api/rollout` the staged rollout (the document
-//!   of `rollout status --json`, read from `hyperhive-rollouts` per request;
-//!   the page asks every 2 s), `POST /hooks/forge` the webhook,
+//!   page listens to, `GET /api/rollout` the staged rollout (its summary,
+//!   or with `?hives=true` the document of `rollout status --json`; the
+//!   page asks every 2 s, [`rollout`]), `POST /hooks/forge` the webhook,
 //!   `GET /health/live`.
 //!   Every route but the HMAC-checked webhook only reads.
 //!
@@ -52,6 +52,7 @@ use crate::webhook;
 
 mod events;
 mod hook;
+mod rollout;
 
 /// Pushes buffered per page before it gets a new snapshot.
 const PUSH_BUFFER: usize = 4096;
@@ -79,6 +80,7 @@ pub struct Shared {
     client: async_nats::Client,
     /// `hyperhive-rollouts`, read by `/api/rollout`.
     rollouts: async_nats::jetstream::kv::Store,
+    rollout_cache: rollout::RolloutCache,
     webhook_secret: Option<Vec<u8>>,
     knowledge_repo: Option<String>,
     shutdown: watch::Receiver<bool>,
@@ -185,6 +187,7 @@ pub async fn start(
         push_stats: PushStats::default(),
         client,
         rollouts: buckets.rollouts.clone(),
+        rollout_cache: Default::default(),
         webhook_secret,
         knowledge_repo: config.knowledge_repo.clone(),
         shutdown: shutdown.clone(),
@@ -276,7 +279,7 @@ fn router(shared: Arc<Shared>, hosts: HostRule) -> Router {
         .route("/api/status", get(api_status))
         .route("/api/events", get(events::events))
         .route("/api/stats", get(api_stats))
-        .route("/api/rollout", get(api_rollout))
+        .route("/api/rollout", get(rollout::api_rollout))
         .route_layer(middleware::from_fn_with_state(hosts, guard_host))
         .route("/hooks/forge", post(hook::forge_hook))
         .route("/health/live", get(|| async { "ok\n" }))
@@ -311,20 +314,6 @@ async fn api_status(State(shared): State<Arc<Shared>>, pairs: Pairs) -> Response
     match Query::parse(&pairs.0) {
         Ok(query) => Json(shared.report(&query)).into_response(),
         Err(e) => bad_query(e),
-    }
-}
-
-async fn api_rollout(State(shared): State<Arc<Shared>>) -> Response {
-    match crate::rollout::store::read(&shared.rollouts).await {
-        Ok(stored) => Json(crate::cli_declare::status_json(
-            stored.as_ref(),
-            OffsetDateTime::now_utc(),
-        ))
-        .into_response(),
-        Err(e) => reply(
-            StatusCode::SERVICE_UNAVAILABLE,
-            json!({ "error": e.to_string() }),
-        ),
     }
 }
 

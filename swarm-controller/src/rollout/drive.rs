@@ -136,38 +136,52 @@ async fn save(deps: &Deps<'_>, stored: &mut Stored) -> Result<bool, DriveError> 
     }
 }
 
-/// Write every hive of the current wave not written yet. `Some(halt)` when
-/// one cannot be written because its declaration changed outside the
-/// rollout.
+/// Hives of a wave written at the same time.
+const WRITES_IN_FLIGHT: usize = 64;
+
+/// Write every hive of the current wave not written yet, [`WRITES_IN_FLIGHT`]
+/// at a time (each is its own compare-and-set; a wave of 9,000 written one
+/// after another took 6 s). `Some(halt)` when one cannot be written because
+/// its declaration changed outside the rollout: the writes of its batch
+/// that succeeded are recorded, and no later batch is started.
 async fn write_wave(deps: &Deps<'_>, r: &mut Rollout) -> Result<Option<Outcome>, DriveError> {
     let wave = r.wave;
+    let todo: Vec<(HiveName, Declaration, Option<u64>)> = r.waves[wave]
+        .iter()
+        .filter_map(|hive| {
+            let t = r.hives.get(hive).filter(|t| t.written_revision.is_none())?;
+            Some((hive.clone(), r.target(hive)?.clone(), t.expected_revision))
+        })
+        .collect();
     let mut wrote = Vec::new();
-    for hive in r.waves[wave].clone() {
-        let Some(t) = r.hives.get(&hive) else {
-            continue;
-        };
-        if t.written_revision.is_some() {
-            continue;
-        }
-        let Some(target) = r.target(&hive).cloned() else {
-            continue;
-        };
-        let expected = t.expected_revision;
-        match write_hive(&deps.buckets.wanted, &hive, &target, expected).await? {
-            Ok(revision) => {
-                if let Some(t) = r.hives.get_mut(&hive) {
-                    t.written_revision = Some(revision);
-                    t.step = Step::Written;
+    let mut halt = None;
+    for batch in todo.chunks(WRITES_IN_FLIGHT) {
+        let writes = batch.iter().map(|(hive, target, expected)| async move {
+            (
+                hive,
+                write_hive(&deps.buckets.wanted, hive, target, *expected).await,
+            )
+        });
+        for (hive, result) in futures_util::future::join_all(writes).await {
+            match result? {
+                Ok(revision) => {
+                    if let Some(t) = r.hives.get_mut(hive) {
+                        t.written_revision = Some(revision);
+                        t.step = Step::Written;
+                    }
+                    wrote.push(format!("{hive} (revision {revision})"));
                 }
-                wrote.push(format!("{hive} (revision {revision})"));
+                Err(changed) => {
+                    halt.get_or_insert(Outcome::Halted {
+                        halted_wave: wave,
+                        hive: Some(hive.clone()),
+                        reason: changed.to_string(),
+                    });
+                }
             }
-            Err(changed) => {
-                return Ok(Some(Outcome::Halted {
-                    halted_wave: wave,
-                    hive: Some(hive),
-                    reason: changed.to_string(),
-                }))
-            }
+        }
+        if halt.is_some() {
+            break;
         }
     }
     if !wrote.is_empty() {
@@ -181,7 +195,7 @@ async fn write_wave(deps: &Deps<'_>, r: &mut Rollout) -> Result<Option<Outcome>,
     } else if r.wave_started_ms.is_none() {
         r.wave_started_ms = Some(unix_ms(OffsetDateTime::now_utc()));
     }
-    Ok(None)
+    Ok(halt)
 }
 
 /// A hive's wanted key that moved away from the revision the rollout planned

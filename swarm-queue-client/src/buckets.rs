@@ -22,7 +22,7 @@ pub const CREDENTIALS_BUCKET: &str = "hyperhive-credentials";
 /// grant on it.
 pub const ROLLOUTS_BUCKET: &str = "hyperhive-rollouts";
 /// The head of the latest rollout in [`ROLLOUTS_BUCKET`]. It names the
-/// parts (`current.h<k>`, `current.d<k>`) that hold the rest at exact
+/// parts (`current.<writer>.h<k>`, `current.<writer>.d<k>`) that hold the rest at exact
 /// revisions, so every change of a rollout, however large, is committed by
 /// one compare-and-set on this key.
 pub const CURRENT_ROLLOUT_KEY: &str = "current";

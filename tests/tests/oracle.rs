@@ -242,7 +242,7 @@ async fn oracle_no_false_claims_and_full_convergence_under_faults() {
     // the figures show in every run (CI's included), passing or not.
     let _ = std::io::Write::write_all(&mut std::io::stderr(), figures.as_bytes());
     for e in &c.examples {
-        println!("false claim: {e}");
+        println!("oracle example: {e}");
     }
     if final_truth.is_none() {
         println!("not converged at the end: {:?}", c.why_not);

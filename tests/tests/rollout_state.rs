@@ -4,7 +4,9 @@
 //! - a rollout of 10,000 hives (several times one KV value) is written and
 //!   read back whole, and the bucket holds no value over the limit;
 //! - a controller that loses the head's compare-and-set after writing its
-//!   parts leaves them unread: the next read is exactly the winner's state;
+//!   parts leaves them unread (they are its own keys, so even a bucket that
+//!   keeps one value per key loses nothing the winner named): the next read
+//!   is exactly the winner's state, and a new rollout removes them;
 //! - a change of one hive writes one part and the head, not the whole state;
 //! - a part the head names that is gone is an error that names it, never a
 //!   silently smaller rollout;
@@ -21,15 +23,19 @@ use swarm_queue_client::{open_or_create, AgentName, AgentSpec, Bucket, BucketSet
 use swarm_queue_client::{Declaration, HiveName};
 
 async fn bucket(nats: &NatsServer) -> kv::Store {
+    bucket_with(nats, BucketSettings::default_for(Bucket::Rollouts).history).await
+}
+
+async fn bucket_with(nats: &NatsServer, history: i64) -> kv::Store {
     let client = async_nats::connect(nats.url()).await.unwrap();
     let js = async_nats::jetstream::new(client);
-    open_or_create(
-        &js,
-        Bucket::Rollouts,
-        &BucketSettings::default_for(Bucket::Rollouts),
-    )
-    .await
-    .unwrap()
+    let settings = BucketSettings {
+        history,
+        ..BucketSettings::default_for(Bucket::Rollouts)
+    };
+    open_or_create(&js, Bucket::Rollouts, &settings)
+        .await
+        .unwrap()
 }
 
 /// `n` hives in waves 1, 1%, 10%, 100%, each with its own declaration.
@@ -137,43 +143,59 @@ async fn ten_thousand_hives_round_trip_and_one_change_writes_one_part() {
 
 #[tokio::test]
 async fn parts_written_by_the_loser_of_the_head_are_never_read() {
-    let nats = NatsServer::start();
-    let store = bucket(&nats).await;
-    let r = rollout(3_000, "c1");
-    store::write(&store, &r, None, &Parts::default())
-        .await
-        .unwrap();
-    // Two controllers read the same head and each change every hive.
-    let mut a = store::read(&store).await.unwrap().unwrap();
-    let mut b = a.clone();
-    for t in a.rollout.hives.values_mut() {
-        t.step = Step::Done;
+    // History 1 as well as the default 10: a loser never overwrites a part
+    // the winning head names, however little history the bucket keeps.
+    for history in [10, 1] {
+        let nats = NatsServer::start();
+        let store = bucket_with(&nats, history).await;
+        let r = rollout(3_000, "c1");
+        store::write(&store, &r, None, &Parts::default())
+            .await
+            .unwrap();
+        // Two controllers read the same head and each change every hive.
+        let mut a = store::read(&store).await.unwrap().unwrap();
+        let mut b = a.clone();
+        for t in a.rollout.hives.values_mut() {
+            t.step = Step::Done;
+        }
+        a.rollout.driver = "a".into();
+        for t in b.rollout.hives.values_mut() {
+            t.step = Step::Failed;
+            t.reason = Some("b's judgement".into());
+        }
+        b.rollout.driver = "b".into();
+        store::update(&store, &mut a).await.unwrap();
+        // b writes all its parts, then loses the head.
+        let lost = store::update(&store, &mut b).await.unwrap_err();
+        assert!(matches!(lost, StoreError::Conflict { .. }), "{lost}");
+        let read = store::read(&store).await.unwrap().unwrap();
+        assert_eq!(read.rollout, a.rollout, "history {history}");
+        assert_eq!(read.rollout.counts().done, 3_000);
+        // c1's parts went when a's head named its own; b's are there, unread.
+        let keys: Vec<String> = values(&store).await.into_iter().map(|v| v.0).collect();
+        let named: Vec<&str> = read.parts.keys().collect();
+        assert!(
+            named.iter().all(|k| k.starts_with("current.a.")),
+            "{named:?}"
+        );
+        assert!(
+            !keys.iter().any(|k| k.starts_with("current.c1.")),
+            "{keys:?}"
+        );
+        let strays = keys.iter().filter(|k| k.starts_with("current.b.")).count();
+        assert_eq!(strays, named.len(), "{keys:?}");
+        // The next rollout's start removes them.
+        store::remove_strays(&store, &read.parts).await;
+        let left: Vec<String> = values(&store).await.into_iter().map(|v| v.0).collect();
+        let mut expected: Vec<String> = named.iter().map(|k| k.to_string()).collect();
+        expected.push("current".into());
+        expected.sort();
+        assert_eq!(left, expected, "history {history}");
+        assert_eq!(
+            store::read(&store).await.unwrap().unwrap().rollout,
+            a.rollout
+        );
     }
-    a.rollout.driver = "a".into();
-    for t in b.rollout.hives.values_mut() {
-        t.step = Step::Failed;
-        t.reason = Some("b's judgement".into());
-    }
-    b.rollout.driver = "b".into();
-    store::update(&store, &mut a).await.unwrap();
-    // b writes all its parts, then loses the head.
-    let lost = store::update(&store, &mut b).await.unwrap_err();
-    assert!(matches!(lost, StoreError::Conflict { .. }), "{lost}");
-    let read = store::read(&store).await.unwrap().unwrap();
-    assert_eq!(read.rollout, a.rollout);
-    assert_eq!(read.rollout.counts().done, 3_000);
-    // The loser's parts are the newest values of their keys, and unread.
-    let latest = values(&store).await;
-    let newer = latest
-        .iter()
-        .filter(|(k, rev, _)| {
-            read.parts
-                .hives
-                .iter()
-                .any(|p| &p.key == k && p.revision < *rev)
-        })
-        .count();
-    assert_eq!(newer, read.parts.hives.len(), "{latest:?}");
 }
 
 #[tokio::test]

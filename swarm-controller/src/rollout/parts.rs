@@ -7,11 +7,15 @@
 //! where it stands, the wave sizes, and a reference to every part) and two
 //! kinds of part, each under [`PART_BUDGET`] bytes:
 //!
-//! - hive parts (`current.h<k>`): the hives' rows in rollout order (wave 0
-//!   first), so the waves are the head's wave sizes laid over that order;
-//! - declaration parts (`current.d<k>`): the distinct target declarations by
-//!   value hash. They do not change during a rollout, so they are written
-//!   once, when it starts.
+//! - hive parts (`current.<writer>.h<k>`): the hives' rows in rollout order
+//!   (wave 0 first), so the waves are the head's wave sizes laid over that
+//!   order;
+//! - declaration parts (`current.<writer>.d<k>`): the distinct target
+//!   declarations by value hash. They do not change during a rollout, so
+//!   each writer writes them once.
+//!
+//! `<writer>` is the writing controller's instance ([`writer_tag`]): two
+//! controllers never write the same part key.
 //!
 //! A part is referred to by its key, the KV revision it was written at, and
 //! a hash of its bytes: a part whose bytes did not change is not written
@@ -98,13 +102,31 @@ pub struct Cut {
     pub declarations: Vec<Vec<u8>>,
 }
 
-/// The key of hive part `k` or declaration part `k`.
-pub fn hive_part_key(k: usize) -> String {
-    format!("{CURRENT_ROLLOUT_KEY}.h{k}")
+/// The key of hive part `k` or declaration part `k` as written by the
+/// controller whose [`writer_tag`] is `tag`. Each writer writes only keys of
+/// its own, so a controller that loses the head's compare-and-set never
+/// overwrites a part the winning head names, whatever the bucket's history.
+pub fn hive_part_key(tag: &str, k: usize) -> String {
+    format!("{CURRENT_ROLLOUT_KEY}.{tag}.h{k}")
 }
 
-pub fn declaration_part_key(k: usize) -> String {
-    format!("{CURRENT_ROLLOUT_KEY}.d{k}")
+pub fn declaration_part_key(tag: &str, k: usize) -> String {
+    format!("{CURRENT_ROLLOUT_KEY}.{tag}.d{k}")
+}
+
+/// One key token for the controller instance `driver` (its id, `c<pid>-<ms>`,
+/// when that is one; a hash of it otherwise).
+pub fn writer_tag(driver: &str) -> String {
+    let plain = !driver.is_empty()
+        && driver.len() <= 64
+        && driver
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if plain {
+        driver.to_string()
+    } else {
+        format!("w{}", bytes_hash(driver.as_bytes()))
+    }
 }
 
 /// A short hash of a value's bytes.

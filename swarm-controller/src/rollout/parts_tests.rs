@@ -122,11 +122,23 @@ fn parts_that_disagree_with_the_head_are_refused() {
 }
 
 #[test]
-fn part_keys_are_valid_kv_keys_under_the_head() {
-    for key in [hive_part_key(0), declaration_part_key(12)] {
-        assert!(key.starts_with("current."), "{key}");
+fn part_keys_are_valid_kv_keys_under_the_head_and_the_writer() {
+    let tag = writer_tag("c1234-1796114011715");
+    assert_eq!(tag, "c1234-1796114011715");
+    for driver in [
+        "(the rollout state was removed)",
+        "",
+        "a.b",
+        &"x".repeat(65),
+    ] {
+        let t = writer_tag(driver);
+        assert!(t.starts_with('w') && t.len() == 17, "{driver:?} -> {t}");
+    }
+    assert_ne!(writer_tag("a.b"), writer_tag("a_b"));
+    for key in [hive_part_key(&tag, 0), declaration_part_key(&tag, 12)] {
+        assert!(key.starts_with("current.c1234-1796114011715."), "{key}");
         assert!(key
             .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_'));
+            .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-'));
     }
 }

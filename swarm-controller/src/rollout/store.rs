@@ -1,17 +1,18 @@
 //! Reading and writing the rollout state in `hyperhive-rollouts`, every
 //! change committed by one compare-and-set.
 //!
-//! The state is a head (`current`) and parts (`current.h<k>`, `current.d<k>`;
-//! [`parts`] says how it is cut). A change writes the parts whose bytes
+//! The state is a head (`current`) and parts (`current.<writer>.h<k>`,
+//! `current.<writer>.d<k>`; [`parts`] says how it is cut). A change writes the parts whose bytes
 //! changed, with plain puts, and then the head, naming each part's revision,
 //! by `update(current, head, revision_read)` (or `create` when there is
 //! none). The head is the one commit point: of two controllers changing the
 //! same rollout from the same read, exactly one head write succeeds; the
 //! other gets [`StoreError::Conflict`], reads again, and decides anew from
-//! what the winner wrote. A part the loser wrote is never read, because a
-//! reader reads each part at exactly the revision the head names (the
-//! bucket keeps 10 values per key, so a named revision outlives nine
-//! stray writes of its key).
+//! what the winner wrote. A part the loser wrote is never read: each
+//! controller writes part keys of its own, and a reader reads each part at
+//! exactly the key and revision the head names. The parts a head no longer
+//! names are removed after it is written; a loser's, when the next rollout
+//! starts.
 //!
 //! The head's server timestamp is the rollout's heartbeat: `resume` takes a
 //! running rollout over only when that is older than the lease, by the
@@ -25,7 +26,8 @@ use time::OffsetDateTime;
 use crate::nats::CasError;
 pub use crate::rollout::parts::Parts;
 use crate::rollout::parts::{
-    self, bytes_hash, declaration_part_key, hive_part_key, DeclarationPart, Head, HivePart, PartRef,
+    self, bytes_hash, declaration_part_key, hive_part_key, writer_tag, DeclarationPart, Head,
+    HivePart, PartRef,
 };
 use crate::rollout::state::Rollout;
 
@@ -189,15 +191,16 @@ pub async fn write(
         reason,
     };
     let cut = parts::cut(rollout).map_err(|e| write_error(CURRENT_ROLLOUT_KEY, e.to_string()))?;
+    let tag = writer_tag(&rollout.driver);
     let mut head = cut.head;
     head.parts = Parts {
-        hives: write_parts(store, cut.hives, &previous.hives, hive_part_key).await?,
-        declarations: write_parts(
-            store,
-            cut.declarations,
-            &previous.declarations,
-            declaration_part_key,
-        )
+        hives: write_parts(store, cut.hives, &previous.hives, |k| {
+            hive_part_key(&tag, k)
+        })
+        .await?,
+        declarations: write_parts(store, cut.declarations, &previous.declarations, |k| {
+            declaration_part_key(&tag, k)
+        })
         .await?,
     };
     let bytes =
@@ -209,25 +212,28 @@ pub async fn write(
             CasError::Conflict => StoreError::Conflict { expected },
             other => write_error(CURRENT_ROLLOUT_KEY, other.to_string()),
         })?;
+    // The parts the head named before and no longer does (another writer's,
+    // or more parts than now): never read again.
+    remove_unnamed(store, previous, &head.parts).await;
     Ok((revision, head.parts))
 }
 
 /// Put each of `values` under `key(k)`, unless `previous[k]` already holds
-/// the same bytes; the references to name in the head.
+/// the same bytes under that key; the references to name in the head.
 async fn write_parts(
     store: &kv::Store,
     values: Vec<Vec<u8>>,
     previous: &[PartRef],
-    key: fn(usize) -> String,
+    key: impl Fn(usize) -> String,
 ) -> Result<Vec<PartRef>, StoreError> {
     let mut refs = Vec::with_capacity(values.len());
     for (k, value) in values.into_iter().enumerate() {
         let hash = bytes_hash(&value);
-        if let Some(same) = previous.get(k).filter(|p| p.hash == hash) {
+        let key = key(k);
+        if let Some(same) = previous.get(k).filter(|p| p.hash == hash && p.key == key) {
             refs.push(same.clone());
             continue;
         }
-        let key = key(k);
         check_size(&key, value.len())?;
         let revision = store
             .put(key.as_str(), Bytes::from(value))
@@ -268,14 +274,38 @@ pub async fn update(store: &kv::Store, stored: &mut Stored) -> Result<(), StoreE
     Ok(())
 }
 
-/// Remove the parts `old` names that `new` does not (a smaller rollout
-/// after a larger one), so that a listing of the bucket shows only what the
+/// Remove the parts `old` names that `new` does not (another writer's, or
+/// more parts than now), so that a listing of the bucket shows what the
 /// head names. Best effort: a part left behind is never read.
-pub async fn remove_unnamed(store: &kv::Store, old: &Parts, new: &Parts) {
+async fn remove_unnamed(store: &kv::Store, old: &Parts, new: &Parts) {
     let keep: std::collections::BTreeSet<&str> = new.keys().collect();
     for key in old.keys().filter(|k| !keep.contains(k)) {
         if let Err(e) = store.purge(key).await {
             tracing::warn!(key, error = %e, "cannot remove an old rollout part; it is never read");
+        }
+    }
+}
+
+/// Remove every part key in the bucket that `named` does not name: the
+/// parts of controllers that lost a compare-and-set of the head (they are
+/// never read). Called when a rollout starts. Best effort.
+pub async fn remove_strays(store: &kv::Store, named: &Parts) {
+    use futures_util::StreamExt;
+    let keep: std::collections::BTreeSet<&str> = named.keys().collect();
+    let prefix = format!("{CURRENT_ROLLOUT_KEY}.");
+    let keys: Vec<String> = match store.keys().await {
+        Ok(keys) => keys.filter_map(|k| async { k.ok() }).collect().await,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list hyperhive-rollouts to remove stray parts");
+            return;
+        }
+    };
+    for key in keys
+        .iter()
+        .filter(|k| k.starts_with(&prefix) && !keep.contains(k.as_str()))
+    {
+        if let Err(e) = store.purge(key).await {
+            tracing::warn!(key, error = %e, "cannot remove a stray rollout part; it is never read");
         }
     }
 }

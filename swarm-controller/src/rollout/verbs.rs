@@ -85,13 +85,11 @@ pub async fn start(
         ));
     }
     let expected = store::revision(&deps.buckets.rollouts).await?;
-    let written = store::write(
-        &deps.buckets.rollouts,
-        &rollout,
-        expected,
-        &store::Parts::default(),
-    )
-    .await;
+    let old_parts = current
+        .as_ref()
+        .map(|s| s.parts.clone())
+        .unwrap_or_default();
+    let written = store::write(&deps.buckets.rollouts, &rollout, expected, &old_parts).await;
     let (revision, parts) = match written {
         Ok(r) => r,
         Err(StoreError::Conflict { .. }) => {
@@ -102,9 +100,7 @@ pub async fn start(
         Err(e) => return Err(e.into()),
     };
     (deps.report)(&format!("started {}", rollout.line()));
-    if let Some(old) = &current {
-        store::remove_unnamed(&deps.buckets.rollouts, &old.parts, &parts).await;
-    }
+    store::remove_strays(&deps.buckets.rollouts, &parts).await;
     let stored = Stored {
         rollout,
         revision,

@@ -25,7 +25,7 @@ use super::{SAMPLE_EVERY, STALE_AFTER};
 const HISTORY: Duration = Duration::from_secs(60);
 /// A `status` run that takes longer is killed and counted unavailable.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(5);
-/// Kept examples of false claims (all are counted).
+/// Kept examples of false claims and of hives shown not fresh while up (all are counted).
 const MAX_EXAMPLES: usize = 20;
 
 /// What the oracle knows about one hive's process and dockerd.
@@ -355,6 +355,15 @@ fn judge_row(
     }
     if !fresh && h.down_since.is_none() && j.asked - h.up_since > STALE_AFTER * 2 {
         counts.stale_while_up += 1;
+        example(
+            counts,
+            format!(
+                "not fresh while up for {:?}: {} (age_ms {})",
+                j.asked - h.up_since,
+                row["freshness_reason"],
+                row["age_ms"]
+            ),
+        );
     }
     let ever = ledger.ever(&h.name);
     if converged {

@@ -9,7 +9,13 @@
 //! the hive listens, so the key is also read (`pull`) at start, after every
 //! reconnect and every [`REPULL_EVERY`] ([`REPULL_EVERY_ACROSS_DOMAINS`] on
 //! a leaf-node site, where doorbells cannot cross). The subscription is made before
-//! the first pull, so a value written in between rings it. Two more reads
+//! the first pull, so a value written in between through the same server
+//! rings it. Through another server of a cluster it may not: routes carry
+//! the subscription's interest to the other servers a moment later, and a
+//! put made there in that moment rings nothing (seen in `faults_cluster`:
+//! a hive that read "no declaration" 17 ms before its first one was put
+//! waited for the 60 s timer). So the key is read once more
+//! [`SETTLE_REREAD`] after each session's first pull. Two more reads
 //! close the gaps a failover leaves: a read that failed is tried again
 //! after [`READ_RETRY_FIRST`], doubling up to [`READ_RETRY_MAX`], until one
 //! succeeds; and the key is read whenever the status publisher gets through
@@ -63,6 +69,9 @@ pub fn repull_every(nats: &Connection) -> Duration {
         None => REPULL_EVERY,
     }
 }
+/// The second read of each session, after the subscription's interest has
+/// had time to reach every server of a cluster.
+pub const SETTLE_REREAD: Duration = Duration::from_secs(1);
 /// A failed read is tried again after this, then twice as late each time…
 pub const READ_RETRY_FIRST: Duration = Duration::from_millis(250);
 /// …up to this (a missing bucket is read again at this pace).
@@ -418,6 +427,9 @@ impl Session<'_> {
         let mut repull = tokio::time::interval(repull_every(&deps.nats));
         repull.tick().await;
         let mut buckets_back = deps.health.buckets_back.subscribe();
+        let settle = tokio::time::sleep(SETTLE_REREAD);
+        tokio::pin!(settle);
+        let mut settled = false;
         loop {
             let next_read = self.next_read();
             tokio::select! {
@@ -433,6 +445,13 @@ impl Session<'_> {
                 }
                 _ = buckets_back.changed() => {
                     self.pull(&reader, "buckets back").await;
+                }
+                // Cancel-safe: a pinned sleep keeps its deadline.
+                _ = &mut settle, if !settled => {
+                    settled = true;
+                    if ensure_connected(client).is_ok() {
+                        self.pull(&reader, "settle").await;
+                    }
                 }
                 _ = tokio::time::sleep_until(next_read.unwrap_or_else(Instant::now)), if next_read.is_some() => {
                     self.timed_read(&reader).await;

@@ -167,14 +167,21 @@ fn read_error(key: &str, reason: impl ToString) -> StoreError {
     }
 }
 
-/// The revision of the head now (None: no key), whatever its value: what a
-/// new rollout's `create` or `update` expects.
-pub async fn revision(store: &kv::Store) -> Result<Option<u64>, StoreError> {
+/// The head entry now (None: no key), whatever its value: its revision and
+/// server timestamp, which together name one committed state (a bucket made
+/// again starts its revisions over).
+pub async fn head_id(store: &kv::Store) -> Result<Option<(u64, OffsetDateTime)>, StoreError> {
     let entry = store
         .entry(CURRENT_ROLLOUT_KEY)
         .await
         .map_err(|e| read_error(CURRENT_ROLLOUT_KEY, e))?;
-    Ok(entry.map(|e| e.revision))
+    Ok(entry.map(|e| (e.revision, e.created)))
+}
+
+/// The revision of the head now (None: no key), whatever its value: what a
+/// new rollout's `create` or `update` expects.
+pub async fn revision(store: &kv::Store) -> Result<Option<u64>, StoreError> {
+    Ok(head_id(store).await?.map(|(revision, _)| revision))
 }
 
 /// Write `rollout` if the head is still at `expected` (None: no head yet):

@@ -15,7 +15,6 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 use std::sync::Arc;
-use swarm_queue_client::buckets::CURRENT_ROLLOUT_KEY;
 use time::OffsetDateTime;
 
 use super::{reply, Shared};
@@ -57,18 +56,9 @@ pub async fn api_rollout(
 
 /// The stored rollout, read whole only when the head is not the cached one.
 async fn read_cached(shared: &Shared) -> Result<Option<Arc<Stored>>, store::StoreError> {
-    let head = shared
-        .rollouts
-        .entry(CURRENT_ROLLOUT_KEY)
-        .await
-        .map_err(|e| store::StoreError::Read {
-            key: CURRENT_ROLLOUT_KEY.into(),
-            reason: e.to_string(),
-        })?;
-    let Some(head) = head else {
+    let Some(id) = store::head_id(&shared.rollouts).await? else {
         return Ok(None);
     };
-    let id = (head.revision, head.created);
     let mut cache = shared.rollout_cache.0.lock().await;
     if let Some((cached, stored)) = cache.as_ref() {
         if *cached == id {

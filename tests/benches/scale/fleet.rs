@@ -116,15 +116,9 @@ fn as_declared(d: &Declaration) -> BTreeMap<AgentName, AgentStatus> {
                 Power::Down => Observed::Stopped,
             };
             let status = AgentStatus {
-                wanted,
-                observed,
                 spec: Some(spec.spec_hash()),
                 declared_spec: Some(spec.spec_hash()),
-                last_job: None,
-                image_progress: None,
-                image_digest: None,
-                health: None,
-                retry: None,
+                ..AgentStatus::new(wanted, observed)
             };
             (name.clone(), status)
         })

@@ -328,7 +328,14 @@ impl PrivateDockerd {
             .append(true)
             .open(p.join("dockerd.log"))
             .expect("dockerd log");
+        // Its own TMPDIR, removed with the rest of `dir`: dockerd and the
+        // containerd it starts write there (containerd dumps its stacks to
+        // `containerd.<pid>.stacks.log` when asked, which one full run left
+        // in the run's shared temporary directory).
+        let tmp = p.join("tmp");
+        std::fs::create_dir_all(&tmp).expect("the private dockerd's TMPDIR");
         let child = Command::new("dockerd")
+            .env("TMPDIR", &tmp)
             .arg("--data-root")
             .arg(p.join("data"))
             .arg("--exec-root")

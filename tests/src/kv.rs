@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, kv};
 use serde_json::Value;
+use swarm_queue_client::{open_or_create, Bucket, BucketSettings};
 
 /// A plain client on the swarm's buckets.
 #[derive(Clone)]
@@ -20,7 +21,17 @@ impl Swarm {
         Swarm { client, js }
     }
 
+    /// The bucket `name`, opened, or made with the settings the daemons
+    /// make it with (`swarm_queue_client::open_or_create`), so a hive that
+    /// makes it at the same moment makes the same one; any other name is
+    /// opened or made with history 10.
     pub async fn bucket(&self, name: &str) -> kv::Store {
+        if let Some(b) = Bucket::ALL.into_iter().find(|b| b.name() == name) {
+            let settings = BucketSettings::default_for(b);
+            return open_or_create(&self.js, b, &settings)
+                .await
+                .unwrap_or_else(|e| panic!("open or create {name}: {e}"));
+        }
         match self.js.get_key_value(name).await {
             Ok(s) => s,
             Err(_) => self

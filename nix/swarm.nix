@@ -1,10 +1,10 @@
 # The swarm side of hyperhive (`services.hyperhive.swarm`): the fleet-wide
 # roster, the controller unit, the declarations, and the nats-server
-# authorization that lets each hive reach only its own subjects.
+# accounts that let each hive reach only its own subjects and keys.
 #
 # Import it on every host of the fleet with the same roster (a shared
 # fleet.nix): a hive host then fails to build when its hiveName is not on the
-# roster, the nats host builds its authorization from it, and the controller
+# roster, the nats host builds its accounts from it, and the controller
 # host runs the controller. It imports ./hive.nix, so one import gives both.
 #
 # Owns: the `hyperhive-swarm` unit (the controller), the
@@ -13,7 +13,7 @@
 # `swarm-controller --check-config`), /etc/hyperhive/swarm-controller.toml
 # and /etc/hyperhive/swarm.toml for the operator CLI, and, with
 # swarm.nats.enable, the nats-server config (services.nats plus the
-# authorization printed by `swarm-controller nats-config` at build time).
+# accounts printed by `swarm-controller nats-config` at build time).
 #
 # Invariants: secrets reach the daemon only through LoadCredential; subject
 # names, permissions and name rules are never written here: they come from
@@ -116,12 +116,12 @@ let
     }
   );
 
-  natsAuthorization = pkgs.runCommand "hyperhive-nats-authorization.conf" {
+  natsAuthorization = pkgs.runCommand "hyperhive-nats-accounts.conf" {
     nativeBuildInputs = [ ctl.package ];
   } ''swarm-controller --config ${rosterConfigFile} nats-config > "$out"'';
 
   # services.nats writes its settings as JSON, which cannot carry the
-  # authorization block that nats-config prints. nats-server's config syntax
+  # accounts block that nats-config prints. nats-server's config syntax
   # takes `"key": <json>` lines, so the settings are written that way and the
   # block appended; `nats-server -t` then checks the whole file.
   natsBase = lib.concatStrings (
@@ -183,8 +183,9 @@ in
               example = "UDXIL452LOQQGCB5SWW7VY2X7TWFDBMB6XKYXQ7BJGXOMOWDWGUVME7Y";
               description = ''
                 Public user nkey ("U...") this hive's daemon connects to NATS
-                with. The nats-server authorization grants it only this hive's
-                subjects and keys. The seed stays on the hive
+                with. The nats-server config puts it in an account of its own
+                (named like the hive) that reaches only this hive's subjects
+                and keys. The seed stays on the hive
                 (services.hyperhive.nats.credentialsFile).
               '';
             };
@@ -244,7 +245,8 @@ in
       '';
       description = ''
         What each hive runs: hive -> agent -> agent spec (image or build,
-        command, env, power, memory_mb, cpus, credentials; see DESIGN.md).
+        command, env, power, memory_mb, cpus, credentials; see
+        docs/protocol.md).
         Written to the swarm file and published by the
         hyperhive-swarm-declare unit on the controller host. An empty set for
         a hive (`alpha = { }`) is an explicit empty declaration: that hive
@@ -256,7 +258,7 @@ in
     nats = {
       enable = mkEnableOption ''
         services.nats on this host with JetStream and the hyperhive
-        authorization, generated from the roster by
+        accounts, generated from the roster by
         `swarm-controller nats-config` at build time'';
       openFirewall = mkOption {
         type = types.bool;
@@ -299,7 +301,7 @@ in
         description = ''
           Public user nkey the controller connects to NATS with (its seed is
           controller.nats.credentialsFile). Needed by the nats host's
-          authorization.
+          accounts.
         '';
       };
 
@@ -405,7 +407,7 @@ in
       assertions = [
         {
           assertion = ctl.nkey != null && hivesWithoutNkey == [ ];
-          message = "services.hyperhive.swarm.nats.enable builds the nats-server authorization from public nkeys, and some are missing: ${
+          message = "services.hyperhive.swarm.nats.enable builds the nats-server accounts from public nkeys, and some are missing: ${
             lib.concatStringsSep ", " (
               lib.optional (ctl.nkey == null) "services.hyperhive.swarm.controller.nkey"
               ++ map (h: "services.hyperhive.swarm.hives.${h}.nkey") hivesWithoutNkey
@@ -414,7 +416,11 @@ in
         }
         {
           assertion = !(config.services.nats.settings ? authorization);
-          message = "services.nats.settings.authorization is set, but services.hyperhive.swarm.nats.enable generates the authorization from the roster; remove one of them.";
+          message = "services.nats.settings.authorization is set, but services.hyperhive.swarm.nats.enable puts every identity in the accounts it generates from the roster (a user of the global account would share no account boundary); remove it.";
+        }
+        {
+          assertion = !(config.services.nats.settings ? accounts);
+          message = "services.nats.settings.accounts is set, but services.hyperhive.swarm.nats.enable generates the accounts from the roster (HYPERHIVE for the buckets and the controller, one per hive); remove one of them.";
         }
       ];
 

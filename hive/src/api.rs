@@ -12,6 +12,7 @@
 //! | GET  | `/api/v1/jobs?all=&agent=` | jobs with their nodes (unfinished and recent, or all) |
 //! | GET  | `/api/v1/jobs/{id}` | one job |
 //! | GET  | `/api/v1/images` | the images this hive pulled or built, and why each is held |
+//! | GET  | `/api/v1/agents/{agent}/logs?follow=&tail=&since=&previous=` | the container's output as NDJSON lines ([`logs`]) |
 //! | POST | `/api/v1/agents/{agent}/deploy` | first deploy, or a rebuild when installed; body `{"spec"?, "revision"?, "relock"?}` |
 //! | POST | `/api/v1/agents/{agent}/rebuild` | body `{"relock": bool}` |
 //! | POST | `/api/v1/agents/{agent}/start` · `/stop` | set power intent, queue a reconcile |
@@ -51,6 +52,8 @@ pub type DeclaredFn = Arc<dyn Fn(&AgentName) -> Option<(AgentSpec, Option<u64>)>
 
 /// What the API handlers share.
 pub struct ApiState<R> {
+    /// The hive's state dir (for what `logs --previous` kept).
+    pub state_dir: std::path::PathBuf,
     pub store: JobStore,
     /// For the observed state in `agents`; nothing here changes containers.
     pub runtime: Arc<R>,
@@ -63,6 +66,7 @@ pub struct ApiState<R> {
 impl<R> Clone for ApiState<R> {
     fn clone(&self) -> Self {
         Self {
+            state_dir: self.state_dir.clone(),
             store: self.store.clone(),
             runtime: Arc::clone(&self.runtime),
             hive: self.hive.clone(),
@@ -79,6 +83,7 @@ pub fn router<R: ContainerRuntime>(state: ApiState<R>) -> Router {
         .route("/api/v1/jobs", get(list_jobs::<R>))
         .route("/api/v1/jobs/{id}", get(show_job::<R>))
         .route("/api/v1/images", get(list_images::<R>))
+        .route("/api/v1/agents/{agent}/logs", get(logs::logs::<R>))
         .route("/api/v1/agents/{agent}/deploy", post(deploy::<R>))
         .route("/api/v1/agents/{agent}/rebuild", post(rebuild::<R>))
         .route("/api/v1/agents/{agent}/start", post(start::<R>))
@@ -87,6 +92,8 @@ pub fn router<R: ContainerRuntime>(state: ApiState<R>) -> Router {
         .route("/api/v1/agents/{agent}/purge", post(purge::<R>))
         .with_state(state)
 }
+
+mod logs;
 
 /// An error answer: a status and a message for the operator.
 #[derive(Debug)]
@@ -189,6 +196,23 @@ pub struct AgentRow {
     pub container_spec: Option<String>,
     pub installed: bool,
     pub last_job: Option<JobSummary>,
+    /// How the agent's container has been ending (exit code, OOM kill,
+    /// exits since the spec changed, start and finish), from the job store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exits: Option<AgentExits>,
+}
+
+/// An agent's exit evidence as `hive agents` shows it: the job store's
+/// record, its times as seconds before the listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentExits {
+    pub last_code: Option<i64>,
+    pub oom_killed: bool,
+    /// Exits since the spec last changed.
+    pub exits: u32,
+    pub first_exit_secs_ago: Option<u64>,
+    pub started_secs_ago: Option<u64>,
+    pub finished_secs_ago: Option<u64>,
 }
 
 impl AgentRow {
@@ -223,6 +247,7 @@ pub async fn agents_view<R: ContainerRuntime>(
         installed,
         power,
         last_jobs: last,
+        exits,
     } = store.agent_records().await?;
     let (containers, docker_error) = match runtime.list().await {
         Ok(list) => (Some(list), None),
@@ -237,6 +262,7 @@ pub async fn agents_view<R: ContainerRuntime>(
     names.extend(installed.keys().cloned());
     names.extend(power.keys().cloned());
     names.extend(last.keys().cloned());
+    let now = crate::jobs::now_ms();
     names.extend(
         by_agent
             .keys()
@@ -269,6 +295,7 @@ pub async fn agents_view<R: ContainerRuntime>(
                         .as_deref()
                         .map(swarm_queue_client::payload::sanitize_message),
                 }),
+                exits: exits.get(&agent).map(|e| exit_report(e, now)),
                 agent,
             }
         })
@@ -278,6 +305,19 @@ pub async fn agents_view<R: ContainerRuntime>(
         agents,
         docker_error,
     })
+}
+
+/// An agent's exit evidence with its times as of `now`.
+fn exit_report(rec: &crate::jobs::ExitRecord, now: crate::jobs::Millis) -> AgentExits {
+    let ago = |t: Option<i64>| t.map(|t| (now.saturating_sub(t).max(0) / 1000) as u64);
+    AgentExits {
+        last_code: rec.last_code,
+        oom_killed: rec.oom_killed,
+        exits: rec.exits,
+        first_exit_secs_ago: ago(rec.first_exit_at_ms),
+        started_secs_ago: ago(rec.started_at_ms),
+        finished_secs_ago: ago(rec.finished_at_ms),
+    }
 }
 
 async fn list_agents<R: ContainerRuntime>(

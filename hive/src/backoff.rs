@@ -10,7 +10,10 @@
 //! which a crate's retry driver would take over. See
 //! `docs/architecture.md`, "Hand-written or crate".
 //!
-//! No jitter: each loop is one per process, so there is no herd to spread.
+//! No jitter here: the waits a whole fleet runs at once after one server
+//! restart (the reconnects, the periodic reads and puts, the retry of a
+//! failed read or put) are spread by `swarm_queue_client::jitter`; these
+//! loops wait after a failure of one task's own session.
 
 use std::time::Duration;
 

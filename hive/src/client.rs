@@ -106,6 +106,9 @@ pub struct ApiClient {
     /// whose file mode is the authorization.
     token: Option<String>,
     http: reqwest::Client,
+    /// For answers read as they come (`logs --follow`): no limit on the
+    /// whole answer, only on getting its status.
+    streaming: reqwest::Client,
 }
 
 impl ApiClient {
@@ -115,6 +118,10 @@ impl ApiClient {
             token: None,
             http: reqwest::Client::builder()
                 .timeout(TIMEOUT)
+                .build()
+                .unwrap_or_default(),
+            streaming: reqwest::Client::builder()
+                .connect_timeout(TIMEOUT)
                 .build()
                 .unwrap_or_default(),
         }
@@ -144,6 +151,70 @@ impl ApiClient {
         // Plain data always serializes.
         let bytes = serde_json::to_vec(body).unwrap_or_default();
         self.request(Method::POST, path, Some(bytes)).await
+    }
+
+    /// GET `path` and pass each piece of a 200 answer's body to `on_chunk`
+    /// as it arrives, for as long as the answer lasts (only its status must
+    /// come within the usual time). Any other answer is returned whole;
+    /// after a 200, the returned body is empty.
+    pub async fn get_streaming(
+        &self,
+        path: &str,
+        on_chunk: &mut (dyn FnMut(&[u8]) + Send),
+    ) -> Result<Answer, ClientError> {
+        let endpoint = self.endpoint.to_string();
+        let transport = |e: Box<dyn std::error::Error + Send + Sync>| ClientError::Transport {
+            endpoint: endpoint.clone(),
+            source: e,
+        };
+        let timeout = || ClientError::Timeout {
+            endpoint: endpoint.clone(),
+        };
+        match &self.endpoint {
+            Endpoint::Socket(socket) => {
+                let send = unix_send(socket, Method::GET, path, None);
+                let resp = tokio::time::timeout(TIMEOUT, send)
+                    .await
+                    .map_err(|_| timeout())??;
+                if resp.status() != 200 {
+                    return read_whole(resp, &endpoint).await;
+                }
+                let mut body = resp.into_body();
+                while let Some(frame) = body.frame().await {
+                    let frame = frame.map_err(|e| transport(Box::new(e)))?;
+                    if let Some(data) = frame.data_ref() {
+                        on_chunk(data);
+                    }
+                }
+                Ok(Answer {
+                    status: 200,
+                    body: Bytes::new(),
+                })
+            }
+            Endpoint::Tcp { base } => {
+                let mut req = self.streaming.get(format!("{base}{path}"));
+                if let Some(t) = &self.token {
+                    req = req.header(AUTHORIZATION, format!("Bearer {t}"));
+                }
+                let resp = tokio::time::timeout(TIMEOUT, req.send())
+                    .await
+                    .map_err(|_| timeout())?
+                    .map_err(|e| transport(Box::new(e)))?;
+                let status = resp.status().as_u16();
+                if status != 200 {
+                    let body = resp.bytes().await.map_err(|e| transport(Box::new(e)))?;
+                    return Ok(Answer { status, body });
+                }
+                let mut resp = resp;
+                while let Some(chunk) = resp.chunk().await.map_err(|e| transport(Box::new(e)))? {
+                    on_chunk(&chunk);
+                }
+                Ok(Answer {
+                    status,
+                    body: Bytes::new(),
+                })
+            }
+        }
     }
 
     async fn request(
@@ -195,6 +266,36 @@ async fn unix_request(
     path: &str,
     body: Option<Vec<u8>>,
 ) -> Result<Answer, ClientError> {
+    let resp = unix_send(socket, method, path, body).await?;
+    read_whole(resp, &format!("unix:{}", socket.display())).await
+}
+
+/// The status and whole body of `resp`.
+async fn read_whole(
+    resp: hyper::Response<hyper::body::Incoming>,
+    endpoint: &str,
+) -> Result<Answer, ClientError> {
+    let status = resp.status().as_u16();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| ClientError::Transport {
+            endpoint: endpoint.to_string(),
+            source: Box::new(e),
+        })?
+        .to_bytes();
+    Ok(Answer { status, body })
+}
+
+/// Send one request on a new connection to `socket`; the answer with its
+/// body still to read.
+async fn unix_send(
+    socket: &Path,
+    method: Method,
+    path: &str,
+    body: Option<Vec<u8>>,
+) -> Result<hyper::Response<hyper::body::Incoming>, ClientError> {
     let stream = tokio::net::UnixStream::connect(socket)
         .await
         .map_err(|source| match source.kind() {
@@ -228,18 +329,10 @@ async fn unix_request(
     let req = req
         .body(Full::new(Bytes::from(body.unwrap_or_default())))
         .map_err(|e| transport(Box::new(e)))?;
-    let resp = sender
+    sender
         .send_request(req)
         .await
-        .map_err(|e| transport(Box::new(e)))?;
-    let status = resp.status().as_u16();
-    let body = resp
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| transport(Box::new(e)))?
-        .to_bytes();
-    Ok(Answer { status, body })
+        .map_err(|e| transport(Box::new(e)))
 }
 
 #[cfg(test)]

@@ -18,6 +18,25 @@ pub const DEFAULT_STATE_DIR: &str = "/var/lib/hyperhive";
 pub const DEFAULT_API_SOCKET: &str = "/var/lib/hyperhive/hive.sock";
 /// The largest build context sent to Docker, unless configured.
 pub const DEFAULT_BUILD_CONTEXT_MAX_BYTES: u64 = 1 << 30;
+/// The most processes and threads one agent's container may hold, unless
+/// configured: a busy agent (a runtime's thread pool, a few child
+/// processes such as git or a shell) uses tens to a few hundred, and a fork
+/// bomb stops here instead of taking the host's process table.
+pub const DEFAULT_CONTAINER_PIDS_LIMIT: u64 = 512;
+/// The bounds of `container_pids_limit`: below 16 even an init, a shell
+/// and the agent run short; above 65,536 the limit no longer protects a
+/// host that runs many agents.
+pub const CONTAINER_PIDS_LIMIT_RANGE: std::ops::RangeInclusive<u64> = 16..=65_536;
+/// Docker's `json-file` log of each agent container is capped at this many
+/// MB (10^6 bytes, as Docker counts `max-size`) a file, unless configured
+/// (Docker's own default never rotates).
+pub const DEFAULT_CONTAINER_LOG_MAX_MB: u64 = 10;
+/// The bounds of `container_log_max_mb`.
+pub const CONTAINER_LOG_MAX_MB_RANGE: std::ops::RangeInclusive<u64> = 1..=1024;
+/// How many such files are kept, the oldest dropped, unless configured.
+pub const DEFAULT_CONTAINER_LOG_FILES: u64 = 3;
+/// The bounds of `container_log_files`.
+pub const CONTAINER_LOG_FILES_RANGE: std::ops::RangeInclusive<u64> = 1..=100;
 
 /// The file as written. Every field is optional; unknown keys are refused so
 /// a typo is an error, not a silently ignored setting.
@@ -32,6 +51,11 @@ pub struct FileConfig {
     pub reconcile_interval_secs: Option<u64>,
     pub orphan_grace_secs: Option<u64>,
     pub agent_retry_base_secs: Option<u64>,
+    pub jitter_percent: Option<u64>,
+    pub crash_backoff_first_secs: Option<u64>,
+    pub crash_backoff_max_secs: Option<u64>,
+    pub crash_backoff_reset_secs: Option<u64>,
+    pub min_running_secs: Option<u64>,
     pub trusted_controller_xkeys: Vec<String>,
     pub xkey_seed_file: Option<PathBuf>,
     pub knowledge_repo: Option<String>,
@@ -41,6 +65,9 @@ pub struct FileConfig {
     pub api_token_file: Option<PathBuf>,
     pub build_roots: Vec<PathBuf>,
     pub build_context_max_bytes: Option<u64>,
+    pub container_pids_limit: Option<u64>,
+    pub container_log_max_mb: Option<u64>,
+    pub container_log_files: Option<u64>,
     pub registry_auth_file: Option<PathBuf>,
     pub nats: NatsConfig,
 }
@@ -76,6 +103,13 @@ pub struct HiveConfig {
     /// The first retry of an agent whose job failed comes this long after
     /// the failure; each further one twice as late, capped at an hour.
     pub agent_retry_base: Duration,
+    /// How far each periodic read and status put is spread around its
+    /// interval, in percent, and whether reconnects are drawn below their
+    /// backoff (0: neither); see [`swarm_queue_client::jitter`].
+    pub jitter_percent: u8,
+    /// When an agent that exits is started again, and how long it must
+    /// run to count as up (see [`crate::crashloop`]).
+    pub crash: crate::crashloop::CrashPolicy,
     pub trusted_controller_xkeys: Vec<String>,
     pub xkey_seed_file: PathBuf,
     pub knowledge_repo: Option<String>,
@@ -93,6 +127,9 @@ pub struct HiveConfig {
     pub build_roots: Vec<PathBuf>,
     /// The largest build context streamed to Docker.
     pub build_context_max_bytes: u64,
+    /// Docker's pids limit and log cap on every container the hive
+    /// creates.
+    pub container_limits: crate::runtime::HostLimits,
     /// A Docker `config.json` whose logins go with pulls; re-read when it
     /// changes (see [`crate::registry_auth`]).
     pub registry_auth_file: Option<PathBuf>,
@@ -147,6 +184,8 @@ pub fn load(
 ) -> Result<HiveConfig, ConfigErrors> {
     let file = read_file(path)?;
     let mut problems = Vec::new();
+    let (agent_retry_base, crash) = agent_backoffs(&file, &mut problems);
+    let container_limits = container_limits(&file, &mut problems);
     let name_text = overrides
         .name
         .clone()
@@ -174,22 +213,16 @@ pub fn load(
     let publish_interval = PUBLISH_INTERVAL.read(file.publish_interval_secs, &mut problems);
     let reconcile_interval = RECONCILE_INTERVAL.read(file.reconcile_interval_secs, &mut problems);
     let orphan_grace = ORPHAN_GRACE.read(file.orphan_grace_secs, &mut problems);
-    let api_token = match &file.api_token_file {
-        None => None,
-        Some(p) => read_token_file(p).map_err(|e| problems.push(e)).ok(),
-    };
-    let build_context_max_bytes = file
-        .build_context_max_bytes
-        .unwrap_or(DEFAULT_BUILD_CONTEXT_MAX_BYTES);
-    check_builds_and_access(
+    let api_token = api_token(file.api_token_file.as_deref(), &mut problems);
+    let build_context_max_bytes = check_builds_and_access(
         &file.build_roots,
-        build_context_max_bytes,
+        file.build_context_max_bytes,
         file.api_socket_group.as_deref(),
         file.registry_auth_file.as_deref(),
         &file.http_allowed_hosts,
         &mut problems,
     );
-    let agent_retry_base = AGENT_RETRY_BASE.read(file.agent_retry_base_secs, &mut problems);
+    let jitter_percent = jitter_percent(file.jitter_percent, &mut problems);
     if !problems.is_empty() {
         return Err(ConfigErrors { problems });
     }
@@ -209,6 +242,8 @@ pub fn load(
         reconcile_interval,
         orphan_grace,
         agent_retry_base,
+        jitter_percent,
+        crash,
         trusted_controller_xkeys: file.trusted_controller_xkeys,
         knowledge_repo: file.knowledge_repo.filter(|s| !s.trim().is_empty()),
         docker_host: file.docker_host,
@@ -216,6 +251,7 @@ pub fn load(
         api_token,
         build_roots: file.build_roots,
         build_context_max_bytes,
+        container_limits,
         registry_auth_file: file.registry_auth_file,
         nats,
     })
@@ -297,15 +333,17 @@ fn check_xkeys(keys: &[String], problems: &mut Vec<String>) {
 }
 
 /// Build roots and the context cap, the API socket's group, the registry
-/// login file and the allowed HTTP host names.
+/// login file and the allowed HTTP host names; the context cap in force.
 fn check_builds_and_access(
     build_roots: &[PathBuf],
-    build_context_max_bytes: u64,
+    build_context_max_bytes: Option<u64>,
     api_socket_group: Option<&str>,
     registry_auth_file: Option<&Path>,
     http_allowed_hosts: &[String],
     problems: &mut Vec<String>,
-) {
+) -> u64 {
+    let build_context_max_bytes =
+        build_context_max_bytes.unwrap_or(DEFAULT_BUILD_CONTEXT_MAX_BYTES);
     for root in build_roots {
         if !root.is_absolute() {
             problems.push(format!(
@@ -333,6 +371,7 @@ fn check_builds_and_access(
             problems.push(e.to_string());
         }
     }
+    build_context_max_bytes
 }
 
 /// One interval setting in seconds, with its default and bounds. The upper
@@ -386,6 +425,128 @@ const AGENT_RETRY_BASE: Interval = Interval {
     min: 1,
     max: crate::retry::MAX_DELAY.as_secs(),
 };
+
+/// The longest first crash-loop delay: an hour.
+pub const MAX_CRASH_FIRST_SECS: u64 = 3600;
+/// The longest crash-loop delay and reset time: a day.
+pub const MAX_CRASH_MAX_SECS: u64 = 86_400;
+
+const CRASH_FIRST: Interval = Interval {
+    field: "crash_backoff_first_secs",
+    default: crate::crashloop::DEFAULT_FIRST.as_secs(),
+    min: 1,
+    max: MAX_CRASH_FIRST_SECS,
+};
+const CRASH_MAX: Interval = Interval {
+    field: "crash_backoff_max_secs",
+    default: crate::crashloop::DEFAULT_MAX.as_secs(),
+    min: 1,
+    max: MAX_CRASH_MAX_SECS,
+};
+const CRASH_RESET: Interval = Interval {
+    field: "crash_backoff_reset_secs",
+    default: crate::crashloop::DEFAULT_RESET_AFTER.as_secs(),
+    min: 1,
+    max: MAX_CRASH_MAX_SECS,
+};
+/// The same bound as an agent's own `min_running_secs` in a declaration.
+const MIN_RUNNING: Interval = Interval {
+    field: "min_running_secs",
+    default: crate::crashloop::DEFAULT_MIN_RUNNING.as_secs(),
+    min: 0,
+    max: swarm_queue_client::limits::MAX_MIN_RUNNING_SECS,
+};
+
+/// The per-agent backoffs: of a failed job (`agent_retry_base_secs`) and
+/// of a crash loop, whose first delay may not exceed its longest.
+fn agent_backoffs(
+    file: &FileConfig,
+    problems: &mut Vec<String>,
+) -> (Duration, crate::crashloop::CrashPolicy) {
+    let retry_base = AGENT_RETRY_BASE.read(file.agent_retry_base_secs, problems);
+    let first = CRASH_FIRST.read(file.crash_backoff_first_secs, problems);
+    let max = CRASH_MAX.read(file.crash_backoff_max_secs, problems);
+    if first > max {
+        problems.push(format!(
+            "crash_backoff_first_secs = {}: it must be at most crash_backoff_max_secs ({})",
+            first.as_secs(),
+            max.as_secs()
+        ));
+    }
+    let crash = crate::crashloop::CrashPolicy {
+        first,
+        max,
+        reset_after: CRASH_RESET.read(file.crash_backoff_reset_secs, problems),
+        min_running: MIN_RUNNING.read(file.min_running_secs, problems),
+    };
+    (retry_base, crash)
+}
+
+/// `container_pids_limit`, `container_log_max_mb` and
+/// `container_log_files`, each within its range.
+fn container_limits(file: &FileConfig, problems: &mut Vec<String>) -> crate::runtime::HostLimits {
+    let mut within = |field: &str,
+                      value: Option<u64>,
+                      default: u64,
+                      range: std::ops::RangeInclusive<u64>,
+                      what: &str| {
+        let v = value.unwrap_or(default);
+        let (min, max) = range.into_inner();
+        if !(min..=max).contains(&v) {
+            problems.push(format!(
+                "{field} = {v}: it must be between {min} and {max} ({what}; the default is \
+                 {default})"
+            ));
+        }
+        v.clamp(min, max)
+    };
+    crate::runtime::HostLimits {
+        // Clamped to at most 65,536: it fits.
+        pids: within(
+            "container_pids_limit",
+            file.container_pids_limit,
+            DEFAULT_CONTAINER_PIDS_LIMIT,
+            CONTAINER_PIDS_LIMIT_RANGE,
+            "processes and threads per agent container",
+        ) as i64,
+        log_max_mb: within(
+            "container_log_max_mb",
+            file.container_log_max_mb,
+            DEFAULT_CONTAINER_LOG_MAX_MB,
+            CONTAINER_LOG_MAX_MB_RANGE,
+            "MB per file of an agent container's log",
+        ),
+        log_files: within(
+            "container_log_files",
+            file.container_log_files,
+            DEFAULT_CONTAINER_LOG_FILES,
+            CONTAINER_LOG_FILES_RANGE,
+            "log files kept per agent container",
+        ),
+    }
+}
+
+/// `jitter_percent`, at most [`swarm_queue_client::jitter::MAX_PERCENT`].
+fn jitter_percent(value: Option<u64>, problems: &mut Vec<String>) -> u8 {
+    use swarm_queue_client::jitter::{DEFAULT_PERCENT, MAX_PERCENT};
+    let v = value.unwrap_or(DEFAULT_PERCENT.into());
+    match u8::try_from(v).ok().filter(|p| *p <= MAX_PERCENT) {
+        Some(p) => p,
+        None => {
+            problems.push(format!(
+                "jitter_percent = {v}: it must be between 0 and {MAX_PERCENT} (the spread of \
+                 each periodic read and status put around its interval; the default is \
+                 {DEFAULT_PERCENT}, 0 turns jitter off)"
+            ));
+            MAX_PERCENT
+        }
+    }
+}
+
+/// The remote-writes token when a file is given; a problem when it is unusable.
+fn api_token(path: Option<&Path>, problems: &mut Vec<String>) -> Option<ApiToken> {
+    read_token_file(path?).map_err(|e| problems.push(e)).ok()
+}
 
 /// Read the remote-writes token, refusing a file group or others can read.
 fn read_token_file(path: &Path) -> Result<ApiToken, String> {
@@ -464,6 +625,62 @@ mod tests {
     }
 
     #[test]
+    fn container_limits_have_defaults_and_bounds() {
+        let cfg = load(None, &Overrides::default(), no_env).unwrap();
+        let l = cfg.container_limits;
+        assert_eq!((l.pids, l.log_max_mb, l.log_files), (512, 10, 3));
+        let f = write(
+            "container_pids_limit = 2048\ncontainer_log_max_mb = 1\ncontainer_log_files = 1\n",
+        );
+        let l = load(Some(f.path()), &Overrides::default(), no_env)
+            .unwrap()
+            .container_limits;
+        assert_eq!((l.pids, l.log_max_mb, l.log_files), (2048, 1, 1));
+        let cases = [
+            (
+                "container_pids_limit",
+                vec![0, 15, 65_537, u64::MAX],
+                "16 and 65536",
+            ),
+            (
+                "container_log_max_mb",
+                vec![0, 1025, u64::MAX],
+                "1 and 1024",
+            ),
+            ("container_log_files", vec![0, 101, u64::MAX], "1 and 100"),
+        ];
+        for (field, bad, range) in cases {
+            for bad in bad {
+                let f = write(&format!("{field} = {bad}\n"));
+                let e = load(Some(f.path()), &Overrides::default(), no_env)
+                    .unwrap_err()
+                    .to_string();
+                let want = format!("{field} = {bad}: it must be between {range}");
+                assert!(e.contains(&want), "{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn jitter_percent_has_a_default_and_a_bound_named_in_the_error() {
+        let cfg = load(None, &Overrides::default(), no_env).unwrap();
+        assert_eq!(cfg.jitter_percent, 20);
+        for ok in [0, 50] {
+            let f = write(&format!("jitter_percent = {ok}\n"));
+            let cfg = load(Some(f.path()), &Overrides::default(), no_env).unwrap();
+            assert_eq!(u64::from(cfg.jitter_percent), ok);
+        }
+        for bad in [51, 256, u64::MAX >> 1] {
+            let f = write(&format!("jitter_percent = {bad}\n"));
+            let e = load(Some(f.path()), &Overrides::default(), no_env)
+                .unwrap_err()
+                .to_string();
+            let want = format!("jitter_percent = {bad}: it must be between 0 and 50");
+            assert!(e.contains(&want), "{e}");
+        }
+    }
+
+    #[test]
     fn every_problem_is_reported_with_its_value() {
         let f = write(
             "name = \"Bad.Name\"\nhttp_listen = \"0.0.0.0:80\"\nstate_dir = \"rel\"\npublish_interval_secs = 0\ntrusted_controller_xkeys = [\"nope\"]\nregistry_auth_file = \"auth.json\"\n[nats]\nurl = \"http://[::1\"\n",
@@ -490,6 +707,12 @@ mod tests {
             ("reconcile_interval_secs", MAX_RECONCILE_INTERVAL_SECS),
             ("orphan_grace_secs", MAX_ORPHAN_GRACE_SECS),
             ("agent_retry_base_secs", crate::retry::MAX_DELAY.as_secs()),
+            ("crash_backoff_max_secs", MAX_CRASH_MAX_SECS),
+            ("crash_backoff_reset_secs", MAX_CRASH_MAX_SECS),
+            (
+                "min_running_secs",
+                swarm_queue_client::limits::MAX_MIN_RUNNING_SECS,
+            ),
         ];
         for (field, max) in cases {
             let at = write(&format!("{field} = {max}\n"));

@@ -28,10 +28,16 @@
 //!    ([`crate::observe`]), and the revision becomes `converged_revision`
 //!    only when [`plan::convergence_gap`] finds nothing missing.
 //!
-//! It wakes on a new declaration, on job progress, on a short observation
-//! timer and on shutdown. Deciding is in [`crate::plan`]; this module
+//! It wakes on a new declaration, on job progress, on a Docker event
+//! ([`crate::docker_events`]: a round at once, so a dead container is
+//! started again within a second), when a crash-loop delay ends or an agent
+//! has run long enough to count as up ([`crate::crashloop`]), on a short
+//! observation timer and on shutdown. A start of an agent in a crash-loop
+//! delay waits ([`crash`]), and no revision is converged while an agent is
+//! restarting. Deciding is in [`crate::plan`]; this module
 //! only reads inputs and queues what was decided.
 
+mod crash;
 mod queue;
 mod status;
 
@@ -43,7 +49,9 @@ use swarm_queue_client::{AgentName, HiveName, Level};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::jobs::{JobFilter, JobId, JobState, JobStore, JobView, NodeState, StoreError};
+use crate::jobs::{
+    now_ms, JobFilter, JobId, JobState, JobStore, JobView, Millis, NodeState, StoreError,
+};
 use crate::observe;
 use crate::perf;
 use crate::plan::{self, Action, Installed, Seen};
@@ -72,6 +80,11 @@ pub struct ConvergerDeps<R> {
     /// The first per-agent retry comes this long after a failed job
     /// ([`crate::retry::DEFAULT_BASE`] unless configured).
     pub retry_base: Duration,
+    /// Docker reported something about one of this hive's containers
+    /// ([`crate::docker_events`]): look, publish and repair now.
+    pub docker_changed: Arc<Notify>,
+    /// When an agent that exited starts again, and when it counts as up.
+    pub crash: crate::crashloop::CrashPolicy,
 }
 
 /// Run until shutdown.
@@ -79,15 +92,31 @@ pub async fn run<R: ContainerRuntime>(deps: ConvergerDeps<R>, mut shutdown: Shut
     let mut c = Converger::new(deps);
     let mut wanted = c.deps.wanted.clone();
     let health = c.deps.health.clone();
+    let docker_changed = c.deps.docker_changed.clone();
     loop {
         perf::CONVERGER_PASSES.time(c.pass()).await;
-        let until_round = c.next_round.saturating_duration_since(Instant::now());
+        let now = Instant::now();
+        let until_round = c.next_round.saturating_duration_since(now);
+        // A crash-loop delay that ends, or an agent that has run long
+        // enough to count as up, is acted on and shown when it happens.
+        let until_settle = c
+            .settle_at
+            .map_or(OBSERVE_EVERY, |t| t.saturating_duration_since(now));
         tokio::select! {
             // All cancel-safe: watch::changed, Notify::notified, sleep.
             _ = shutdown.wait() => return,
             _ = wanted.changed() => {}
-            _ = health.job_progress.notified() => {}
-            _ = tokio::time::sleep(OBSERVE_EVERY.min(until_round)) => {}
+            // A start that waited for the agent's job in flight is queued
+            // as soon as that job ends.
+            _ = health.job_progress.notified() => if c.restart_pending {
+                c.next_round = Instant::now();
+            },
+            _ = docker_changed.notified() => c.next_round = Instant::now(),
+            _ = tokio::time::sleep(OBSERVE_EVERY.min(until_round).min(until_settle)) => {
+                if c.settle_at.is_some_and(|t| t <= Instant::now()) {
+                    c.next_round = Instant::now();
+                }
+            }
         }
     }
 }
@@ -132,6 +161,10 @@ struct Converger<R> {
     /// same containers still there after that job finished are not queued
     /// again.
     reaped: BTreeMap<AgentName, (Vec<String>, JobId)>,
+    /// The soonest a crash-loop delay ends or a young agent counts as up.
+    settle_at: Option<Instant>,
+    /// Some agent exited and waits for its start to be queued.
+    restart_pending: bool,
 }
 
 /// The failed node of a failed job: its op and error.
@@ -161,6 +194,8 @@ impl<R: ContainerRuntime> Converger<R> {
             retries: Retries::new(retry_base),
             queued: BTreeMap::new(),
             reaped: BTreeMap::new(),
+            settle_at: None,
+            restart_pending: false,
         }
     }
 
@@ -227,6 +262,10 @@ impl<R: ContainerRuntime> Converger<R> {
         tracing::info!(hive = %self.deps.hive, revision = wanted.revision, actions = actions.len(), "applying declaration");
         // A new revision: every agent may be tried at once.
         self.retries.reset_all();
+        let at = wanted
+            .created_ns
+            .map_or_else(now_ms, |ns| (ns / 1_000_000) as Millis);
+        self.reset_crash_streaks(crash::Asked::Revision(at)).await?;
         let all: Vec<&Action> = actions.iter().collect();
         let jobs = self
             .queue_actions(&all, Some(wanted), observation.as_ref())
@@ -271,6 +310,8 @@ impl<R: ContainerRuntime> Converger<R> {
             .collect();
         let last = self.deps.store.last_jobs().await?;
         self.note_jobs(&last, now);
+        self.reset_crash_streaks(crash::Asked::Jobs(&last)).await?;
+        let exits = self.deps.store.exit_records().await?;
         let needs = plan::plan_round(&plan::RoundInput {
             declared: wanted.map(|w| &w.declaration.agents),
             installed: &installed,
@@ -287,7 +328,10 @@ impl<R: ContainerRuntime> Converger<R> {
         let mut due = Vec::new();
         for action in &needs {
             let agent = action.agent();
-            if self.retries.waiting(agent, now) || !self.fresh_reap(action, seen).await? {
+            if self.retries.waiting(agent, now)
+                || self.crash_waiting(action, seen, &exits)
+                || !self.fresh_reap(action, seen).await?
+            {
                 continue;
             }
             let attempt = self.retries.get(agent).map_or(0, |r| r.attempts) + 1;

@@ -20,6 +20,8 @@ fn converger(dir: &std::path::Path, interval: Duration) -> Converger<FakeRuntime
         reconcile_interval: interval,
         orphan_grace: Duration::from_secs(600),
         retry_base: crate::retry::DEFAULT_BASE,
+        docker_changed: Arc::new(Notify::new()),
+        crash: crate::crashloop::CrashPolicy::default(),
     })
 }
 

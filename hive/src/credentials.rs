@@ -3,6 +3,13 @@
 //! and write the secret to `<state>/agents/<agent>/credentials/<account>`
 //! (mode 0600, atomic).
 //!
+//! The agent can write below its own dir (it is `/state` in its container),
+//! so everything below it is opened without following links
+//! ([`crate::nofollow`]): a link planted at `credentials` or at the file is
+//! refused, the delivery is a `credential_refused` warning naming the agent
+//! and the path, and the credential stays in the bucket for the next
+//! delivery once the link is gone.
+//!
 //! A key is read by direct get only ([`KeyReader`]): a hive holds no
 //! consumer and cannot list keys, since listing would show other hives' key
 //! names (`<hive>.<agent>.<account>`). So it learns which keys to read from
@@ -27,6 +34,7 @@
 //! async workers.
 
 mod boot;
+mod refusals;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -43,6 +51,7 @@ use zeroize::Zeroizing;
 use crate::revision::{judge, Seen, Suspect, Verdict};
 
 pub use boot::{run_boot_delivery, BootDeps};
+pub use refusals::Refusals;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeliverError {
@@ -70,6 +79,17 @@ pub enum DeliverError {
         #[source]
         source: credentials::CredentialError,
     },
+    /// Something below the agent's dir is not what the hive writes there
+    /// (a link the agent planted): nothing was written.
+    #[error(
+        "credential {key} not written: {source}; it stays in the bucket and is delivered \
+         once the path is fixed"
+    )]
+    Refused {
+        key: String,
+        #[source]
+        source: crate::nofollow::NoFollowError,
+    },
     #[error("credential {key}: cannot write {path}")]
     Write {
         key: String,
@@ -87,6 +107,11 @@ pub enum DeliverError {
 }
 
 impl DeliverError {
+    /// Refused for what is on disk, not for the credential itself.
+    pub fn refused(&self) -> bool {
+        matches!(self, DeliverError::Refused { .. })
+    }
+
     /// The credentials bucket itself does not answer.
     pub fn bucket_missing(&self) -> bool {
         matches!(
@@ -134,6 +159,9 @@ pub struct Deliverer {
     pub trusted: Arc<Vec<String>>,
     pub agents_dir: PathBuf,
     pub book: Arc<Mutex<Book>>,
+    /// The deliveries refused last time, with what was found where, until
+    /// one of the same key is written.
+    pub refusals: Arc<Mutex<Refusals>>,
 }
 
 /// What [`Deliverer::new`] takes.
@@ -171,6 +199,7 @@ impl Deliverer {
             trusted: parts.trusted,
             agents_dir: parts.agents_dir,
             book: Arc::default(),
+            refusals: Arc::default(),
         }
     }
 
@@ -195,24 +224,29 @@ impl Deliverer {
                 source,
             })?;
         let path = credential_path(&self.agents_dir, agent, account);
-        let target = path.clone();
-        let written = tokio::task::spawn_blocking(move || write_secret(&target, &secret)).await;
-        let io = |source| DeliverError::Write {
-            key: key.to_string(),
-            path: path.clone(),
-            source,
-        };
+        let agent_dir = self.agents_dir.join(agent.as_str());
+        let file = account.to_string();
+        let written =
+            tokio::task::spawn_blocking(move || write_secret(&agent_dir, &file, &secret)).await;
         match written {
-            Ok(r) => r.map_err(io)?,
-            Err(source) => {
-                return Err(DeliverError::WriteTask {
+            Ok(Ok(())) => Ok(path),
+            Ok(Err(crate::nofollow::NoFollowError::Io { path, source, .. })) => {
+                Err(DeliverError::Write {
                     key: key.to_string(),
                     path,
                     source,
                 })
             }
+            Ok(Err(source)) => Err(DeliverError::Refused {
+                key: key.to_string(),
+                source,
+            }),
+            Err(source) => Err(DeliverError::WriteTask {
+                key: key.to_string(),
+                path,
+                source,
+            }),
         }
-        Ok(path)
     }
 
     /// Deliver one credential (named by a notice, a doorbell or the
@@ -247,13 +281,48 @@ impl Deliverer {
                 revision: entry.revision,
             });
         }
-        let path = self.write(&key, agent, account, &entry.value).await?;
+        let written = self.write(&key, agent, account, &entry.value).await;
+        let path = self.note_refusal(agent, account, written)?;
         tracing::info!(hive = %self.hive, %agent, %account, revision = entry.revision, path = %path.display(), "credential delivered");
         Ok(Delivered::Written {
             path,
             reset_from,
             fresh,
         })
+    }
+
+    /// Remember a refused write (logged here, once per delivery) until a
+    /// write of the same key succeeds.
+    fn note_refusal(
+        &self,
+        agent: &AgentName,
+        account: &AccountName,
+        written: Result<PathBuf, DeliverError>,
+    ) -> Result<PathBuf, DeliverError> {
+        if let Err(DeliverError::Refused { source, .. }) = &written {
+            let reason = source.to_string();
+            tracing::warn!(hive = %self.hive, %agent, %account, path = %source.path().display(), %reason, "credential delivery refused");
+        }
+        let mut refusals = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
+        refusals.note(agent, account, written.as_ref().map(|_| ()));
+        written
+    }
+
+    /// Raise the `credential_refused` warning naming every agent whose
+    /// delivery stands refused, or clear it when none does.
+    pub fn publish_refusals(&self, health: &crate::readiness::Health) {
+        use crate::readiness::keys::CREDENTIAL_REFUSED;
+        let warning = self
+            .refusals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .warning();
+        match warning {
+            Some(message) => {
+                health.raise(CREDENTIAL_REFUSED, swarm_queue_client::Level::Warn, message)
+            }
+            None => health.clear(CREDENTIAL_REFUSED),
+        }
     }
 
     fn judge(&self, entry: &KeyEntry) -> Verdict {
@@ -395,22 +464,38 @@ impl Credentials {
             .unwrap_or_default()
     }
 
-    /// Deliver one credential named by a notice.
+    /// Deliver one credential named by a notice, then raise or clear the
+    /// `credential_refused` warning in `health`.
     pub async fn deliver(
         &self,
         agent: &AgentName,
         account: &AccountName,
+        health: &crate::readiness::Health,
     ) -> Result<Delivered, DeliverError> {
-        self.deliverer().await.deliver(agent, account).await
+        let deliverer = self.deliverer().await;
+        let result = deliverer.deliver(agent, account).await;
+        deliverer.publish_refusals(health);
+        result
     }
 }
 
-/// The directory 0700, the file 0600 through a unique temporary file in
-/// the same directory. Blocking: run it on the blocking pool.
-fn write_secret(path: &Path, secret: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-    crate::xkey::write_private(path, secret)
+/// `credentials/<file>` below the agent's dir: the directory 0700, the
+/// file 0600 through a unique temporary file beside it, no link followed
+/// below `agent_dir` ([`crate::nofollow`]). The agent's dir itself is the
+/// hive's (its parent is not in any container), so it is made by path.
+/// Blocking: run it on the blocking pool.
+fn write_secret(
+    agent_dir: &Path,
+    file: &str,
+    secret: &[u8],
+) -> Result<(), crate::nofollow::NoFollowError> {
+    use crate::nofollow::{Dir, NoFollowError};
+    std::fs::create_dir_all(agent_dir).map_err(|source| NoFollowError::Io {
+        what: "create",
+        path: agent_dir.to_path_buf(),
+        source,
+    })?;
+    let dir = Dir::open_root(agent_dir)?.child("credentials", 0o700)?;
+    dir.set_mode(0o700)?;
+    dir.write_private(file, secret)
 }

@@ -8,8 +8,8 @@
 //!    declaration.
 //! 2. [`connect_nats`]: the one NATS connection, or the warning saying why
 //!    there is none.
-//! 3. [`start_container_side`] (with a hive name): the job worker and the
-//!    converger. They need no NATS: the converger starts from the
+//! 3. [`start_container_side`] (with a hive name): the job worker, the
+//!    converger and the Docker event task. They need no NATS: the converger starts from the
 //!    declaration saved in `wanted.json`.
 //! 4. [`start_nats_side`] (with a name and NATS): publisher, wanted,
 //!    credentials, event listener.
@@ -39,7 +39,8 @@ use crate::shutdown::Shutdown;
 use crate::supervisor::{Role, Supervisor};
 use crate::wanted::{WantedRx, WantedTx};
 use crate::{
-    api, converger, credentials, events, http, knowledge, publisher, systemd, wanted, worker, xkey,
+    api, converger, credentials, docker_events, events, http, knowledge, publisher, systemd,
+    wanted, worker, xkey,
 };
 
 /// File under the state dir holding the HTTP listener's bound address.
@@ -78,7 +79,7 @@ pub async fn run(config: HiveConfig, shutdown: Shutdown) -> Result<(), DaemonErr
     let mut api_routes = None;
     if let Some(hive) = config.name.clone() {
         let containers = start_container_side(&config, &state, hive, &mut tasks);
-        api_routes = Some(api::router(containers.api_state(&state)));
+        api_routes = Some(api::router(containers.api_state(&state, &config)));
         if let Some(conn) = &nats {
             start_nats_side(&config, &state, &containers, conn, &mut tasks);
         }
@@ -189,7 +190,8 @@ async fn connect_nats(config: &HiveConfig, health: &Health) -> Option<Connection
         return None;
     }
     let name = config.name.as_ref()?;
-    match swarm_queue_client::connect(&config.nats, &format!("hive-{name}")).await {
+    let jitter = swarm_queue_client::Jitter::new(config.jitter_percent);
+    match swarm_queue_client::connect_with(&config.nats, &format!("hive-{name}"), jitter).await {
         Ok(conn) => Some(conn),
         Err(e) => {
             let msg = crate::error_chain(&e);
@@ -210,12 +212,15 @@ struct ContainerSide {
     runtime: Arc<DockerRuntime>,
     /// Wakes the job worker after a job is queued.
     wake: Arc<Notify>,
+    /// Wakes the converger when Docker reports a container event.
+    docker_changed: Arc<Notify>,
 }
 
 impl ContainerSide {
-    fn api_state(&self, state: &State) -> api::ApiState<DockerRuntime> {
+    fn api_state(&self, state: &State, config: &HiveConfig) -> api::ApiState<DockerRuntime> {
         let declared_rx = state.wanted_rx.clone();
         api::ApiState {
+            state_dir: config.state_dir.clone(),
             store: state.store.clone(),
             runtime: Arc::clone(&self.runtime),
             hive: self.hive.clone(),
@@ -246,15 +251,10 @@ fn start_container_side(
     hive: HiveName,
     tasks: &mut Supervisor,
 ) -> ContainerSide {
-    let mut runtime = DockerRuntime::new(hive.clone(), config.docker_host.as_deref())
-        .with_context_max_bytes(config.build_context_max_bytes);
-    if let Some(path) = &config.registry_auth_file {
-        let auth = crate::registry_auth::RegistryAuth::new(path.clone());
-        runtime = runtime.with_registry_auth(Arc::new(auth));
-    }
     let side = ContainerSide {
-        runtime: Arc::new(runtime),
+        runtime: Arc::new(docker_runtime(config, &hive)),
         wake: Arc::default(),
+        docker_changed: Arc::default(),
         hive,
     };
     let extra_binds = match &config.knowledge_repo {
@@ -272,11 +272,7 @@ fn start_container_side(
             side.wake.clone(),
             state.health.clone(),
         );
-        let config = worker::WorkerConfig {
-            build_roots: config.build_roots.clone(),
-            ..worker::WorkerConfig::default()
-        }
-        .with_test_hooks();
+        let config = worker::WorkerConfig::for_hive(config);
         move || worker::WorkerDeps {
             store: store.clone(),
             runtime: runtime.clone(),
@@ -303,6 +299,7 @@ fn start_container_side(
             config.orphan_grace,
             config.agent_retry_base,
         );
+        let (docker_changed, crash) = (side.docker_changed.clone(), config.crash);
         move || converger::ConvergerDeps {
             store: store.clone(),
             runtime: runtime.clone(),
@@ -313,12 +310,52 @@ fn start_container_side(
             reconcile_interval,
             orphan_grace,
             retry_base,
+            docker_changed: docker_changed.clone(),
+            crash,
         }
     };
     tasks.spawn("converger", Role::Essential, move |shutdown| {
         converger::run(converger_deps(), shutdown)
     });
+    start_docker_events(config, state, &side, tasks);
     side
+}
+
+/// The Docker runtime as configured: host, context cap, registry logins.
+fn docker_runtime(config: &HiveConfig, hive: &HiveName) -> DockerRuntime {
+    let runtime = DockerRuntime::new(hive.clone(), config.docker_host.as_deref())
+        .with_context_max_bytes(config.build_context_max_bytes);
+    match &config.registry_auth_file {
+        Some(path) => {
+            let auth = crate::registry_auth::RegistryAuth::new(path.clone());
+            runtime.with_registry_auth(Arc::new(auth))
+        }
+        None => runtime,
+    }
+}
+
+/// The task that follows Docker's events for this hive's containers and
+/// wakes the converger (see [`docker_events`]).
+fn start_docker_events(
+    config: &HiveConfig,
+    state: &State,
+    side: &ContainerSide,
+    tasks: &mut Supervisor,
+) {
+    let event_deps = {
+        let (store, runtime, hive) = (state.store.clone(), side.runtime.clone(), side.hive.clone());
+        let (docker_changed, crash) = (side.docker_changed.clone(), config.crash);
+        move || docker_events::DockerEventDeps {
+            store: store.clone(),
+            runtime: runtime.clone(),
+            hive: hive.clone(),
+            docker_changed: docker_changed.clone(),
+            crash,
+        }
+    };
+    tasks.spawn("docker_events", Role::Auxiliary, move |shutdown| {
+        docker_events::run(event_deps(), shutdown)
+    });
 }
 
 /// The tasks that talk to the swarm: publisher, wanted, credentials and

@@ -143,10 +143,12 @@ async fn on_credential(deps: &EventDeps, msg: async_nats::Message) {
     };
     match deps
         .credentials
-        .deliver(&notice.agent, &notice.account)
+        .deliver(&notice.agent, &notice.account, &deps.health)
         .await
     {
         Ok(_) => deps.health.clear(keys::CREDENTIALS),
+        // Logged, and named in `credential_refused`, by the delivery.
+        Err(e) if e.refused() => {}
         Err(e) => {
             let msg = crate::error_chain(&e);
             tracing::warn!(hive = %deps.hive, agent = %notice.agent, account = %notice.account, error = %msg, "credential delivery failed");

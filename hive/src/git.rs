@@ -2,7 +2,10 @@
 //! ([`crate::knowledge`]) and for build contexts from a repository
 //! ([`crate::runtime::context`]). No prompt for credentials (a job or a
 //! pull must never hang on a terminal), killed when the caller gives up or
-//! the timeout passes, and stdout trimmed.
+//! the timeout passes, and stdout trimmed. A URL's userinfo (a token) never
+//! reaches an error: the arguments and git's own message are redacted
+//! ([`swarm_queue_client::redact::userinfo`]). A caller may restrict the
+//! transports git may use ([`Git::protocols`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -26,31 +29,61 @@ pub enum GitError {
 
 /// Run `git -C dir args…` and return its trimmed stdout.
 pub async fn run(dir: &Path, args: &[&str], timeout: Duration) -> Result<String, GitError> {
-    let joined = args.join(" ");
-    let output = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .kill_on_drop(true)
-        .output();
-    let out = match tokio::time::timeout(timeout, output).await {
-        Err(_) => {
-            return Err(GitError::Timeout {
-                args: joined,
-                timeout,
-            })
-        }
-        Ok(r) => r.map_err(GitError::Spawn)?,
-    };
-    if !out.status.success() {
-        return Err(GitError::Failed {
-            args: joined,
-            dir: dir.to_path_buf(),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
+    Git {
+        dir,
+        timeout,
+        protocols: None,
     }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    .run(args)
+    .await
+}
+
+/// One way of running git: where, for how long, over which transports.
+#[derive(Debug, Clone, Copy)]
+pub struct Git<'a> {
+    /// `git -C dir`: every command runs there, never in the hive's own
+    /// working directory.
+    pub dir: &'a Path,
+    pub timeout: Duration,
+    /// `GIT_ALLOW_PROTOCOL` (`https:ssh`, `file`): the only transports git
+    /// may use, for the repository and anything it names (a submodule, a
+    /// redirect); `None` keeps git's defaults.
+    pub protocols: Option<&'a str>,
+}
+
+impl Git<'_> {
+    /// Run `git -C dir args…` and return its trimmed stdout.
+    pub async fn run(&self, args: &[&str]) -> Result<String, GitError> {
+        let joined = swarm_queue_client::redact::userinfo(&args.join(" ")).into_owned();
+        let mut command = Command::new("git");
+        command
+            .arg("-C")
+            .arg(self.dir)
+            .args(args)
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .kill_on_drop(true);
+        if let Some(protocols) = self.protocols {
+            command.env("GIT_ALLOW_PROTOCOL", protocols);
+        }
+        let out = match tokio::time::timeout(self.timeout, command.output()).await {
+            Err(_) => {
+                return Err(GitError::Timeout {
+                    args: joined,
+                    timeout: self.timeout,
+                })
+            }
+            Ok(r) => r.map_err(GitError::Spawn)?,
+        };
+        if !out.status.success() {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            return Err(GitError::Failed {
+                args: joined,
+                dir: self.dir.to_path_buf(),
+                stderr: swarm_queue_client::redact::userinfo(stderr.trim()).into_owned(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
 }
 
 /// Run `git args…` in `dir` as a fixed test author, and panic unless it

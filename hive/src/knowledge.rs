@@ -81,20 +81,22 @@ pub async fn run(deps: KnowledgeDeps, mut shutdown: crate::shutdown::Shutdown) {
         trigger,
         health,
     } = deps;
+    // Logs and warnings show the repository without a URL's userinfo.
+    let shown = swarm_queue_client::redact::userinfo(&repo).into_owned();
     loop {
         match pull(&repo, &dir).await {
             Ok(commit) => {
-                tracing::info!(%repo, %commit, dir = %dir.display(), "knowledge repo up to date");
+                tracing::info!(repo = %shown, %commit, dir = %dir.display(), "knowledge repo up to date");
                 health.clear(keys::KNOWLEDGE);
             }
             Err(e) => {
                 let msg = crate::error_chain(&e);
-                tracing::warn!(%repo, error = %msg, "knowledge pull failed");
+                tracing::warn!(repo = %shown, error = %msg, "knowledge pull failed");
                 health.raise(
                     keys::KNOWLEDGE,
                     swarm_queue_client::Level::Warn,
                     format!(
-                        "knowledge pull from {repo} failed: {msg}; agents keep the last checkout"
+                        "knowledge pull from {shown} failed: {msg}; agents keep the last checkout"
                     ),
                 );
             }

@@ -24,10 +24,14 @@
 //!   narrow trait.
 //! - [`plan`] decides and [`converger`] does: declaration, Docker and
 //!   job store compared every round; [`retry`]: the per-agent backoff;
-//!   [`backoff`]: the one doubling delay every retry loop uses.
+//!   [`backoff`]: the one doubling delay every retry loop uses;
+//!   [`crashloop`]: when an agent that exited starts again, and when it
+//!   counts as up; [`docker_events`]: Docker's event stream, which marks
+//!   an agent for an immediate look and records how containers ended.
 //! - [`git`]: the one way git is run (knowledge, build contexts);
-//!   [`xkey`]: the hive's sealing key; [`systemd`]: sd_notify;
-//!   [`shutdown`]: the signal every task takes; [`test_hooks`]: hooks that
+//!   [`xkey`]: the hive's sealing key; [`nofollow`]: writes below an
+//!   agent's state dir that follow no link the agent planted;
+//!   [`systemd`]: sd_notify; [`shutdown`]: the signal every task takes; [`test_hooks`]: hooks that
 //!   exist only with the `test-hooks` feature.
 //!
 //! Invariants: one NATS connection per process; nothing stamps its own time;
@@ -40,15 +44,18 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod converger;
+pub mod crashloop;
 pub mod credentials;
 pub mod daemon;
 pub mod deploy;
+pub mod docker_events;
 pub mod events;
 pub mod git;
 pub mod http;
 pub mod images;
 pub mod jobs;
 pub mod knowledge;
+pub mod nofollow;
 pub mod observe;
 pub mod ops;
 pub mod perf;
@@ -69,8 +76,9 @@ pub mod xkey;
 
 /// An error and every cause under it, outermost first, joined by ": ". A
 /// cause whose text an earlier part already contains is left out, so
-/// wrappers that quote their source do not repeat it. The one rendering of
-/// error chains in logs, warnings and replies.
+/// wrappers that quote their source do not repeat it, and a URL's userinfo
+/// is redacted. The one rendering of error chains in logs, warnings and
+/// replies.
 pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut parts = vec![e.to_string()];
     let mut cur = e.source();
@@ -81,5 +89,7 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
         }
         cur = s.source();
     }
-    parts.join(": ")
+    // The one funnel of error text into logs, job errors and the status:
+    // a URL's userinfo (a token) never passes it.
+    swarm_queue_client::redact::userinfo(&parts.join(": ")).into_owned()
 }

@@ -63,6 +63,7 @@ pub fn group(hive: &HiveName, containers: Vec<ContainerInfo>) -> Observed {
         if main || entry.ids.is_empty() {
             entry.running = c.running;
             entry.spec = c.spec_hash().map(str::to_string);
+            entry.health = c.health.as_deref().map(sanitize_short);
         }
         entry.ids.push(c.id);
     }

@@ -1,7 +1,7 @@
 //! # The operator verbs
 //!
-//! `hive agents`, `jobs`, `job`, `deploy`, `rebuild`, `start`, `stop`,
-//! `retire` and `purge`: a thin client of the operator API ([`crate::api`])
+//! `hive agents`, `jobs`, `job`, `logs`, `deploy`, `rebuild`, `start`,
+//! `stop`, `retire` and `purge`: a thin client of the operator API ([`crate::api`])
 //! on the hive's Unix socket (or, when remote writes are on, its TCP
 //! address with a bearer token; see [`crate::client`]). Listings print tables for people and JSON
 //! with `--json`; verbs print the queued job, and with `--wait` follow it
@@ -42,6 +42,10 @@ pub enum Command {
     /// current and previous of each agent are kept; others go at the next
     /// cleanup after a rebuild or retire).
     Images,
+    /// What an agent's container printed (stdout and stderr, from Docker's
+    /// log, capped by container_log_max_mb x container_log_files). With
+    /// --json, one JSON object a line: source, time, line.
+    Logs(logs::LogsArgs),
     /// One job: its nodes, their states, errors and progress.
     Job {
         /// The job id, as `hive jobs` shows it.
@@ -104,6 +108,8 @@ pub enum Command {
         wait: bool,
     },
 }
+
+mod logs;
 
 /// Why a verb failed, for the one line printed on stderr.
 #[derive(Debug, thiserror::Error)]
@@ -197,6 +203,7 @@ async fn execute(cmd: Command, api: ApiClient, json: bool) -> Result<i32, OpsErr
     let client = Client { api };
     let (agent, path, body, wait): (AgentName, &str, serde_json::Value, bool) = match cmd {
         Command::Images => return show_images(&client, json).await,
+        Command::Logs(args) => return logs::show(&client, args, json).await,
         Command::Agents => {
             let view: AgentsView = client.get("/api/v1/agents").await?;
             if json {
@@ -421,6 +428,7 @@ pub fn agents_table(view: &AgentsView) -> String {
         "IMAGE".into(),
         "SPEC".into(),
         "LAST JOB".into(),
+        "EXITS".into(),
     ]];
     for a in &view.agents {
         let spec = match (&a.spec, &a.container_spec) {
@@ -445,6 +453,7 @@ pub fn agents_table(view: &AgentsView) -> String {
             a.image.clone().unwrap_or_else(|| "-".into()),
             spec,
             last,
+            a.exits.as_ref().map_or_else(|| "-".into(), exits_text),
         ]);
     }
     let mut out = table(&rows);
@@ -455,6 +464,20 @@ pub fn agents_table(view: &AgentsView) -> String {
         out.push_str(&format!("observed state unknown: {e}\n"));
     }
     out
+}
+
+/// "3 (5 since the spec changed), OOM-killed": the last exit code, the
+/// count, and whether Docker killed it for memory.
+fn exits_text(e: &crate::api::AgentExits) -> String {
+    if e.exits == 0 {
+        return "-".into();
+    }
+    let code = e.last_code.map_or("?".into(), |c| c.to_string());
+    let mut s = format!("{code} ({} since the spec changed)", e.exits);
+    if e.oom_killed {
+        s.push_str(", OOM-killed");
+    }
+    s
 }
 
 /// Left-aligned columns, two spaces apart.

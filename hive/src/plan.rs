@@ -40,6 +40,8 @@ pub struct Seen {
     pub spec: Option<String>,
     /// Every container id with this agent's label.
     pub ids: Vec<String>,
+    /// Docker's health status of the main container, when it has a check.
+    pub health: Option<String>,
 }
 
 impl Seen {
@@ -352,6 +354,7 @@ mod tests {
             [(
                 a("web"),
                 Seen {
+                    health: None,
                     running,
                     spec: spec.map(str::to_string),
                     ids: vec!["c1".into()],
@@ -430,6 +433,7 @@ mod tests {
     fn rounds_compare_the_declaration_not_only_the_record() {
         let (s1, s2) = (spec("img:1"), spec("img:2"));
         let one = |running: bool, spec: &AgentSpec| Seen {
+            health: None,
             running,
             spec: Some(spec.spec_hash()),
             ids: vec!["c1".into()],
@@ -486,6 +490,7 @@ mod tests {
                 seen: vec![(
                     "web",
                     Seen {
+                        health: None,
                         ids: vec!["c1".into(), "c2".into()],
                         ..one(true, &s1)
                     },
@@ -546,6 +551,7 @@ mod tests {
             (
                 a("web"),
                 Seen {
+                    health: None,
                     running: true,
                     spec: Some(s1.spec_hash()),
                     ..Default::default()
@@ -554,6 +560,7 @@ mod tests {
             (
                 a("stray"),
                 Seen {
+                    health: None,
                     running: true,
                     spec: None,
                     ..Default::default()
@@ -562,6 +569,7 @@ mod tests {
             (
                 a("deploying"),
                 Seen {
+                    health: None,
                     running: false,
                     spec: None,
                     ..Default::default()
@@ -592,6 +600,7 @@ mod tests {
         let running: BTreeMap<_, _> = [(
             a("web"),
             Seen {
+                health: None,
                 running: true,
                 spec: Some(h.clone()),
                 ..Default::default()
@@ -616,6 +625,7 @@ mod tests {
         let other: BTreeMap<_, _> = [(
             a("web"),
             Seen {
+                health: None,
                 running: true,
                 spec: Some("sha256:x".into()),
                 ..Default::default()
@@ -631,6 +641,7 @@ mod tests {
         extra.insert(
             a("old"),
             Seen {
+                health: None,
                 running: true,
                 spec: None,
                 ..Default::default()

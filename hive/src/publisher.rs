@@ -18,6 +18,11 @@
 //! wanted task the buckets answer again (`Health::buckets_back`). On
 //! shutdown it publishes one last status saying `stopped`.
 //!
+//! Each wait (the interval, a retry's backoff) is spread by the
+//! connection's [`Jitter`](swarm_queue_client::Jitter) (the hive's
+//! `jitter_percent`, ±20 % by default), so a fleet that reconnected at one
+//! instant does not publish in lockstep ever after.
+//!
 //! The payload carries no timestamp: readers take freshness from the KV
 //! entry's own time.
 //!
@@ -180,7 +185,7 @@ pub async fn run(deps: PublisherDeps, mut shutdown: Shutdown) {
         let outcome = p.publish_and_record().await;
         let (next, later) = wait_after(outcome, backoff, interval);
         backoff = later;
-        let wait = tokio::time::sleep(next);
+        let wait = tokio::time::sleep(p.deps.nats.jitter.spread(next));
         tokio::pin!(wait);
         if outcome == Outcome::Published {
             // Only listen for changes after a success; after a failure the

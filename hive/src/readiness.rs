@@ -29,6 +29,9 @@ pub mod keys {
     pub const STATUS_PUBLISH: &str = "swarm_status_publish";
     pub const DOCKER: &str = "docker";
     pub const WANTED: &str = "wanted_declaration";
+    /// The declaration in force has fields this build does not know (or a
+    /// newer schema): what they ask for is not done.
+    pub const WANTED_IGNORED: &str = "wanted_fields_ignored";
     /// The wanted bucket does not answer (deleted, or not created yet).
     pub const WANTED_BUCKET: &str = "wanted_bucket";
     /// The wanted bucket was made again; its lower revision was taken.
@@ -39,6 +42,8 @@ pub mod keys {
     pub const CREDENTIALS_RESET: &str = "credentials_reset";
     pub const RECONCILER: &str = "reconciler";
     pub const CREDENTIALS: &str = "credentials";
+    /// A delivery refused for what is below the agent's dir (a link).
+    pub const CREDENTIAL_REFUSED: &str = "credential_refused";
     pub const KNOWLEDGE: &str = "knowledge";
     pub const JOBS: &str = "jobs";
     pub const AGENT_HEALTH: &str = "agent_health";
@@ -116,10 +121,38 @@ struct Inner {
     /// `retry.next_try_in_secs` as of each snapshot, so the number is true
     /// when it is published and a countdown alone never wakes the publisher.
     retry_due: BTreeMap<AgentName, tokio::time::Instant>,
+    /// Each agent's last start and exit, wall clock: turned into the
+    /// `exits.*_secs` of each snapshot, like `retry_due`.
+    exit_times: BTreeMap<AgentName, ExitTimes>,
     converged_revision: Option<u64>,
     seen_revision: Option<u64>,
     job_outcomes: BTreeMap<(String, String), u64>,
     stopping: bool,
+}
+
+/// One agent's exit times in ms since the epoch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExitTimes {
+    pub first_exit_ms: Option<i64>,
+    /// The last start while it runs, the last exit while it does not.
+    pub since_ms: Option<i64>,
+    /// When a crash-loop delay ends.
+    pub next_start_ms: Option<i64>,
+}
+
+impl ExitTimes {
+    /// The report's countdowns as of `now`: whole seconds, the wait rounded
+    /// up so "in 0 s" only once it is due, each saturated at the bound.
+    fn fill(&self, report: &mut swarm_queue_client::ExitReport, now: i64) {
+        use swarm_queue_client::limits::MAX_EXIT_SECS;
+        let secs = |ms: i64| (ms.max(0) as u64 / 1000).min(MAX_EXIT_SECS);
+        report.first = self.first_exit_ms.map(|t| secs(now - t));
+        report.since = self.since_ms.map(|t| secs(now - t));
+        report.next_in = self
+            .next_start_ms
+            .map(|t| secs((t - now).saturating_add(999)))
+            .filter(|s| *s > 0);
+    }
 }
 
 /// Used in the local `Readiness` when no name is configured; such a hive
@@ -222,6 +255,12 @@ impl Health {
             drop(inner);
             self.changed.notify_one();
         }
+    }
+
+    /// Each agent's start and exit times; they change the published
+    /// countdowns only, so they wake no publish.
+    pub fn set_exit_times(&self, times: BTreeMap<AgentName, ExitTimes>) {
+        self.lock().exit_times = times;
     }
 
     /// Show (or, with `None`, stop showing) how far the pull of `agent`'s
@@ -435,6 +474,9 @@ fn agents(inner: &Inner) -> BTreeMap<AgentName, AgentStatus> {
                 let left = due.saturating_duration_since(now);
                 r.next_try_in_secs = left.as_secs() + u64::from(left.subsec_nanos() > 0);
             }
+            if let (Some(e), Some(t)) = (status.exits.as_mut(), inner.exit_times.get(&name)) {
+                t.fill(e, crate::jobs::now_ms());
+            }
             (name, status)
         })
         .collect()
@@ -474,15 +516,32 @@ mod tests {
                 next_try_in_secs: 0,
                 error: Some(hostile),
             }),
+            exits: Some(swarm_queue_client::ExitReport::default()),
+            unsettled: Some(swarm_queue_client::Unsettled::Backoff),
         };
         let due = tokio::time::Instant::now() + std::time::Duration::from_millis(240_500);
         h.set_agents(
             [(agent.clone(), status)].into(),
             [(agent.clone(), due)].into(),
         );
+        let now = crate::jobs::now_ms();
+        h.set_exit_times(
+            [(
+                agent.clone(),
+                ExitTimes {
+                    first_exit_ms: Some(now - 125_000),
+                    since_ms: Some(now - 65_000),
+                    next_start_ms: Some(now + 39_500),
+                },
+            )]
+            .into(),
+        );
         let r = h.snapshot().readiness;
         swarm_queue_client::encode(&r).expect("the status encodes");
         let a = &r.agents[&agent];
+        let e = a.exits.as_ref().unwrap();
+        assert_eq!((e.since, e.first), (Some(65), Some(125)));
+        assert_eq!(e.next_in, Some(40), "rounded up");
         assert!(a.spec.as_deref().unwrap().starts_with("sha256:fff"));
         assert_eq!(
             a.retry.as_ref().unwrap().next_try_in_secs,

@@ -23,6 +23,12 @@
 //! reach while the connection stays up (a stream without a leader, a leaf
 //! node's link to the hub down), and a doorbell rung meanwhile is lost.
 //!
+//! Every timed read but the doorbell's re-checks is spread by the
+//! connection's [`Jitter`](swarm_queue_client::Jitter) (the hive's
+//! `jitter_percent`, ±20 % by default): the periodic pull, the settle read
+//! and the retries. A fleet reconnected by one server restart would
+//! otherwise read in lockstep from then on.
+//!
 //! Revisions follow [`crate::revision`]: a lower one than the last handled
 //! means the bucket was made again; the hive warns (`wanted_reset`) and
 //! takes it. While the bucket does not answer, a `wanted_bucket` warning
@@ -54,7 +60,8 @@ use crate::readiness::{keys, Health};
 use crate::revision::{judge, Seen, Suspect, Verdict, CONFIRM_AFTER};
 use crate::shutdown::Shutdown;
 
-/// Re-read the key this often even when the watch is quiet.
+/// Re-read the key this often even when the watch is quiet (each wait
+/// spread by the connection's jitter).
 pub const REPULL_EVERY: Duration = Duration::from_secs(60);
 /// …and this often when the buckets are in another JetStream domain (a
 /// hive on a leaf-node site): nats-server denies `$KV.>` on a leaf link
@@ -70,7 +77,8 @@ pub fn repull_every(nats: &Connection) -> Duration {
     }
 }
 /// The second read of each session, after the subscription's interest has
-/// had time to reach every server of a cluster.
+/// had time to reach every server of a cluster (spread by the jitter: 0.8
+/// to 1.2 s by default).
 pub const SETTLE_REREAD: Duration = Duration::from_secs(1);
 /// A failed read is tried again after this, then twice as late each time…
 pub const READ_RETRY_FIRST: Duration = Duration::from_millis(250);
@@ -238,7 +246,8 @@ impl Session<'_> {
         let backoff = self
             .retry
             .map_or(READ_RETRY_FIRST, |(_, b)| (b * 2).min(READ_RETRY_MAX));
-        self.retry = Some((Instant::now() + backoff, backoff));
+        let wait = self.deps.nats.jitter.spread(backoff);
+        self.retry = Some((Instant::now() + wait, backoff));
     }
 
     /// A doorbell rang: read, and if nothing new showed, read again later.
@@ -377,6 +386,7 @@ impl Session<'_> {
                     tracing::warn!(%hive, revision = entry.revision, warning = %w, "declaration");
                 }
                 self.deps.health.clear(keys::WANTED);
+                self.report_ignored(entry.revision, &decoded.warnings);
                 let wanted = Wanted {
                     revision: entry.revision,
                     declaration: decoded.value,
@@ -390,6 +400,27 @@ impl Session<'_> {
                 self.deps.tx.send_replace(Some(Arc::new(wanted)));
             }
         }
+    }
+
+    /// A declaration this build reads only in part is used, but never
+    /// silently: a field it does not know (a newer controller's
+    /// `min_running_secs` on an older hive) may be a constraint it cannot
+    /// honour, so the status says so until a declaration without one.
+    fn report_ignored(&self, revision: u64, warnings: &[String]) {
+        if warnings.is_empty() {
+            self.deps.health.clear(keys::WANTED_IGNORED);
+            return;
+        }
+        self.deps.health.raise(
+            keys::WANTED_IGNORED,
+            Level::Warn,
+            format!(
+                "declaration revision {revision} is in force, but: {} (this hive is version {}; \
+                 a hive that knows them honours them)",
+                warnings.join("; "),
+                env!("CARGO_PKG_VERSION"),
+            ),
+        );
     }
 
     async fn run(
@@ -424,21 +455,24 @@ impl Session<'_> {
             };
         }
         self.recheck = None;
-        let mut repull = tokio::time::interval(repull_every(&deps.nats));
-        repull.tick().await;
+        let jitter = &deps.nats.jitter;
+        let every = repull_every(&deps.nats);
+        let repull = tokio::time::sleep(jitter.spread(every));
         let mut buckets_back = deps.health.buckets_back.subscribe();
-        let settle = tokio::time::sleep(SETTLE_REREAD);
-        tokio::pin!(settle);
+        let settle = tokio::time::sleep(jitter.spread(SETTLE_REREAD));
+        tokio::pin!(repull, settle);
         let mut settled = false;
         loop {
             let next_read = self.next_read();
             tokio::select! {
-                // Cancel-safe: watch::changed, Interval::tick, sleep_until
-                // and Subscriber::next can be dropped between polls without
+                // Cancel-safe: watch::changed, sleep_until and
+                // Subscriber::next can be dropped between polls without
                 // loss (an undelivered message stays in the subscriber).
                 _ = shutdown.wait() => return SessionEnd::Shutdown,
                 _ = connects.changed() => return SessionEnd::Reconnected,
-                _ = repull.tick() => {
+                // Cancel-safe: a pinned sleep keeps its deadline.
+                _ = &mut repull => {
+                    repull.as_mut().reset(Instant::now() + jitter.spread(every));
                     if ensure_connected(client).is_ok() {
                         self.pull(&reader, "timer").await;
                     }

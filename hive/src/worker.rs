@@ -73,6 +73,9 @@ pub struct WorkerConfig {
     /// The hive config's `build_roots`: where directory build contexts may
     /// be, besides the knowledge checkout ([`BuildRoots`]).
     pub build_roots: Vec<PathBuf>,
+    /// The hive config's pids limit and log cap, set on every container
+    /// the worker creates.
+    pub container_limits: crate::runtime::HostLimits,
 }
 
 impl Default for WorkerConfig {
@@ -85,11 +88,23 @@ impl Default for WorkerConfig {
             max_parallel: 4,
             hold_before: None,
             build_roots: Vec::new(),
+            container_limits: crate::runtime::HostLimits::default(),
         }
     }
 }
 
 impl WorkerConfig {
+    /// What the daemon runs with: the defaults, the hive config's build
+    /// roots and pids limit, and the test hooks.
+    pub fn for_hive(config: &crate::config::HiveConfig) -> Self {
+        WorkerConfig {
+            build_roots: config.build_roots.clone(),
+            container_limits: config.container_limits,
+            ..WorkerConfig::default()
+        }
+        .with_test_hooks()
+    }
+
     /// Apply the test hook that holds a node op back; a no-op unless the
     /// `test-hooks` feature is compiled in (see [`crate::test_hooks`]).
     pub fn with_test_hooks(mut self) -> Self {
@@ -156,6 +171,16 @@ pub async fn run<R: ContainerRuntime>(deps: WorkerDeps<R>, mut shutdown: Shutdow
     }
     .instrument(span)
     .await
+}
+
+/// `<state_dir>/previous-logs/<agent>.ndjson`: the last lines of the
+/// agent's container the hive last removed, for `hive logs --previous`.
+/// Not under [`agent_dir`]: the container can write there, and a symlink it
+/// planted would redirect the hive's write.
+pub fn previous_log_path(state_dir: &Path, agent: &AgentName) -> PathBuf {
+    state_dir
+        .join("previous-logs")
+        .join(format!("{agent}.ndjson"))
 }
 
 /// `<state_dir>/agents/<agent>`: mounted at `/state`; only purge deletes it.

@@ -296,6 +296,9 @@ in
     missingNkey = failedAssertions (eval (controllerHost {
       services.hyperhive.swarm.hives.gamma.labels.zone = "us";
     })).config;
+    ownAccounts = failedAssertions (eval (controllerHost {
+      services.nats.settings.accounts.OTHER.users = [ ];
+    })).config;
   };
 
   typeCases = {

@@ -1,5 +1,5 @@
 # A whole fleet in three VMs, deployed with the modules as an operator
-# would: `nats` (nats-server with JetStream and the authorization built from
+# would: `nats` (nats-server with JetStream and the accounts built from
 # the roster), `controller` (swarm-controller and the declarations) and
 # `alpha` (the hive daemon, Docker, and an agent image built with
 # dockerTools and loaded before the hive starts; no registry is involved).

@@ -185,6 +185,8 @@ fn readiness_for(i: usize, rev: u64, generation: u64) -> Readiness {
                     error: failed.then(|| "pull local/web: manifest unknown".to_string()),
                 }),
                 retry: None,
+                exits: None,
+                unsettled: None,
             };
             (name.clone(), status)
         })

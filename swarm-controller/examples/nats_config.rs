@@ -10,7 +10,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
-use swarm_controller::config::{Roster, RosterEntry};
+use swarm_controller::config::{LeafSites, Roster, RosterEntry};
 use swarm_controller::nats_config::render;
 use swarm_queue_client::HiveName;
 
@@ -43,6 +43,6 @@ fn main() -> anyhow::Result<()> {
             },
         );
     }
-    print!("{}", render(&controller, &hives)?);
+    print!("{}", render(&controller, &hives, &LeafSites::new())?);
     Ok(())
 }

@@ -13,6 +13,7 @@ use tokio::sync::watch;
 
 use crate::cli_declare::{self, DeclareArgs, RollbackArgs, RolloutVerb};
 use crate::cli_events::{self, CredentialPut, DeployArgs};
+use crate::cli_maintenance::{self, MaintenanceCommand};
 use crate::cli_status;
 use crate::config::Config;
 use crate::{nats, serve};
@@ -35,7 +36,8 @@ pub(crate) const CONNECT_WAIT: Duration = Duration::from_secs(5);
         else is read from and written to NATS (the hyperhive-status, hyperhive-wanted and \
         hyperhive-credentials buckets). Several controllers can run at once.\n\n\
         Freshness of a hive is the age of its status entry by the KV entry's own timestamp \
-        (fresh, stale, unknown, unrostered, stopped). Convergence compares the declared \
+        (fresh, stale, unknown, unrostered, stopped, offline; maintenance while an operator's \
+        hold is in force). Convergence compares the declared \
         revision with what the hive reports (published, progressing, converged, degraded, \
         failed, unknown).\n\n\
         Exit codes: 0 ok, 1 runtime failure, 2 usage, 64 invalid config (also: a verb that \
@@ -47,7 +49,7 @@ pub(crate) const CONNECT_WAIT: Duration = Duration::from_secs(5);
         swarm-controller --config controller.toml deploy alpha mail-bot\n  \
         swarm-controller --config controller.toml credential put alpha mail-bot smtp --from-file smtp.pw\n  \
         swarm-controller --config controller.toml serve\n  \
-        swarm-controller --config roster.toml nats-config > authorization.conf"
+        swarm-controller --config roster.toml nats-config > accounts.conf"
 )]
 struct Cli {
     /// The controller's config file (TOML): roster, [nats], stale_after_secs, http_listen, …
@@ -100,6 +102,12 @@ enum Command {
         #[command(subcommand)]
         action: RolloutCommand,
     },
+    /// Maintenance holds (hyperhive-maintenance): a hive down on purpose
+    /// shows `maintenance`, needs no attention, and rollouts skip it.
+    Maintenance {
+        #[command(subcommand)]
+        action: MaintenanceCommand,
+    },
     /// Ask a hive to (re)deploy one agent; prints the queued job id.
     Deploy {
         hive: HiveName,
@@ -122,19 +130,37 @@ enum Command {
         /// Listen address; overrides the config's http_listen.
         #[arg(long, value_name = "ADDR")]
         http_listen: Option<SocketAddr>,
+        /// A listener of the webhook's own (POST /hooks/forge only); overrides the
+        /// config's webhook_listen. The http_listen address then no longer answers it.
+        #[arg(long, value_name = "ADDR")]
+        webhook_listen: Option<SocketAddr>,
     },
-    /// Print nats-server's `authorization` block for the roster: one nkey user
-    /// per hive ([hives.<name>] nkey) and the controller's ([controller] nkey).
-    /// Needs only the roster; connects to nothing.
+    /// Print nats-server's `accounts` block for the roster: the buckets
+    /// (JetStream) and the controller ([controller] nkey) in account
+    /// HYPERHIVE, and each hive ([hives.<name>] nkey) in an account of its
+    /// own, named like the hive, that reaches only its own keys and subjects
+    /// through imports; a hive at a leaf-node site is there as its leaf
+    /// link ([leaf_sites.<site>.links]). Needs only the roster; connects to
+    /// nothing.
     NatsConfig {
         /// Print the same permissions as JSON.
         #[arg(long)]
         json: bool,
+        /// Print instead the config of leaf-node site SITE's server: its
+        /// hives' accounts and one leaf remote per hive, the hub's URL and
+        /// each link seed read from variables.
+        #[arg(long, value_name = "SITE", conflicts_with_all = ["json", "check"])]
+        site: Option<swarm_queue_client::LeafSiteName>,
         /// Instead of printing, connect to NATS and check the existing
         /// buckets' settings: exit 1 and name each unsafe setting (for
-        /// example allow_rollup_hdrs on hyperhive-status).
+        /// example deny_purge off on a bucket an older version made).
         #[arg(long, conflicts_with = "json")]
         check: bool,
+        /// With --check: first update each bucket made by an older version
+        /// (deny_delete and deny_purge on, roll-ups off, …), then check. It
+        /// cannot be undone: nats-server never turns deny_purge off again.
+        #[arg(long, requires = "check")]
+        fix: bool,
     },
     /// Print the public user nkey (U…) of the seed in FILE, creating the
     /// seed (mode 0600) when there is none: an identity for the controller
@@ -292,6 +318,7 @@ async fn run(config: Config, command: Command) -> anyhow::Result<i32> {
         Command::Declare(args) => cli_declare::declare_cmd(&config, args).await,
         Command::Rollout { action } => cli_declare::rollout_cmd(&config, action.into()).await,
         Command::Rollback(args) => cli_declare::rollback_cmd(&config, args).await,
+        Command::Maintenance { action } => cli_maintenance::maintenance_cmd(&config, action).await,
         Command::Deploy {
             hive,
             agent,
@@ -313,12 +340,28 @@ async fn run(config: Config, command: Command) -> anyhow::Result<i32> {
             action: CredentialCommand::Put(put),
         } => cli_events::credential_put_cmd(&config, put).await,
         Command::KnowledgeChanged => cli_events::knowledge_cmd(&config).await,
-        Command::Serve { http_listen } => serve_cmd(&config, http_listen).await,
-        Command::NatsConfig { check: true, .. } => {
+        Command::Serve {
+            http_listen,
+            webhook_listen,
+        } => {
+            let listen = ServeListen {
+                http: http_listen,
+                webhook: webhook_listen,
+            };
+            serve_cmd(&config, listen).await
+        }
+        Command::NatsConfig {
+            check: true, fix, ..
+        } => {
             let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
+            if fix {
+                if let Err(code) = bucket_fix_cmd(&conn).await {
+                    return Ok(code);
+                }
+            }
             Ok(bucket_check_cmd(&conn).await)
         }
-        Command::NatsConfig { json, .. } => Ok(nats_config_cmd(&config, json)),
+        Command::NatsConfig { json, site, .. } => Ok(nats_config_cmd(&config, json, site)),
         Command::Nkey { seed_file } => {
             println!("{}", crate::nkey_file::public_key(&seed_file)?);
             Ok(EXIT_OK)
@@ -331,12 +374,23 @@ async fn bucket_check_cmd(conn: &swarm_queue_client::Connection) -> i32 {
     let js = conn.jetstream();
     match swarm_queue_client::buckets::check_buckets(&js).await {
         Ok(found) if found.is_empty() => {
-            println!("buckets: ok (no setting lets a writer of one key reach another)");
+            println!(
+                "buckets: ok (no setting lets a writer of one key reach another, or a message be erased)"
+            );
             EXIT_OK
         }
         Ok(found) => {
             for f in &found {
                 eprintln!("unsafe: {f}");
+            }
+            if found.iter().any(|f| f.fixed_in_place()) {
+                eprintln!("`nats-config --check --fix` fixes these in place");
+            }
+            if !found.iter().all(|f| f.fixed_in_place()) {
+                eprintln!(
+                    "nats-server cannot turn allow_msg_schedules off: delete that bucket \
+                     and let the controller make it again"
+                );
             }
             EXIT_FAILURE
         }
@@ -347,7 +401,29 @@ async fn bucket_check_cmd(conn: &swarm_queue_client::Connection) -> i32 {
     }
 }
 
-fn nats_config_cmd(config: &Config, json: bool) -> i32 {
+/// `nats-config --check --fix`: update every bucket with a setting a
+/// stream update can make safe, one line per bucket changed.
+async fn bucket_fix_cmd(conn: &swarm_queue_client::Connection) -> Result<(), i32> {
+    let js = conn.jetstream();
+    match swarm_queue_client::buckets::fix_buckets(&js).await {
+        Ok(fixed) => {
+            for f in &fixed {
+                println!("fixed: {f}");
+            }
+            Ok(())
+        }
+        Err(e) => {
+            eprintln!("{:#}", anyhow::Error::new(e));
+            Err(EXIT_FAILURE)
+        }
+    }
+}
+
+fn nats_config_cmd(
+    config: &Config,
+    json: bool,
+    site: Option<swarm_queue_client::LeafSiteName>,
+) -> i32 {
     let Some(controller) = &config.controller.nkey else {
         eprintln!(
             "{}: no [controller] nkey; nats-config needs the controller's public user nkey \
@@ -356,11 +432,13 @@ fn nats_config_cmd(config: &Config, json: bool) -> i32 {
         );
         return EXIT_CONFIG;
     };
-    let rendered = if json {
-        crate::nats_config::render_json(controller, &config.hives)
+    let rendered = if let Some(site) = site {
+        crate::nats_config::render_site(controller, &config.hives, &config.leaf_sites, &site)
+    } else if json {
+        crate::nats_config::render_json(controller, &config.hives, &config.leaf_sites)
             .map(|v| serde_json::to_string_pretty(&v).unwrap_or_default() + "\n")
     } else {
-        crate::nats_config::render(controller, &config.hives)
+        crate::nats_config::render(controller, &config.hives, &config.leaf_sites)
     };
     match rendered {
         Ok(text) => {
@@ -374,13 +452,26 @@ fn nats_config_cmd(config: &Config, json: bool) -> i32 {
     }
 }
 
-async fn serve_cmd(config: &Config, http_listen: Option<SocketAddr>) -> anyhow::Result<i32> {
+/// `serve`'s listen flags, each over its config setting.
+struct ServeListen {
+    http: Option<SocketAddr>,
+    webhook: Option<SocketAddr>,
+}
+
+async fn serve_cmd(config: &Config, listen: ServeListen) -> anyhow::Result<i32> {
     let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
     let buckets = nats::open_buckets(&conn, &config.nats).await?;
     let (stop_tx, stop) = watch::channel(false);
-    let listen = http_listen.unwrap_or(config.http_listen);
-    let server = serve::start(config, conn.client.clone(), &buckets, listen, stop).await?;
+    let mut config = config.clone();
+    if let Some(w) = listen.webhook {
+        config.webhook_listen = Some(w);
+    }
+    let http = listen.http.unwrap_or(config.http_listen);
+    let server = serve::start(&config, conn.client.clone(), &buckets, http, stop).await?;
     println!("listening on http://{}/", server.addr);
+    if let Some(w) = server.webhook_addr {
+        println!("webhook listening on http://{w}/hooks/forge");
+    }
     shutdown_signal().await;
     tracing::info!("shutting down");
     let _ = stop_tx.send(true);

@@ -1,7 +1,8 @@
 //! `status` and `status --watch`: load the fleet from the status and wanted
 //! buckets, print the report (table or `--json`), and with `--watch` print
-//! it again on every KV change and whenever a fresh row turns stale, until
-//! SIGINT or SIGTERM.
+//! it again on every KV change, whenever a fresh row turns stale and
+//! whenever a hive's NATS connection opens or closes (when the server gives
+//! connection events, [`crate::presence`]), until SIGINT or SIGTERM.
 
 use std::io::IsTerminal;
 use std::sync::RwLock;
@@ -15,8 +16,10 @@ use tokio::sync::watch;
 use crate::cli::{print_json, shutdown_signal, CONNECT_WAIT, EXIT_OK};
 use crate::cli_declare;
 use crate::config::Config;
+use crate::evaluate::Link;
 use crate::fleet::Fleet;
 use crate::nats;
+use crate::presence::watch::Watcher;
 use crate::render::Report;
 
 /// How long `status` may take to read both buckets (10,000 hives take well
@@ -47,17 +50,39 @@ pub(crate) async fn status_cmd(
         .await
         .map_err(|_| anyhow::anyhow!("reading the buckets took over {LOAD_WAIT:?}"))?
         .context("reading the status and wanted buckets")?;
+    let linkable = fleet.read().unwrap_or_else(|p| p.into_inner()).linkable();
+    let watcher = Watcher::start(&conn.client, linkable).await;
+    if let Some(w) = &watcher {
+        apply_links(&fleet, w.links());
+    }
     show(&fleet, rollout_summary(&buckets.rollouts).await, out)?;
     if !watch_mode {
         return Ok(EXIT_OK);
     }
-    watch_fleet(&fleet, follower, &buckets.rollouts, out).await
+    watch_fleet(&fleet, follower, watcher, &buckets.rollouts, out).await
+}
+
+fn apply_links(fleet: &RwLock<Fleet>, links: Vec<(String, Link)>) -> usize {
+    fleet
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .set_links(links, OffsetDateTime::now_utc())
+        .len()
+}
+
+/// The next links from `watcher`, or never without one.
+async fn next_links(watcher: &mut Option<Watcher>) -> Vec<(String, Link)> {
+    match watcher {
+        Some(w) => w.next().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Print the report again on each change or expiry, until a signal.
 async fn watch_fleet(
     fleet: &RwLock<Fleet>,
     mut follower: nats::Follower,
+    mut watcher: Option<Watcher>,
     rollouts: &kv::Store,
     out: Output,
 ) -> anyhow::Result<i32> {
@@ -73,6 +98,12 @@ async fn watch_fleet(
             change = follower.apply_next(fleet) => {
                 let _ = change;
                 show(fleet, rollout_summary(rollouts).await, out)?;
+            }
+            // Cancel-safe: see `Watcher::next`.
+            links = next_links(&mut watcher) => {
+                if apply_links(fleet, links) > 0 {
+                    show(fleet, rollout_summary(rollouts).await, out)?;
+                }
             }
             // Cancel-safe: a sleep holds nothing.
             _ = tokio::time::sleep(next_stale) => {

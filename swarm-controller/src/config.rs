@@ -13,6 +13,8 @@
 //! stale_after_secs = 120
 //! attention_progressing_secs = 600
 //! http_listen = "127.0.0.1:7380"
+//! webhook_listen = "0.0.0.0:7381"
+//! sse_max_clients = 64
 //! xkey_seed_file = "controller.xkey"
 //! webhook_secret_file = "webhook.secret"
 //! knowledge_repo = "org/knowledge"
@@ -31,7 +33,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use swarm_queue_client::{HiveName, NatsConfig};
+use swarm_queue_client::{HiveName, LeafSiteName, NatsConfig};
 use toml::Spanned;
 
 use crate::swarm_file::SwarmFile;
@@ -46,6 +48,11 @@ pub const MAX_STALE_AFTER_SECS: u64 = 7 * 86_400;
 /// Default `http_listen`: loopback, so the dashboard and webhook are not
 /// exposed until an operator chooses to.
 pub const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:7380";
+/// Default `sse_max_clients`: open event streams (dashboard pages) one
+/// `serve` holds at once; each holds a task, a socket and a broadcast slot.
+pub const DEFAULT_SSE_MAX_CLIENTS: usize = 64;
+/// The largest `sse_max_clients`.
+pub const MAX_SSE_MAX_CLIENTS: usize = 10_000;
 /// Longest label key or value, so a roster cannot bloat every status row.
 const MAX_LABEL_LEN: usize = 63;
 
@@ -70,6 +77,24 @@ pub struct RosterEntry {
 /// The hives this controller knows, by name.
 pub type Roster = BTreeMap<HiveName, RosterEntry>;
 
+/// One `[leaf_sites.<name>]` table: a site server that joins the hub as a
+/// leaf node, with one leaf link per hive that connects to it. Only
+/// `nats-config` reads it: at the hub, each link becomes the user of its
+/// hive's account, which may carry that hive's traffic and nothing else.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeafSiteEntry {
+    /// The hives at this site (each on the roster, with its
+    /// `jetstream_domain`), each with the public user nkey (`U…`) its own
+    /// leaf link signs with (the site's remote for that hive holds the
+    /// seed): `[leaf_sites.<name>.links] alpha = "U…"`.
+    #[serde(default)]
+    pub links: BTreeMap<HiveName, String>,
+}
+
+/// The leaf-node sites, by name.
+pub type LeafSites = BTreeMap<LeafSiteName, LeafSiteEntry>;
+
 /// The `[controller]` table: the controller's own identity.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -91,6 +116,12 @@ pub struct Config {
     pub attention_progressing: Duration,
     /// Where `serve` listens.
     pub http_listen: SocketAddr,
+    /// A listener of the webhook's own (only `POST /hooks/forge`); when
+    /// set, `http_listen` no longer answers the webhook, so a forge can
+    /// reach the one without the dashboard and `/api/*`.
+    pub webhook_listen: Option<SocketAddr>,
+    /// Most event streams (`/api/events`) open at once; past it, 503.
+    pub sse_max_clients: usize,
     /// Names besides IP literals, `localhost` and this machine's own name
     /// that the dashboard answers to (the DNS-rebinding guard,
     /// [`swarm_queue_client::http_host`]), for a proxy that keeps its own
@@ -108,6 +139,7 @@ pub struct Config {
     pub nats: NatsConfig,
     pub controller: ControllerEntry,
     pub hives: Roster,
+    pub leaf_sites: LeafSites,
 }
 
 /// The config file could not be used. `problems` lists every one found.
@@ -166,6 +198,7 @@ impl Config {
 
         problems.extend(check_timings(&raw));
         let http_listen = check_http(&raw, &mut problems);
+        let webhook_listen = check_webhook_listen(&raw, http_listen, &mut problems);
         let mut nats = raw.nats;
         if let Some(url) = nats_url {
             nats.url = Some(url.to_string());
@@ -187,6 +220,7 @@ impl Config {
             knowledge_repo.as_deref(),
         ));
         let hives = parse_roster(text, raw.hives, &mut problems);
+        problems.extend(check_leaf_sites(&raw.leaf_sites, &hives));
         let swarm_file = resolve(raw.swarm_file);
         if let Some(p) = &swarm_file {
             problems.extend(check_swarm_file(p, &hives));
@@ -201,6 +235,8 @@ impl Config {
             attention_progressing: Duration::from_secs(raw.attention_progressing_secs),
             // Checked above: a parse failure is a problem, and we returned.
             http_listen: http_listen.unwrap_or_else(|| ([127, 0, 0, 1], 7380).into()),
+            webhook_listen,
+            sse_max_clients: raw.sse_max_clients,
             http_allowed_hosts: raw.http_allowed_hosts,
             xkey_seed_file,
             webhook_secret_file,
@@ -209,6 +245,7 @@ impl Config {
             nats,
             controller: raw.controller,
             hives,
+            leaf_sites: raw.leaf_sites,
         })
     }
 }
@@ -226,6 +263,10 @@ struct RawConfig {
     #[serde(default)]
     http_allowed_hosts: Vec<String>,
     #[serde(default)]
+    webhook_listen: Option<String>,
+    #[serde(default = "default_sse_max_clients")]
+    sse_max_clients: usize,
+    #[serde(default)]
     xkey_seed_file: Option<PathBuf>,
     #[serde(default)]
     webhook_secret_file: Option<PathBuf>,
@@ -241,10 +282,16 @@ struct RawConfig {
     /// one is reported, not only the first.
     #[serde(default)]
     hives: BTreeMap<String, Spanned<toml::Value>>,
+    #[serde(default)]
+    leaf_sites: LeafSites,
 }
 
 fn default_stale_after() -> u64 {
     DEFAULT_STALE_AFTER_SECS
+}
+
+fn default_sse_max_clients() -> usize {
+    DEFAULT_SSE_MAX_CLIENTS
 }
 
 fn default_attention_progressing() -> u64 {
@@ -292,7 +339,38 @@ fn check_http(raw: &RawConfig, problems: &mut Vec<String>) -> Option<SocketAddr>
             problems.push(e.to_string());
         }
     }
+    if !(1..=MAX_SSE_MAX_CLIENTS).contains(&raw.sse_max_clients) {
+        problems.push(format!(
+            "sse_max_clients = {}: it must be between 1 and {MAX_SSE_MAX_CLIENTS}",
+            raw.sse_max_clients
+        ));
+    }
     http_listen
+}
+
+/// `webhook_listen`, if set: an address, and not the dashboard's own.
+fn check_webhook_listen(
+    raw: &RawConfig,
+    http_listen: Option<SocketAddr>,
+    problems: &mut Vec<String>,
+) -> Option<SocketAddr> {
+    let text = raw.webhook_listen.as_deref()?;
+    match text.parse::<SocketAddr>() {
+        Ok(a) if Some(a) == http_listen && a.port() != 0 => {
+            problems.push(format!(
+                "webhook_listen {text:?} is http_listen too: give the webhook a port of its own, \
+                 or leave webhook_listen out to serve it on http_listen"
+            ));
+            None
+        }
+        Ok(a) => Some(a),
+        Err(e) => {
+            problems.push(format!(
+                "webhook_listen {text:?} is not an address and port like \"0.0.0.0:7381\": {e}"
+            ));
+            None
+        }
+    }
 }
 
 /// The secret files are there and the knowledge repository is a name.
@@ -388,6 +466,35 @@ fn check_roster_entry(entry: &RosterEntry) -> Vec<String> {
     if let Some(domain) = &entry.jetstream_domain {
         if let Err(e) = swarm_queue_client::connect::check_domain(domain) {
             problems.push(format!("jetstream_domain: {e}"));
+        }
+    }
+    problems
+}
+
+/// Each link key is a public user key and each hive a site lists is on
+/// the roster with a `jetstream_domain`, at this site only.
+fn check_leaf_sites(sites: &LeafSites, hives: &Roster) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut placed: BTreeMap<&HiveName, &LeafSiteName> = BTreeMap::new();
+    for (site, entry) in sites {
+        for (hive, nkey) in &entry.links {
+            let at = format!("leaf_sites.{site}.links.{hive}");
+            if let Some(p) = check_user_nkey(nkey) {
+                problems.push(format!("{at}: {p}"));
+            }
+            match hives.get(hive) {
+                None => problems.push(format!(
+                    "{at}: hive {hive} is not on the roster ([hives.{hive}])"
+                )),
+                Some(e) if e.jetstream_domain.is_none() => problems.push(format!(
+                    "{at}: hive {hive} has no jetstream_domain under [hives.{hive}]; a hive on a \
+                     leaf-node site reaches the buckets through the hub's domain"
+                )),
+                Some(_) => {}
+            }
+            if let Some(first) = placed.insert(hive, site) {
+                problems.push(format!("{at}: hive {hive} is already at leaf site {first}"));
+            }
         }
     }
     problems
@@ -492,6 +599,31 @@ mod tests {
     }
 
     #[test]
+    fn webhook_listen_and_sse_max_clients() {
+        let c = parse(MINIMAL).unwrap();
+        assert_eq!(c.webhook_listen, None);
+        assert_eq!(c.sse_max_clients, 64);
+        let c = parse(&format!(
+            "webhook_listen = \"0.0.0.0:7381\"\nsse_max_clients = 2\n{MINIMAL}"
+        ))
+        .unwrap();
+        assert_eq!(c.webhook_listen.unwrap().to_string(), "0.0.0.0:7381");
+        assert_eq!(c.sse_max_clients, 2);
+        let err = parse(&format!(
+            "webhook_listen = \"127.0.0.1:7380\"\nsse_max_clients = 0\n{MINIMAL}"
+        ))
+        .unwrap_err();
+        assert_eq!(err.len(), 2, "{err:?}");
+        assert!(err[0].contains("sse_max_clients = 0: it must be between 1 and 10000"));
+        assert!(err[1].contains("webhook_listen \"127.0.0.1:7380\" is http_listen too"));
+        let err = parse(&format!("webhook_listen = \"7381\"\n{MINIMAL}")).unwrap_err();
+        assert!(
+            err[0].contains("webhook_listen \"7381\" is not an address"),
+            "{err:?}"
+        );
+    }
+
+    #[test]
     fn several_problems_at_once() {
         let text = "stale_after_secs = 0\nhttp_listen = \"localhost\"\n\
                     webhook_secret_file = \"missing.secret\"\nknowledge_repo = \"not a repo\"\n";
@@ -520,6 +652,37 @@ mod tests {
         assert!(err[0].contains("extra"), "{err:?}");
         let err = parse("[controller]\nnkey = \"Xnope\"\n").unwrap_err();
         assert!(err[0].starts_with("controller.nkey \"Xnope\""), "{err:?}");
+    }
+
+    #[test]
+    fn leaf_sites_name_hives_of_the_roster_with_a_domain() {
+        let nkey = nkeys::KeyPair::new_user().public_key();
+        let ok = format!(
+            "[hives.alpha]\njetstream_domain = \"hub\"\n[leaf_sites.edge.links]\nalpha = \"{nkey}\"\n"
+        );
+        let c = parse(&ok).unwrap();
+        let edge = &c.leaf_sites[&LeafSiteName::new("edge").unwrap()];
+        let alpha = HiveName::new("alpha").unwrap();
+        assert_eq!(edge.links.get(&alpha), Some(&nkey));
+        let bad = format!(
+            "[hives.alpha]\n[leaf_sites.edge.links]\nalpha = \"Unope\"\nzeta = \"{nkey}\"\n\
+             [leaf_sites.dock.links]\nalpha = \"{nkey}\"\n"
+        );
+        let err = parse(&bad).unwrap_err().join("\n");
+        for needle in [
+            "leaf_sites.edge.links.alpha: nkey \"Unope\"",
+            "hive alpha has no jetstream_domain",
+            "leaf_sites.edge.links.zeta: hive zeta is not on the roster",
+            "leaf_sites.edge.links.alpha: hive alpha is already at leaf site dock",
+        ] {
+            assert!(err.contains(needle), "{needle}: {err}");
+        }
+        let err = parse("[leaf_sites.Edge]\n").unwrap_err().join("\n");
+        assert!(err.contains("invalid leaf site name \"Edge\""), "{err}");
+        let err = parse("[leaf_sites.edge]\nnkey = \"U\"\n")
+            .unwrap_err()
+            .join("\n");
+        assert!(err.contains("nkey"), "{err}");
     }
 
     #[test]

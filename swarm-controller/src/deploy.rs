@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use serde::Serialize;
-use swarm_queue_client::subjects::HiveSubjects;
+use swarm_queue_client::subjects::{fresh_deploy_answer, HiveSubjects};
 use swarm_queue_client::{
     encode, ensure_connected, AgentName, DeployReply, DeployRequest, HiveName,
 };
@@ -80,9 +80,12 @@ pub async fn request(
             }
         }
     };
+    // The answer comes under the hive's own answer prefix: the only
+    // subject the hive may answer on (docs/security.md, "Accounts").
     let request = async_nats::Request::new()
         .payload(Bytes::from(payload))
-        .timeout(Some(timeout));
+        .timeout(Some(timeout))
+        .inbox(fresh_deploy_answer(client, hive));
     let outcome = match client
         .send_request(HiveSubjects::new(hive).deploy, request)
         .await

@@ -16,6 +16,9 @@
 //!   time, with the fleet summary and the stale deadlines.
 //! - [`nats`]: the one connection, the buckets, and the KV watch that
 //!   feeds the fleet.
+//! - [`presence`]: which hives have an open NATS connection, from the
+//!   server's connect and disconnect events, so a dead hive shows
+//!   `offline` at once.
 //! - [`view`]: the filters, order, paging and "needs attention" ranking of
 //!   `/api/status`, `status --json` and the dashboard (pure).
 //! - [`render`]: the JSON report and the status table.
@@ -25,6 +28,9 @@
 //!   files' errors their line numbers.
 //! - [`rollout`]: staged rollouts in waves, their state in
 //!   `hyperhive-rollouts` (compare-and-set), and the rollout verbs.
+//! - [`maintenance`]: maintenance holds in `hyperhive-maintenance`
+//!   (compare-and-set, ended by their TTL from the server's timestamp);
+//!   `cli_maintenance` is the `maintenance` verb.
 //! - [`deploy`], [`credential`], [`knowledge`]: the event verbs.
 //! - [`webhook`]: forge push signatures and what a push means (pure).
 //! - [`serve`]: the dashboard, JSON API and webhook over HTTP; [`live`]
@@ -38,6 +44,7 @@
 pub mod cli;
 pub mod cli_declare;
 mod cli_events;
+mod cli_maintenance;
 mod cli_status;
 pub mod config;
 pub mod credential;
@@ -48,9 +55,11 @@ pub mod fleet;
 pub mod groups;
 pub mod knowledge;
 pub mod live;
+pub mod maintenance;
 pub mod nats;
 pub mod nats_config;
 pub mod nkey_file;
+pub mod presence;
 pub mod render;
 pub mod rollback;
 pub mod rollout;

@@ -1,5 +1,6 @@
 //! The controller's side of NATS: its one connection, the buckets, and the
-//! [`Follower`] that reads the status and wanted buckets into a [`Fleet`].
+//! [`Follower`] that reads the status, wanted and maintenance buckets into
+//! a [`Fleet`].
 //!
 //! The follower is a KV watch *with history* on each bucket: it first
 //! delivers the current value of every key, then every change as it
@@ -31,6 +32,11 @@ pub struct Buckets {
     pub credentials: kv::Store,
     /// The controllers' own: the staged rollout's state.
     pub rollouts: kv::Store,
+    /// The controllers' own: webhook deliveries acted on, and the commit
+    /// each agent was last deployed for by one.
+    pub deliveries: kv::Store,
+    /// The controllers' own: maintenance holds, by hive.
+    pub maintenance: kv::Store,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -114,9 +120,10 @@ pub async fn connect(config: &NatsConfig, wait: Duration) -> Result<Connection, 
     Ok(conn)
 }
 
-/// Open (or create) the four buckets, and warn (naming the setting) about
+/// Open (or create) the six buckets, and warn (naming the setting) about
 /// any bucket made with settings that let a writer of one key reach another
-/// (`swarm_queue_client::buckets::unsafe_settings`).
+/// or a message be erased (`swarm_queue_client::buckets::unsafe_settings`),
+/// saying how to fix it.
 pub async fn open_buckets(conn: &Connection, config: &NatsConfig) -> Result<Buckets, NatsError> {
     ensure_connected(&conn.client)?;
     let js = conn.jetstream();
@@ -129,18 +136,27 @@ pub async fn open_buckets(conn: &Connection, config: &NatsConfig) -> Result<Buck
     let wanted = open(Bucket::Wanted).await?;
     let credentials = open(Bucket::Credentials).await?;
     let rollouts = open(Bucket::Rollouts).await?;
+    let deliveries = open(Bucket::Deliveries).await?;
+    let maintenance = open(Bucket::Maintenance).await?;
     for (bucket, store) in [
         (Bucket::Status, &status),
         (Bucket::Wanted, &wanted),
         (Bucket::Credentials, &credentials),
         (Bucket::Rollouts, &rollouts),
+        (Bucket::Deliveries, &deliveries),
+        (Bucket::Maintenance, &maintenance),
     ] {
         let config = &store.stream.cached_info().config;
         for unsafe_setting in swarm_queue_client::buckets::unsafe_settings(bucket, config) {
+            let fix = if unsafe_setting.fixed_in_place() {
+                "`swarm-controller nats-config --check --fix` fixes it"
+            } else {
+                "delete the bucket and let the controller make it again"
+            };
             tracing::warn!(
                 bucket = bucket.name(),
                 setting = unsafe_setting.setting,
-                "{unsafe_setting}"
+                "{unsafe_setting}; {fix}"
             );
         }
     }
@@ -149,6 +165,8 @@ pub async fn open_buckets(conn: &Connection, config: &NatsConfig) -> Result<Buck
         wanted,
         credentials,
         rollouts,
+        deliveries,
+        maintenance,
     })
 }
 
@@ -165,6 +183,7 @@ impl BucketWatch {
             bucket: match source {
                 Source::Status => swarm_queue_client::buckets::STATUS_BUCKET,
                 Source::Wanted => swarm_queue_client::buckets::WANTED_BUCKET,
+                Source::Maintenance => swarm_queue_client::buckets::MAINTENANCE_BUCKET,
             },
             reason,
         };
@@ -190,10 +209,11 @@ impl BucketWatch {
     }
 }
 
-/// Both buckets' watches; see the module documentation.
+/// The three buckets' watches; see the module documentation.
 pub struct Follower {
     status: BucketWatch,
     wanted: BucketWatch,
+    maintenance: BucketWatch,
 }
 
 impl Follower {
@@ -201,25 +221,28 @@ impl Follower {
         Ok(Follower {
             status: BucketWatch::start(Source::Status, &buckets.status).await?,
             wanted: BucketWatch::start(Source::Wanted, &buckets.wanted).await?,
+            maintenance: BucketWatch::start(Source::Maintenance, &buckets.maintenance).await?,
         })
     }
 
-    /// Whether both buckets' current values have all been delivered.
+    /// Whether every bucket's current values have all been delivered.
     pub fn caught_up(&self) -> bool {
-        self.status.caught_up && self.wanted.caught_up
+        self.status.caught_up && self.wanted.caught_up && self.maintenance.caught_up
     }
 
-    /// The next entry of either bucket. Cancel-safe: a watch is a stream,
+    /// The next entry of any of the buckets. Cancel-safe: a watch is a stream,
     /// and an entry not yet returned stays in it.
     pub async fn next(&mut self) -> (Source, kv::Entry) {
         loop {
             let (source, item) = tokio::select! {
                 item = self.status.watch.next() => (Source::Status, item),
                 item = self.wanted.watch.next() => (Source::Wanted, item),
+                item = self.maintenance.watch.next() => (Source::Maintenance, item),
             };
             let w = match source {
                 Source::Status => &mut self.status,
                 Source::Wanted => &mut self.wanted,
+                Source::Maintenance => &mut self.maintenance,
             };
             match item {
                 Some(Ok(entry)) => {
@@ -266,7 +289,7 @@ pub fn apply_entry(fleet: &std::sync::RwLock<Fleet>, source: Source, entry: &kv:
     fleet.apply(Update::from_entry(source, entry), now)
 }
 
-/// Read both buckets into `fleet` until caught up; return the follower so a
+/// Read the three buckets into `fleet` until caught up; return the follower so a
 /// caller that keeps watching carries on from there.
 pub async fn load(
     buckets: &Buckets,

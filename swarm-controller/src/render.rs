@@ -117,11 +117,7 @@ impl Report {
                     r.converged_revision
                         .map(|v| v.to_string())
                         .unwrap_or_else(dash),
-                    if r.problems.is_empty() || r.reason.contains("does not decode") {
-                        r.reason.clone()
-                    } else {
-                        format!("{} [{}]", r.reason, r.problems.join("; "))
-                    },
+                    reason_cell(r),
                 ]
             })
             .collect();
@@ -156,5 +152,19 @@ impl Report {
             out.push('\n');
         }
         out
+    }
+}
+
+/// The REASON cell: the hold first when the hive is in maintenance, then
+/// the convergence reason, with any decode problems.
+fn reason_cell(r: &crate::evaluate::HiveRow) -> String {
+    let reason = if r.problems.is_empty() || r.reason.contains("does not decode") {
+        r.reason.clone()
+    } else {
+        format!("{} [{}]", r.reason, r.problems.join("; "))
+    };
+    match &r.maintenance {
+        Some(m) => format!("in maintenance {}; {reason}", m.line()),
+        None => reason,
     }
 }

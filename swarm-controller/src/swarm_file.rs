@@ -220,12 +220,19 @@ fn agent_table(
             }
         };
         let mut unknown = Vec::new();
-        let spec: Result<AgentSpec, _> =
-            serde_ignored::deserialize(value.into_inner(), |path| unknown.push(path.to_string()));
+        let spec: Result<AgentSpec, _> = serde_ignored::deserialize(value.into_inner(), |path| {
+            // `?` is serde_ignored's step into an `Option`: not a key.
+            unknown.push(path.to_string().replace(".?", ""))
+        });
+        // The contract keeps an agent's unknown keys (for a reader to warn
+        // of); in a file they are typos, refused like nested ones.
+        if let Ok(spec) = &spec {
+            unknown.extend(spec.unknown.keys().cloned());
+        }
         for key in unknown {
             problems.push(format!(
                 "{here}: unknown key `{key}`; an agent takes image, build, command, env, \
-                 power, memory_mb, cpus and credentials"
+                 power, memory_mb, cpus, credentials, health and min_running_secs"
             ));
         }
         match spec {
@@ -308,6 +315,46 @@ mod tests {
             all.contains("line 13: groups.web.agents.api: unknown key `imgae`"),
             "{all}"
         );
+    }
+
+    #[test]
+    fn an_agents_min_running_secs_is_read_and_bounded() {
+        let f = parse(
+            "[hives.alpha.agents.quick]\nimage = \"x\"\nmin_running_secs = 3\n\n\
+             [hives.alpha.agents.plain]\nimage = \"x\"\n",
+        )
+        .unwrap();
+        let alpha = &f.hives[&HiveName::new("alpha").unwrap()];
+        let quick = &alpha.agents[&AgentName::new("quick").unwrap()].spec;
+        assert_eq!(quick.min_running_secs, Some(3));
+        let plain = &alpha.agents[&AgentName::new("plain").unwrap()].spec;
+        assert_eq!(plain.min_running_secs, None, "the hive's own applies");
+        assert_eq!(quick.spec_hash(), plain.spec_hash(), "no rebuild for it");
+        parse("[hives.a.agents.b]\nimage = \"x\"\nmin_running_secs = 0\n").unwrap();
+        let err = parse(
+            "[hives.alpha.agents.web]\nimage = \"x\"\nmin_running_secs = 3601\n\n\
+             [hives.alpha.agents.neg]\nimage = \"x\"\nmin_running_secs = -1\n",
+        )
+        .unwrap_err();
+        for want in [
+            "line 1: hives.alpha.agents.web.min_running_secs is 3601; it must be 0 to 3600",
+            "line 5: hives.alpha.agents.neg: invalid value: integer `-1`",
+        ] {
+            assert!(err.iter().any(|e| e.contains(want)), "{want} in {err:#?}");
+        }
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_at_every_depth() {
+        let err = parse(
+            "[hives.alpha.agents.bot]\nimage = \"x\"\nmin_runing_secs = 3\n\
+             [hives.alpha.agents.bot.health]\ncommand = [\"true\"]\nretrys = 2\n",
+        )
+        .unwrap_err();
+        let all = err.join("\n");
+        assert!(all.contains("unknown key `min_runing_secs`"), "{all}");
+        assert!(all.contains("unknown key `health.retrys`"), "{all}");
+        assert_eq!(err.len(), 2, "{all}");
     }
 
     #[test]

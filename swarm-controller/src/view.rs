@@ -108,8 +108,12 @@ pub struct Progress {
 /// Whether `row` needs attention at `now`, and why.
 pub fn attention(row: &HiveRow, progress: Progress, now: OffsetDateTime) -> Option<AttentionNote> {
     let (kind, why) = match (row.freshness, row.convergence) {
+        // Down on purpose: an operator said so, and until when.
+        (Freshness::Maintenance, _) => return None,
         (_, Convergence::Failed) => (Attention::Failed, row.reason.clone()),
-        (Freshness::Stale, _) => (Attention::Stale, row.freshness_reason.clone()),
+        (Freshness::Stale | Freshness::Offline, _) => {
+            (Attention::Stale, row.freshness_reason.clone())
+        }
         (Freshness::Unknown, _) => (Attention::Unknown, row.freshness_reason.clone()),
         (_, Convergence::Degraded) => (Attention::Degraded, row.reason.clone()),
         (_, Convergence::Progressing) => {
@@ -345,8 +349,10 @@ mod tests {
             roster: None,
             status: None,
             wanted: None,
+            hold: None,
             now: t0(),
             stale_after: Duration::from_secs(60),
+            link: None,
         });
         row.freshness = freshness;
         row.convergence = convergence;
@@ -390,6 +396,10 @@ mod tests {
             (F::Fresh, C::Published, declared(9999), None),
             (F::Stopped, C::Unknown, declared(0), None),
             (F::Unrostered, C::Converged, declared(0), None),
+            // Down on purpose: no attention, whatever the evidence says.
+            (F::Maintenance, C::Unknown, declared(0), None),
+            (F::Maintenance, C::Failed, declared(0), None),
+            (F::Maintenance, C::Progressing, declared(9999), None),
         ];
         for (f, c, progress, want) in cases {
             let got = attention(&row(f, c), progress, t0()).map(|a| a.kind);

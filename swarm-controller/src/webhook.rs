@@ -8,6 +8,14 @@
 //! before the body is parsed at all. A missing or wrong signature is refused
 //! and nothing is published.
 //!
+//! **What is not signed.** The signature covers the body only: the event
+//! and delivery-id headers are not signed. So a delivery must name its
+//! event (none is refused, never read as a push) and its delivery id (none
+//! is refused: a replay could not be told from a new delivery), and a push
+//! body must carry `ref` and `after` (a signed body of another event does
+//! not pass for a push). `serve` acts on each delivery id once, and on each
+//! commit once per agent, through the `hyperhive-deliveries` bucket.
+//!
 //! **What a push means.** A push to `knowledge_repo` is a knowledge event.
 //! A push to an agent's repository is a deploy request for that agent on
 //! every hive whose current declaration builds it from that repository:
@@ -78,8 +86,12 @@ pub struct NotARepository(pub String);
 
 /// A webhook body that is not a push payload.
 #[derive(Debug, thiserror::Error)]
-#[error("not a push payload: {0}")]
-pub struct NotAPush(#[source] pub serde_json::Error);
+pub enum NotAPush {
+    #[error("not a push payload: {0}")]
+    Json(#[source] serde_json::Error),
+    #[error("not a push payload: after = {0:?} is not a commit id (40 or 64 hex digits)")]
+    Commit(String),
+}
 
 /// Read the shared secret; surrounding white space (a trailing newline) is
 /// not part of it.
@@ -145,25 +157,50 @@ pub fn sign(body: &[u8], secret: &[u8]) -> String {
     hex::encode(mac.finalize().into_bytes())
 }
 
+/// The headers a forge names its event in, in the order they are read.
+pub const EVENT_HEADERS: [&str; 4] = [
+    "x-github-event",
+    "x-gitea-event",
+    "x-forgejo-event",
+    "x-gogs-event",
+];
+
+/// The headers a forge gives its delivery's unique id in.
+pub const DELIVERY_HEADERS: [&str; 4] = [
+    "x-github-delivery",
+    "x-gitea-delivery",
+    "x-forgejo-delivery",
+    "x-gogs-delivery",
+];
+
 /// The event name a forge gives in its `X-*-Event` header, if any.
 pub fn event_name<'a>(header: impl Fn(&str) -> Option<&'a str>) -> Option<&'a str> {
-    [
-        "x-github-event",
-        "x-gitea-event",
-        "x-forgejo-event",
-        "x-gogs-event",
-    ]
-    .iter()
-    .find_map(|h| header(h))
+    EVENT_HEADERS.iter().find_map(|h| header(h))
+}
+
+/// The delivery id a forge gives in its `X-*-Delivery` header, if any.
+pub fn delivery_id<'a>(header: impl Fn(&str) -> Option<&'a str>) -> Option<&'a str> {
+    DELIVERY_HEADERS.iter().find_map(|h| header(h))
 }
 
 /// The part of a push payload the controller uses. The three forges share
-/// these field names.
+/// these field names; each is required.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct Push {
-    #[serde(rename = "ref", default)]
-    pub git_ref: Option<String>,
+    /// The branch or tag pushed (`refs/heads/main`).
+    #[serde(rename = "ref")]
+    pub git_ref: String,
+    /// The commit the ref points at after the push; all zeros when the
+    /// push deleted the ref.
+    pub after: String,
     pub repository: Repository,
+}
+
+impl Push {
+    /// Whether the push deleted its ref (`after` is all zeros).
+    pub fn deletes_ref(&self) -> bool {
+        self.after.bytes().all(|b| b == b'0')
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -181,7 +218,12 @@ pub struct Repository {
 
 /// Parse a push payload (already authenticated).
 pub fn parse_push(body: &[u8]) -> Result<Push, NotAPush> {
-    serde_json::from_slice(body).map_err(NotAPush)
+    let push: Push = serde_json::from_slice(body).map_err(NotAPush::Json)?;
+    let hex = push.after.bytes().all(|b| b.is_ascii_hexdigit());
+    if !hex || !matches!(push.after.len(), 40 | 64) {
+        return Err(NotAPush::Commit(push.after));
+    }
+    Ok(push)
 }
 
 /// `https://user@Forge.example/Org/Bot.git/` -> `forge.example/org/bot`;
@@ -229,9 +271,7 @@ pub fn repo_matches(named: &str, push: &Push) -> bool {
 
 /// Whether a push touches the ref an agent is built from.
 pub fn ref_matches(build: &BuildSpec, push: &Push) -> bool {
-    let Some(pushed) = push.git_ref.as_deref() else {
-        return true;
-    };
+    let pushed = push.git_ref.as_str();
     let short = pushed
         .strip_prefix("refs/heads/")
         .or_else(|| pushed.strip_prefix("refs/tags/"))
@@ -350,7 +390,8 @@ mod tests {
 
     fn push(full_name: &str, git_ref: &str) -> Push {
         Push {
-            git_ref: Some(git_ref.into()),
+            git_ref: git_ref.into(),
+            after: "a".repeat(40),
             repository: Repository {
                 full_name: full_name.into(),
                 clone_url: Some(format!("https://forge.example/{full_name}.git")),
@@ -462,14 +503,31 @@ mod tests {
 
     #[test]
     fn push_payloads_parse_and_junk_is_refused() {
-        let github = br#"{"ref":"refs/heads/main","repository":{"full_name":"org/bot",
+        let github = br#"{"ref":"refs/heads/main","after":"0123456789abcdef0123456789abcdef01234567",
+            "repository":{"full_name":"org/bot",
             "clone_url":"https://github.com/org/bot.git","default_branch":"main","id":1},"pusher":{}}"#;
         let p = parse_push(github).unwrap();
         assert_eq!(p.repository.full_name, "org/bot");
+        assert!(!p.deletes_ref());
         assert!(parse_push(b"{}")
             .unwrap_err()
             .to_string()
-            .contains("repository"));
+            .contains("missing field `ref`"));
+        let no_after = br#"{"ref":"refs/heads/main","repository":{"full_name":"org/bot"}}"#;
+        assert!(parse_push(no_after)
+            .unwrap_err()
+            .to_string()
+            .contains("missing field `after`"));
+        let bad_after = br#"{"ref":"x","after":"HEAD","repository":{"full_name":"org/bot"}}"#;
+        assert_eq!(
+            parse_push(bad_after).unwrap_err().to_string(),
+            "not a push payload: after = \"HEAD\" is not a commit id (40 or 64 hex digits)"
+        );
+        let deleted = format!(
+            r#"{{"ref":"x","after":"{}","repository":{{"full_name":"org/bot"}}}}"#,
+            "0".repeat(40)
+        );
+        assert!(parse_push(deleted.as_bytes()).unwrap().deletes_ref());
         assert!(check_repo_name("org/knowledge").is_ok());
         assert!(check_repo_name("https://forge/org/knowledge.git").is_ok());
         assert!(check_repo_name("knowledge").is_err());

@@ -1,5 +1,6 @@
-//! The four JetStream key-value buckets and how they are opened. Hives use
-//! three of them; `hyperhive-rollouts` is the controller's alone.
+//! The six JetStream key-value buckets and how they are opened. Hives use
+//! three of them; `hyperhive-rollouts`, `hyperhive-deliveries` and
+//! `hyperhive-maintenance` are the controllers' alone.
 //!
 //! `open_or_create` is safe to race: two processes opening the same bucket at
 //! once both end up with a handle to the one bucket.
@@ -26,6 +27,25 @@ pub const ROLLOUTS_BUCKET: &str = "hyperhive-rollouts";
 /// revisions, so every change of a rollout, however large, is committed by
 /// one compare-and-set on this key.
 pub const CURRENT_ROLLOUT_KEY: &str = "current";
+/// `hyperhive-deliveries`: the forge webhook deliveries the controllers
+/// have acted on (`delivery.<id>`) and the commit each agent was last
+/// deployed for by one (`deployed.<hive>.<agent>`), so that a delivery is
+/// acted on once however many controllers receive it. Entries expire after
+/// the bucket's `max_age_secs`. Hives have no grant on it.
+pub const DELIVERIES_BUCKET: &str = "hyperhive-deliveries";
+/// Default `max_age_secs` of [`DELIVERIES_BUCKET`]: a day, longer than any
+/// forge keeps redelivering one delivery.
+pub const DEFAULT_DELIVERIES_MAX_AGE_SECS: u64 = 86_400;
+/// The bounds of the deliveries bucket's `max_age_secs`: a minute to 30
+/// days. Without an age every delivery id would be kept for ever.
+pub const DELIVERIES_MAX_AGE_BOUNDS: (u64, u64) = (60, 30 * 86_400);
+
+/// `hyperhive-maintenance/<hive>`: a maintenance hold on that hive (its
+/// reason, time to live and who set it), read and written (compare-and-set)
+/// only by controllers. The hold's start is the entry's own server
+/// timestamp and it ends that plus its time to live: no writer stamps its
+/// own time. Hives have no grant on it.
+pub const MAINTENANCE_BUCKET: &str = "hyperhive-maintenance";
 
 /// Which of the buckets; each has its own default history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +54,8 @@ pub enum Bucket {
     Wanted,
     Credentials,
     Rollouts,
+    Deliveries,
+    Maintenance,
 }
 
 impl Bucket {
@@ -43,15 +65,19 @@ impl Bucket {
             Bucket::Wanted => WANTED_BUCKET,
             Bucket::Credentials => CREDENTIALS_BUCKET,
             Bucket::Rollouts => ROLLOUTS_BUCKET,
+            Bucket::Deliveries => DELIVERIES_BUCKET,
+            Bucket::Maintenance => MAINTENANCE_BUCKET,
         }
     }
 
     /// Every bucket, in a fixed order.
-    pub const ALL: [Bucket; 4] = [
+    pub const ALL: [Bucket; 6] = [
         Bucket::Status,
         Bucket::Wanted,
         Bucket::Credentials,
         Bucket::Rollouts,
+        Bucket::Deliveries,
+        Bucket::Maintenance,
     ];
 
     /// The buckets a hive reads or writes (its grants name only these).
@@ -87,6 +113,10 @@ impl Bucket {
             Bucket::Wanted => "hyperhive: each hive's declaration, keyed by hive name",
             Bucket::Credentials => "hyperhive: sealed credentials, keyed <hive>.<agent>.<account>",
             Bucket::Rollouts => "hyperhive: the controllers' staged rollout state (key current)",
+            Bucket::Deliveries => {
+                "hyperhive: forge webhook deliveries acted on, and each agent's last deployed commit"
+            }
+            Bucket::Maintenance => "hyperhive: the controllers' maintenance holds, keyed by hive name",
         }
     }
 }
@@ -111,6 +141,9 @@ pub struct BucketSettings {
     pub storage: Storage,
     /// Copies in a JetStream cluster; more than 1 needs that many servers.
     pub replicas: usize,
+    /// Seconds an entry is kept (the stream's `max_age`); 0 keeps it for
+    /// ever. Only the deliveries bucket expires its entries.
+    pub max_age_secs: u64,
 }
 
 impl Default for BucketSettings {
@@ -119,6 +152,7 @@ impl Default for BucketSettings {
             history: 1,
             storage: Storage::File,
             replicas: 1,
+            max_age_secs: 0,
         }
     }
 }
@@ -128,6 +162,10 @@ impl BucketSettings {
         match bucket {
             Bucket::Wanted | Bucket::Rollouts => Self {
                 history: 10,
+                ..Self::default()
+            },
+            Bucket::Deliveries => Self {
+                max_age_secs: DEFAULT_DELIVERIES_MAX_AGE_SECS,
                 ..Self::default()
             },
             _ => Self::default(),
@@ -275,9 +313,12 @@ pub async fn create_bucket(
 /// async-nats KV bucket (`$KV.<bucket>.>`, one message per key per history
 /// slot, direct get, refuse rather than drop when full) with every
 /// stream-wide header feature off that a writer of one key could use to
-/// reach another (see [`unsafe_settings`]). The status bucket, the one hives
-/// write, also refuses `Nats-Rollup`; the controller may roll up (purge) a
-/// declaration or a credential, which only it writes.
+/// reach another (see [`unsafe_settings`]), and with `deny_delete` and
+/// `deny_purge`: no message of any bucket can be erased, by sequence or by
+/// a purge, whoever asks (nats-server never lets a stream update turn them
+/// off again). `deny_purge` also refuses `Nats-Rollup` (nats-server takes
+/// no roll-up without the purge permission), so a key is removed with a
+/// delete marker, never purged.
 #[cfg(feature = "nats")]
 pub fn stream_config(bucket: Bucket, settings: &BucketSettings) -> jetstream::stream::Config {
     use jetstream::stream::{Config, DiscardPolicy, StorageType};
@@ -286,6 +327,7 @@ pub fn stream_config(bucket: Bucket, settings: &BucketSettings) -> jetstream::st
         description: Some(bucket.description().to_string()),
         subjects: vec![bucket.key_subject(">")],
         max_messages_per_subject: settings.history,
+        max_age: std::time::Duration::from_secs(settings.max_age_secs),
         max_message_size: MAX_VALUE_BYTES as i32,
         storage: match settings.storage {
             Storage::File => StorageType::File,
@@ -293,130 +335,21 @@ pub fn stream_config(bucket: Bucket, settings: &BucketSettings) -> jetstream::st
         },
         num_replicas: settings.replicas,
         discard: DiscardPolicy::New,
-        allow_rollup: bucket != Bucket::Status,
+        allow_rollup: false,
         deny_delete: true,
+        deny_purge: true,
         allow_direct: true,
         ..Default::default()
     }
 }
 
-/// A bucket setting that lets a writer of one key reach further, or that
-/// breaks how hives read. Its message names the bucket, the setting, the
-/// value found and why it matters.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("KV bucket {bucket} (stream {stream}) has {setting} = {found}; it must be {wanted}: {why}")]
-pub struct UnsafeSetting {
-    pub bucket: &'static str,
-    pub stream: String,
-    /// The stream config field, as nats-server and `nats stream info` name it.
-    pub setting: &'static str,
-    pub found: String,
-    pub wanted: &'static str,
-    pub why: &'static str,
-}
-
-/// The settings of an existing bucket's stream that are not safe (pure;
-/// checked by the controller at startup and by `nats-config --check`).
-///
-/// What each rule prevents, on nats-server 2.15 (shown by
-/// `tests/tests/isolation_bus.rs`):
-/// - `allow_rollup_hdrs` on the status bucket: a hive's put of its own key
-///   with `Nats-Rollup: all` purges every other key of the stream.
-/// - `allow_msg_schedules`: `Nats-Schedule-Target` makes the server write
-///   another key later, and `Nats-Schedule-Source` copies another key's
-///   value into it.
-/// - `republish`: the server copies each put onto another subject, where a
-///   hive's status could land on a subject only the controller may write.
-/// - `allow_direct` off: hives read their keys only by direct get.
-#[cfg(feature = "nats")]
-pub fn unsafe_settings(bucket: Bucket, config: &jetstream::stream::Config) -> Vec<UnsafeSetting> {
-    let mut out = Vec::new();
-    let mut flag = |setting, found: String, wanted, why| {
-        out.push(UnsafeSetting {
-            bucket: bucket.name(),
-            stream: bucket.stream_name(),
-            setting,
-            found,
-            wanted,
-            why,
-        })
-    };
-    if bucket == Bucket::Status && config.allow_rollup {
-        flag(
-            "allow_rollup_hdrs",
-            "true".into(),
-            "false",
-            "a hive's put of its own status with `Nats-Rollup: all` would purge every other hive's status",
-        );
-    }
-    if config.allow_message_schedules {
-        flag(
-            "allow_msg_schedules",
-            "true".into(),
-            "false",
-            "a scheduled message (`Nats-Schedule-Target`, `Nats-Schedule-Source`) writes or copies another key",
-        );
-    }
-    if let Some(republish) = &config.republish {
-        flag(
-            "republish",
-            format!("{} -> {}", republish.source, republish.destination),
-            "unset",
-            "every put would be copied by the server onto another subject, beyond the writer's permissions",
-        );
-    }
-    if !config.allow_direct {
-        flag(
-            "allow_direct",
-            "false".into(),
-            "true",
-            "hives read their own keys only by direct get, which such a bucket does not answer",
-        );
-    }
-    out
-}
-
-/// A bucket's settings could not be read.
-#[cfg(feature = "nats")]
-#[derive(Debug, thiserror::Error)]
-#[error("cannot read the settings of KV bucket {bucket} (stream {stream})")]
-pub struct CheckError {
-    pub bucket: &'static str,
-    pub stream: String,
-    #[source]
-    pub source: jetstream::context::GetStreamError,
-}
-
-/// Read each existing bucket's stream config and return what is unsafe in
-/// it. A bucket that does not exist yet is skipped: the controller creates
-/// it with [`stream_config`].
-#[cfg(feature = "nats")]
-pub async fn check_buckets(js: &jetstream::Context) -> Result<Vec<UnsafeSetting>, CheckError> {
-    use jetstream::context::GetStreamErrorKind;
-    let mut out = Vec::new();
-    for bucket in Bucket::ALL {
-        let stream = match js.get_stream(bucket.stream_name()).await {
-            Ok(s) => s,
-            Err(e) if matches!(e.kind(), GetStreamErrorKind::JetStream(ref j) if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND) => {
-                continue
-            }
-            Err(source) => {
-                return Err(CheckError {
-                    bucket: bucket.name(),
-                    stream: bucket.stream_name(),
-                    source,
-                })
-            }
-        };
-        let config = stream.cached_info().config.clone();
-        out.extend(unsafe_settings(bucket, &config));
-    }
-    Ok(out)
-}
+mod check;
+pub use check::*;
 
 #[cfg(all(test, feature = "nats"))]
 mod tests {
     use super::*;
+    use check::config_changes;
 
     #[test]
     fn created_buckets_pass_their_own_check() {
@@ -424,10 +357,101 @@ mod tests {
             let c = stream_config(b, &BucketSettings::default_for(b));
             assert_eq!(unsafe_settings(b, &c), vec![], "{b:?}");
             assert_eq!(c.subjects, vec![b.key_subject(">")]);
-            assert!(c.allow_direct && c.deny_delete);
+            assert!(c.allow_direct, "{b:?}");
+            // No message of any bucket can be erased; nats-server refuses
+            // roll-ups together with deny_purge.
+            assert!(c.deny_delete && c.deny_purge && !c.allow_rollup, "{b:?}");
         }
-        assert!(!stream_config(Bucket::Status, &BucketSettings::default()).allow_rollup);
-        assert!(stream_config(Bucket::Wanted, &BucketSettings::default()).allow_rollup);
+    }
+
+    /// What hyperhive made before: deny_delete but no deny_purge, and
+    /// roll-ups on every bucket but the status bucket.
+    fn made_before(b: Bucket) -> jetstream::stream::Config {
+        jetstream::stream::Config {
+            deny_purge: false,
+            allow_rollup: b != Bucket::Status,
+            ..stream_config(b, &BucketSettings::default_for(b))
+        }
+    }
+
+    #[test]
+    fn a_bucket_without_deny_purge_or_deny_delete_is_named() {
+        for b in Bucket::ALL {
+            let found = unsafe_settings(b, &made_before(b));
+            let named: Vec<&str> = found.iter().map(|f| f.setting).collect();
+            assert_eq!(named, vec!["deny_purge"], "{b:?}");
+            let msg = found[0].to_string();
+            assert!(
+                msg.contains(b.name()) && msg.contains("deny_purge = false"),
+                "{msg}"
+            );
+            let neither = jetstream::stream::Config {
+                deny_delete: false,
+                ..made_before(b)
+            };
+            let named: Vec<&str> = unsafe_settings(b, &neither)
+                .iter()
+                .map(|f| f.setting)
+                .collect();
+            assert_eq!(named, vec!["deny_delete", "deny_purge"], "{b:?}");
+        }
+    }
+
+    #[test]
+    fn the_fixed_config_passes_the_check_but_for_schedules() {
+        use jetstream::stream::{Config, Republish};
+        for b in Bucket::ALL {
+            let old = made_before(b);
+            let fixed = fixed_config(&old);
+            assert_eq!(unsafe_settings(b, &fixed), vec![], "{b:?}");
+            let mut expected = vec!["deny_purge false -> true"];
+            if b != Bucket::Status {
+                expected.push("allow_rollup_hdrs true -> false");
+            }
+            assert_eq!(config_changes(&old, &fixed), expected, "{b:?}");
+            // Nothing else of the stream changes.
+            assert_eq!(
+                Config {
+                    deny_purge: false,
+                    allow_rollup: old.allow_rollup,
+                    ..fixed.clone()
+                },
+                old
+            );
+            assert!(config_changes(&fixed, &fixed_config(&fixed)).is_empty());
+        }
+        let worst = Config {
+            deny_delete: false,
+            allow_rollup: true,
+            allow_direct: false,
+            allow_message_schedules: true,
+            republish: Some(Republish {
+                source: ">".into(),
+                destination: "elsewhere.>".into(),
+                headers_only: false,
+            }),
+            ..made_before(Bucket::Status)
+        };
+        let fixed = fixed_config(&worst);
+        let left: Vec<&str> = unsafe_settings(Bucket::Status, &fixed)
+            .iter()
+            .map(|f| f.setting)
+            .collect();
+        assert_eq!(left, vec!["allow_msg_schedules"]);
+        // What the fix leaves is exactly what is not fixed in place.
+        for f in unsafe_settings(Bucket::Status, &worst) {
+            assert_eq!(f.fixed_in_place(), !left.contains(&f.setting), "{f}");
+        }
+        assert_eq!(
+            config_changes(&worst, &fixed),
+            vec![
+                "deny_delete false -> true",
+                "deny_purge false -> true",
+                "allow_rollup_hdrs true -> false",
+                "republish (> to elsewhere.>) -> unset",
+                "allow_direct false -> true",
+            ]
+        );
     }
 
     #[test]
@@ -489,11 +513,5 @@ mod tests {
                 "{msg}"
             );
         }
-        // Rollup is the controller's own tool on the buckets only it writes.
-        let wanted = Config {
-            allow_rollup: true,
-            ..base(Bucket::Wanted)
-        };
-        assert!(unsafe_settings(Bucket::Wanted, &wanted).is_empty());
     }
 }

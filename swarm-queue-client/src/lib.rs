@@ -14,10 +14,14 @@
 //!   encode/decode path.
 //! - [`credentials`]: sealing and opening secrets with NATS xkeys.
 //! - [`connect`]: connection options and `ensure_connected`.
+//! - [`jitter`]: the spread every fleet-wide timer gets (reconnects, periodic
+//!   reads and publishes), so many hives do not act in lockstep.
 //! - [`containers`]: container names, labels and mounts a hive uses in Docker.
 //! - [`limits`]: every bound, in one place.
 //! - [`http_host`]: the `Host` rule both daemons' HTTP listeners apply
 //!   against DNS rebinding.
+//! - [`redact`]: the userinfo of a URL (a token, a password) taken out of
+//!   any text that leaves a process.
 //! - [`permissions`]: the per-identity nats-server authorization (which
 //!   subjects each hive and the controller may use).
 //! - `test_support` (feature `test-support`): payload builders for tests.
@@ -34,10 +38,13 @@ pub mod credentials;
 #[cfg(feature = "nats")]
 pub mod direct;
 pub mod http_host;
+pub mod jitter;
 pub mod limits;
 pub mod names;
 pub mod payload;
 pub mod permissions;
+pub mod presence;
+pub mod redact;
 pub mod subjects;
 #[cfg(feature = "test-support")]
 pub mod test_support;
@@ -46,11 +53,12 @@ pub mod test_support;
 pub use buckets::open_or_create;
 pub use buckets::{Bucket, BucketSettings, Storage};
 #[cfg(feature = "nats")]
-pub use connect::{connect, ensure_connected, Connection, NatsConfig, NotConnected};
-pub use names::{AccountName, AgentName, GroupName, HiveName, NameError};
+pub use connect::{connect, connect_with, ensure_connected, Connection, NatsConfig, NotConnected};
+pub use jitter::Jitter;
+pub use names::{AccountName, AgentName, GroupName, HiveName, LeafSiteName, NameError};
 pub use payload::{
     decode, encode, encode_pretty, AgentSpec, AgentStatus, BuildSpec, CredentialNotice,
-    Declaration, DecodeError, Decoded, DeployReply, DeployRequest, EncodeError, HealthSpec,
-    HiveState, InvalidField, JobSummary, Level, Observed, Payload, Power, Readiness, RetryStatus,
-    Warning,
+    Declaration, DecodeError, Decoded, DeployReply, DeployRequest, EncodeError, ExitReport,
+    HealthSpec, HiveState, InvalidField, JobSummary, Level, Observed, Payload, Power, Readiness,
+    RetryStatus, Unsettled, Warning,
 };

@@ -39,6 +39,9 @@ pub const MIN_MEMORY_MB: u64 = 6;
 pub const MAX_MEMORY_MB: u64 = 1024 * 1024;
 /// CPU limit range, in cores.
 pub const MAX_CPUS: f64 = 1024.0;
+/// Longest an agent must run before it counts as up, in seconds: an
+/// agent's `min_running_secs`, and the hive-wide setting of that name.
+pub const MAX_MIN_RUNNING_SECS: u64 = 3600;
 
 /// Arguments of a health-check command, and bytes in each.
 pub const MAX_HEALTH_ARGS: usize = 8;
@@ -52,6 +55,12 @@ pub const MAX_WARNING_KEY_LEN: usize = 64;
 pub const MAX_MESSAGE_LEN: usize = 512;
 /// Bytes in short free-form fields (observed state, version, xkey, spec hash, job kind).
 pub const MAX_SHORT_LEN: usize = 80;
+
+/// An agent's exit count in a `Readiness` (the hive saturates at it).
+pub const MAX_EXIT_COUNT: u32 = 99_999;
+/// Seconds in an agent's exit times in a `Readiness` (about 11 days; the
+/// hive saturates at it, so it reads "at least").
+pub const MAX_EXIT_SECS: u64 = 999_999;
 
 /// Bytes in one sealed secret, before sealing.
 pub const MAX_SECRET_BYTES: usize = 64 * 1024;

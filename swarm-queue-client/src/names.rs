@@ -22,6 +22,7 @@ pub enum NameKind {
     Agent,
     Account,
     Group,
+    LeafSite,
 }
 
 impl fmt::Display for NameKind {
@@ -31,6 +32,7 @@ impl fmt::Display for NameKind {
             NameKind::Agent => "agent name",
             NameKind::Account => "credential account name",
             NameKind::Group => "group name",
+            NameKind::LeafSite => "leaf site name",
         })
     }
 }
@@ -160,6 +162,13 @@ dns_label_name!(
     /// DNS label like the others, so it can be shown and keyed safely.
     GroupName,
     NameKind::Group
+);
+dns_label_name!(
+    /// The name of a leaf-node site in the roster (`[leaf_sites.<name>]`):
+    /// a server of its own whose hives reach the buckets through its leaf
+    /// link to the hub.
+    LeafSiteName,
+    NameKind::LeafSite
 );
 
 #[cfg(test)]

@@ -1,16 +1,18 @@
-//! Per-identity NATS permissions: who may publish and subscribe to what.
+//! NATS accounts and per-identity permissions: who may publish and
+//! subscribe to what.
 //!
 //! Each hive connects as its own nkey user and the controller as another.
 //! This module turns the roster (hive name -> public user nkey, plus the
-//! controller's key) into the nats-server `authorization { users = [...] }`
-//! block, so that a hive reaches only what is its own:
+//! controller's key) into the nats-server `accounts { … }` block (the
+//! accounts themselves in [`accounts`]), and within each account the users'
+//! permissions, so that a hive reaches only what is its own:
 //!
 //! - it writes only its own status key, reads only its own wanted key and
 //!   its own credential keys (by direct get), and holds no consumer;
 //! - it subscribes only to its own deploy and credential subjects, its own
 //!   key subjects (doorbells), the knowledge subject and its own reply inbox;
-//! - it publishes nothing else, except replies to requests it received
-//!   (`allow_responses`), which is how it answers a deploy request.
+//! - it publishes nothing else but its answers to deploy requests, under
+//!   its own answer prefix (`hyperhive.hive.<hive>.answer.>`).
 //!
 //! The controller is the only identity that creates buckets, declares,
 //! seals credentials and publishes events.
@@ -47,16 +49,22 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 
 use crate::buckets::Bucket;
-use crate::names::HiveName;
+use crate::names::{HiveName, LeafSiteName};
 use crate::subjects::{
-    all_credential_subjects, all_deploy_subjects, controller_inbox_prefix, hive_inbox_prefix,
-    HiveSubjects, KNOWLEDGE,
+    all_credential_subjects, all_deploy_answers, all_deploy_subjects, controller_inbox_prefix,
+    deploy_answer_prefix, hive_inbox_prefix, HiveSubjects, KNOWLEDGE,
 };
 
+pub mod accounts;
 pub mod js_api;
+pub mod leaf;
 mod render;
+pub mod site;
 
+pub use accounts::{Account, Export, Flow, Import, BUCKETS_ACCOUNT};
 pub use js_api::{JsApi, NotOneToken};
+pub use leaf::{link_permissions, RosterLeafSite};
+pub use site::SiteConfig;
 
 /// One allowed subject and why it is allowed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -66,7 +74,7 @@ pub struct Grant {
     pub why: String,
 }
 
-fn grant(subject: impl Into<String>, why: impl Into<String>) -> Grant {
+pub(crate) fn grant(subject: impl Into<String>, why: impl Into<String>) -> Grant {
     Grant {
         subject: subject.into(),
         why: why.into(),
@@ -85,11 +93,15 @@ pub struct Permissions {
 }
 
 /// Who a user is.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "role", content = "hive", rename_all = "lowercase")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Role {
     Controller,
     Hive(HiveName),
+    /// The leaf-node link of one hive at a site ([`leaf`]).
+    LeafLink {
+        site: LeafSiteName,
+        hive: HiveName,
+    },
 }
 
 impl std::fmt::Display for Role {
@@ -97,7 +109,31 @@ impl std::fmt::Display for Role {
         match self {
             Role::Controller => f.write_str("controller"),
             Role::Hive(h) => write!(f, "hive {h}"),
+            Role::LeafLink { site, hive } => write!(f, "leaf link of hive {hive} at site {site}"),
         }
+    }
+}
+
+/// `{"role": "controller"}`, `{"role": "hive", "hive": "alpha"}`,
+/// `{"role": "leaf_link", "leaf_site": "edge", "hive": "alpha"}` (flattened
+/// into a user).
+impl Serialize for Role {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(None)?;
+        match self {
+            Role::Controller => map.serialize_entry("role", "controller")?,
+            Role::Hive(h) => {
+                map.serialize_entry("role", "hive")?;
+                map.serialize_entry("hive", h.as_str())?;
+            }
+            Role::LeafLink { site, hive } => {
+                map.serialize_entry("role", "leaf_link")?;
+                map.serialize_entry("leaf_site", site.as_str())?;
+                map.serialize_entry("hive", hive.as_str())?;
+            }
+        }
+        map.end()
     }
 }
 
@@ -111,10 +147,19 @@ pub struct User {
     pub permissions: Permissions,
 }
 
-/// The `authorization` block for a whole roster.
+/// The accounts of a whole roster: [`BUCKETS_ACCOUNT`] (the buckets and
+/// the controller) first, then one per hive, by name. See [`accounts`] for
+/// why the account, not the permissions, is the boundary.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Authorization {
-    pub users: Vec<User>,
+    pub accounts: Vec<Account>,
+}
+
+impl Authorization {
+    /// Every user of every account, the controller first.
+    pub fn users(&self) -> impl Iterator<Item = &User> {
+        self.accounts.iter().flat_map(|a| a.users.iter())
+    }
 }
 
 /// The roster cannot be turned into an authorization.
@@ -134,6 +179,26 @@ pub enum RosterError {
     BadDomain {
         hive: HiveName,
         problem: NotOneToken,
+    },
+    #[error("leaf site {0} is not in the roster (no [leaf_sites.{0}])")]
+    UnknownSite(LeafSiteName),
+    #[error("leaf site {0} is listed twice")]
+    DuplicateSite(LeafSiteName),
+    #[error("leaf site {site} lists hive {hive}, which is not on the roster")]
+    UnknownSiteHive { site: LeafSiteName, hive: HiveName },
+    #[error(
+        "leaf site {site} lists hive {hive}, which has no jetstream_domain in the roster; a hive \
+         on a leaf-node site reaches the buckets through the hub's domain: give it \
+         `jetstream_domain = \"<hub domain>\"` under [hives.{hive}]"
+    )]
+    SiteHiveWithoutDomain { site: LeafSiteName, hive: HiveName },
+    #[error(
+        "hive {hive} is listed by leaf sites {first} and {second}; a hive connects to one site"
+    )]
+    HiveAtTwoSites {
+        hive: HiveName,
+        first: LeafSiteName,
+        second: LeafSiteName,
     },
 }
 
@@ -192,6 +257,10 @@ pub fn hive_permissions(hive: &HiveName, api: &JsApi) -> Permissions {
                 "read one of its own sealed credentials (after a doorbell or a notice, at boot){across}"
             ),
         ),
+        grant(
+            format!("{}.>", deploy_answer_prefix(hive)),
+            "answer a deploy request (its reply subject is under this prefix)",
+        ),
     ];
     let subscribe = vec![
         grant(KNOWLEDGE, "hear that the knowledge repo changed"),
@@ -213,26 +282,24 @@ pub fn hive_permissions(hive: &HiveName, api: &JsApi) -> Permissions {
     Permissions {
         publish,
         subscribe,
-        allow_responses: true,
+        allow_responses: false,
     }
 }
 
-/// The permissions of the controller: everything hyperhive needs of the
-/// buckets (the hives' three and its own `hyperhive-rollouts`) and the event
-/// subjects, and nothing outside them.
-pub fn controller_permissions() -> Permissions {
-    let mut publish = vec![grant(
-        "$JS.API.INFO",
-        "JetStream account info (what `nats` tooling and health checks ask first)",
-    )];
-    for b in Bucket::ALL {
-        let stream = b.stream_name();
-        let name = b.name();
-        publish.extend([
+/// What the controller may ask of bucket `b`'s JetStream API: open,
+/// create and fix it, read any key, and watch or list it.
+fn bucket_api_grants(b: Bucket) -> Vec<Grant> {
+    let stream = b.stream_name();
+    let name = b.name();
+    vec![
             grant(js_api::stream_info(b), format!("open {name}")),
             grant(
                 js_api::stream_create(b),
                 format!("create {name} (only the controller creates buckets)"),
+            ),
+            grant(
+                format!("$JS.API.STREAM.UPDATE.{stream}"),
+                format!("turn on deny_delete and deny_purge of an older {name} (`nats-config --check --fix`)"),
             ),
             grant(
                 js_api::direct_get(b, ">"),
@@ -262,7 +329,20 @@ pub fn controller_permissions() -> Permissions {
                 js_api::consumer_delete(b, "*"),
                 format!("clean up its own consumers on {name}"),
             ),
-        ]);
+    ]
+}
+
+/// The permissions of the controller: everything hyperhive needs of the
+/// buckets (the hives' three and its own rollouts, deliveries and
+/// maintenance buckets) and the event
+/// subjects, and nothing outside them.
+pub fn controller_permissions() -> Permissions {
+    let mut publish = vec![grant(
+        "$JS.API.INFO",
+        "JetStream account info (what `nats` tooling and health checks ask first)",
+    )];
+    for b in Bucket::ALL {
+        publish.extend(bucket_api_grants(b));
     }
     publish.extend([
         grant(
@@ -277,22 +357,62 @@ pub fn controller_permissions() -> Permissions {
             Bucket::Rollouts.key_subject(">"),
             "record a staged rollout's state (compare-and-set); no hive has any grant on it",
         ),
+        grant(
+            Bucket::Deliveries.key_subject(">"),
+            "record a webhook delivery once and an agent's deployed commit; no hive has any grant on it",
+        ),
+        grant(
+            Bucket::Maintenance.key_subject(">"),
+            "put a hive in maintenance or end it (compare-and-set); no hive has any grant on it",
+        ),
         grant(KNOWLEDGE, "announce a knowledge repo change"),
         grant(all_deploy_subjects(), "ask any hive to deploy an agent"),
         grant(
             all_credential_subjects(),
             "tell any hive a credential is waiting",
         ),
+        connz_grant(),
     ]);
-    let subscribe = vec![grant(
-        format!("{}.>", controller_inbox_prefix()),
-        "its own reply inbox: deploy replies, JetStream answers, watch deliveries",
-    )];
     Permissions {
         publish,
-        subscribe,
+        subscribe: controller_subscriptions(),
         allow_responses: false,
     }
+}
+
+/// The controller's grant to ask for the connection list, under the name
+/// the buckets' account imports the system account's export
+/// ([`crate::presence`]).
+fn connz_grant() -> Grant {
+    grant(
+        crate::presence::CONNZ_REQUEST,
+        "read who is connected when it starts (the system account's export, imported under this name)",
+    )
+}
+
+/// What the controller subscribes to: its inbox, the hives' deploy
+/// answers, and the two event subjects the system account exports to it
+/// ([`crate::presence`]).
+fn controller_subscriptions() -> Vec<Grant> {
+    use crate::presence::{CONNECT_EVENTS, DISCONNECT_EVENTS};
+    vec![
+        grant(
+            format!("{}.>", controller_inbox_prefix()),
+            "its own reply inbox: JetStream answers, watch deliveries",
+        ),
+        grant(
+            all_deploy_answers(),
+            "the hives' answers to its deploy requests (each hive answers under its own prefix)",
+        ),
+        grant(
+            CONNECT_EVENTS,
+            "hear a hive connect (the system account's export)",
+        ),
+        grant(
+            DISCONNECT_EVENTS,
+            "hear a hive's connection close, to show it offline at once",
+        ),
+    ]
 }
 
 /// One hive of the roster, as the authorization needs it.
@@ -307,56 +427,85 @@ pub struct RosterHive {
     pub jetstream_domain: Option<String>,
 }
 
-/// Build the authorization for a roster: the controller's public user nkey
-/// and each hive's. Every key must be a valid public user key and no two
-/// identities may share one; a hive's domain must be one subject token.
+/// Build the hub's accounts for a roster: the controller's public user
+/// nkey, each hive's, and the link of each hive at a leaf-node site (the
+/// user of that hive's account at the hub, in place of the hive's own,
+/// which is a user of the site's server: [`site`]). Every key must be a valid
+/// public user key and no two identities may share one; a hive's domain
+/// must be one subject token; a site lists hives of the roster that have a
+/// domain, each at one site only.
 pub fn authorization(
     controller_nkey: &str,
     hives: &[RosterHive],
+    sites: &[RosterLeafSite],
 ) -> Result<Authorization, RosterError> {
-    let mut users = Vec::with_capacity(hives.len() + 1);
     let controller = Role::Controller;
     check_user_key(&controller, controller_nkey)?;
-    users.push(User {
-        role: controller,
-        nkey: controller_nkey.to_string(),
-        permissions: controller_permissions(),
-    });
+    let mut keys = KeysSeen(vec![(controller_nkey.to_string(), controller.to_string())]);
     let mut seen = BTreeSet::new();
     let mut sorted: Vec<&RosterHive> = hives.iter().collect();
     sorted.sort_by(|a, b| a.hive.cmp(&b.hive));
-    for entry in sorted {
-        let RosterHive {
-            hive,
-            nkey: key,
-            jetstream_domain,
-        } = entry;
+    for entry in &sorted {
+        let hive = &entry.hive;
         if !seen.insert(hive.clone()) {
             return Err(RosterError::DuplicateHive(hive.clone()));
         }
-        let role = Role::Hive(hive.clone());
-        check_user_key(&role, key)?;
-        if let Some(other) = users.iter().find(|u| &u.nkey == key) {
+        keys.claim(&Role::Hive(hive.clone()), &entry.nkey)?;
+        entry.api()?;
+    }
+    let mut links = leaf::link_users(sites, &sorted, &mut keys)?;
+    let mut hive_accounts = Vec::with_capacity(sorted.len());
+    for entry in &sorted {
+        let hive = &entry.hive;
+        // A hive at a site connects to the site's server; at the hub, its
+        // account holds its link instead.
+        let user = match links.remove(hive) {
+            Some(link) => link,
+            None => accounts::hive_user(hive, entry.nkey.clone(), &entry.api()?),
+        };
+        hive_accounts.push(accounts::hive_account(hive, user));
+    }
+    let controller = User {
+        role: controller,
+        nkey: controller_nkey.to_string(),
+        permissions: controller_permissions(),
+    };
+    let mut all = vec![accounts::buckets_account(controller)];
+    all.extend(hive_accounts);
+    all.push(accounts::system_account());
+    Ok(Authorization { accounts: all })
+}
+
+impl RosterHive {
+    /// Where its JetStream requests go: its domain, or the local API.
+    pub(crate) fn api(&self) -> Result<JsApi, RosterError> {
+        match &self.jetstream_domain {
+            Some(d) => JsApi::domain(d).map_err(|problem| RosterError::BadDomain {
+                hive: self.hive.clone(),
+                problem,
+            }),
+            None => Ok(JsApi::local()),
+        }
+    }
+}
+
+/// The public keys given so far, each with whose it is.
+pub(crate) struct KeysSeen(Vec<(String, String)>);
+
+impl KeysSeen {
+    /// Check `key` is `role`'s own valid public user key and record it.
+    pub(crate) fn claim(&mut self, role: &Role, key: &str) -> Result<(), RosterError> {
+        check_user_key(role, key)?;
+        if let Some((_, first)) = self.0.iter().find(|(k, _)| k == key) {
             return Err(RosterError::SharedKey {
-                first: other.role.to_string(),
+                first: first.clone(),
                 second: role.to_string(),
-                key: key.clone(),
+                key: key.to_string(),
             });
         }
-        let api = match jetstream_domain {
-            Some(d) => JsApi::domain(d).map_err(|problem| RosterError::BadDomain {
-                hive: hive.clone(),
-                problem,
-            })?,
-            None => JsApi::local(),
-        };
-        users.push(User {
-            role,
-            nkey: key.clone(),
-            permissions: hive_permissions(hive, &api),
-        });
+        self.0.push((key.to_string(), role.to_string()));
+        Ok(())
     }
-    Ok(Authorization { users })
 }
 
 #[cfg(test)]
@@ -401,11 +550,20 @@ mod tests {
         assert!(!publish
             .iter()
             .any(|s| s.starts_with("$KV.hyperhive-wanted")));
-        // The rollout state is the controllers' alone.
+        // The rollout state and the webhook's deliveries are the controllers' alone.
         for g in p.publish.iter().chain(&p.subscribe) {
             assert!(!g.subject.contains("hyperhive-rollouts"), "{g:?}");
+            assert!(!g.subject.contains("hyperhive-deliveries"), "{g:?}");
+            assert!(!g.subject.contains("hyperhive-maintenance"), "{g:?}");
         }
-        assert!(!publish.iter().any(|s| s.starts_with("hyperhive.")));
+        // Of the event subjects, only its own answer prefix.
+        assert_eq!(
+            publish
+                .iter()
+                .filter(|s| s.starts_with("hyperhive."))
+                .collect::<Vec<_>>(),
+            [&"hyperhive.hive.alpha.answer.>"]
+        );
         assert!(!publish.iter().any(|s| s.contains("STREAM.CREATE")));
         // No stream info (it lists key names), no consumer of any kind.
         assert!(!publish.iter().any(|s| s.contains("STREAM.INFO")));
@@ -417,6 +575,7 @@ mod tests {
                 "$KV.hyperhive-status.alpha",
                 "$JS.API.DIRECT.GET.KV_hyperhive-wanted.$KV.hyperhive-wanted.alpha",
                 "$JS.API.DIRECT.GET.KV_hyperhive-credentials.$KV.hyperhive-credentials.alpha.>",
+                "hyperhive.hive.alpha.answer.>",
             ]
         );
         let subscribe: Vec<&str> = p.subscribe.iter().map(|g| g.subject.as_str()).collect();
@@ -425,7 +584,8 @@ mod tests {
         assert!(!subscribe
             .iter()
             .any(|s| s.starts_with("$KV.hyperhive-status")));
-        assert!(p.allow_responses);
+        // It answers under its own prefix, never to a reply it was sent.
+        assert!(!p.allow_responses);
     }
 
     #[test]
@@ -437,64 +597,106 @@ mod tests {
             "$KV.hyperhive-credentials.>",
             "$KV.hyperhive-rollouts.>",
             "$JS.API.STREAM.CREATE.KV_hyperhive-rollouts",
+            "$KV.hyperhive-deliveries.>",
+            "$JS.API.STREAM.CREATE.KV_hyperhive-deliveries",
+            "$JS.API.DIRECT.GET.KV_hyperhive-deliveries.$KV.hyperhive-deliveries.>",
             "$JS.API.DIRECT.GET.KV_hyperhive-rollouts.$KV.hyperhive-rollouts.>",
+            "$KV.hyperhive-maintenance.>",
+            "$JS.API.STREAM.CREATE.KV_hyperhive-maintenance",
+            "$JS.API.DIRECT.GET.KV_hyperhive-maintenance.$KV.hyperhive-maintenance.>",
             "hyperhive.knowledge",
             "hyperhive.hive.*.deploy",
             "hyperhive.hive.*.credential",
             "$JS.API.STREAM.CREATE.KV_hyperhive-status",
+            "$JS.API.STREAM.UPDATE.KV_hyperhive-wanted",
         ] {
             assert!(publish.contains(&s), "{s} missing");
         }
         assert!(!publish
             .iter()
             .any(|s| s.starts_with("$KV.hyperhive-status")));
-        assert_eq!(p.subscribe.len(), 1);
+        // Its inbox, the hives' deploy answers, and of the system account
+        // exactly the two event subjects (and, to publish, the
+        // connection-list request).
+        let subscribe: Vec<&str> = p.subscribe.iter().map(|g| g.subject.as_str()).collect();
+        assert_eq!(
+            subscribe,
+            [
+                "_INBOX_swarm-controller.>",
+                "hyperhive.hive.*.answer.>",
+                "$SYS.ACCOUNT.*.CONNECT",
+                "$SYS.ACCOUNT.*.DISCONNECT"
+            ]
+        );
+        let system: Vec<&str> = publish
+            .iter()
+            .copied()
+            .filter(|s| s.starts_with("$SYS"))
+            .collect();
+        assert!(system.is_empty(), "{system:?}");
+        assert!(publish.contains(&crate::presence::CONNZ_REQUEST));
     }
 
     #[test]
     fn render_lists_every_user_sorted() {
         let (controller, hives) = roster();
-        let auth = authorization(&controller, &hives).unwrap();
+        let auth = authorization(&controller, &hives, &[]).unwrap();
         let text = auth.to_server_config();
         let c = text.find(&controller).unwrap();
         let a = text.find(&hives[1].nkey).unwrap();
         let b = text.find(&hives[0].nkey).unwrap();
         assert!(c < a && a < b, "controller, then hives by name:\n{text}");
         assert!(text.contains("\"$KV.hyperhive-status.alpha\""));
-        assert!(text.contains("allow_responses: true"));
+        assert!(!text.contains("allow_responses"));
         assert_eq!(text.matches("nkey:").count(), 3);
+        let accounts = text.find("accounts {").unwrap();
+        let (h, a, b) = (
+            text.find("\"HYPERHIVE\": {").unwrap(),
+            text.find("\"alpha\": {").unwrap(),
+            text.find("\"beta\": {").unwrap(),
+        );
+        assert!(accounts < h && h < a && a < b, "{text}");
         let json = auth.to_json();
-        assert_eq!(json["users"][1]["role"], "hive");
-        assert_eq!(json["users"][1]["hive"], "alpha");
-        assert_eq!(json["users"][0]["role"], "controller");
+        assert_eq!(json["accounts"][0]["name"], BUCKETS_ACCOUNT);
+        assert_eq!(json["accounts"][0]["users"][0]["role"], "controller");
+        assert_eq!(json["accounts"][1]["name"], "alpha");
+        assert_eq!(json["accounts"][1]["users"][0]["role"], "hive");
+        assert_eq!(json["accounts"][1]["users"][0]["hive"], "alpha");
+        assert_eq!(json["accounts"][2]["name"], "beta");
     }
 
     #[test]
     fn bad_rosters_are_refused_by_name() {
         let (controller, hives) = roster();
         let seed = nkeys::KeyPair::new_user().seed().unwrap();
-        let err = authorization(&seed, &hives).unwrap_err().to_string();
+        let err = authorization(&seed, &hives, &[]).unwrap_err().to_string();
         assert!(err.contains("controller") && !err.contains(&seed), "{err}");
         let account = nkeys::KeyPair::new_account().public_key();
         let bad = vec![entry("alpha", account.clone())];
-        let err = authorization(&controller, &bad).unwrap_err().to_string();
+        let err = authorization(&controller, &bad, &[])
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("hive alpha") && err.contains(&account),
             "{err}"
         );
         let shared = vec![entry("alpha", controller.clone())];
-        let err = authorization(&controller, &shared).unwrap_err().to_string();
+        let err = authorization(&controller, &shared, &[])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("same nkey"), "{err}");
         let twice = vec![hives[0].clone(), hives[0].clone()];
         assert!(matches!(
-            authorization(&controller, &twice),
+            authorization(&controller, &twice, &[]),
             Err(RosterError::DuplicateHive(_))
         ));
         let dotted = vec![RosterHive {
             jetstream_domain: Some("hub.eu".into()),
             ..entry("alpha", user_key())
         }];
-        let err = authorization(&controller, &dotted).unwrap_err().to_string();
+        let err = authorization(&controller, &dotted, &[])
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("hive alpha") && err.contains("\"hub.eu\""),
             "{err}"
@@ -515,6 +717,7 @@ mod tests {
                 "$JS.hub.API.$KV.hyperhive-status.alpha",
                 "$JS.hub.API.DIRECT.GET.KV_hyperhive-wanted.$KV.hyperhive-wanted.alpha",
                 "$JS.hub.API.DIRECT.GET.KV_hyperhive-credentials.$KV.hyperhive-credentials.alpha.>",
+                "hyperhive.hive.alpha.answer.>",
             ]
         );
         for g in hub.publish.iter().chain(&hub.subscribe) {
@@ -533,11 +736,11 @@ mod tests {
         for (h, l) in hub.subscribe.iter().zip(&local.subscribe) {
             assert_eq!(h.subject, l.subject);
         }
-        assert!(hub.allow_responses);
+        assert!(!hub.allow_responses);
 
         let (controller, mut hives) = roster();
         hives[1].jetstream_domain = Some("hub".into());
-        let text = authorization(&controller, &hives)
+        let text = authorization(&controller, &hives, &[])
             .unwrap()
             .to_server_config();
         assert!(

@@ -31,6 +31,36 @@ pub fn all_deploy_subjects() -> String {
     format!("{HIVE_PREFIX}.*.deploy")
 }
 
+/// Where hive `hive` answers a deploy request: `hyperhive.hive.<hive>.answer`
+/// (the request's reply subject is this prefix and a token of the
+/// controller's). Each hive may publish under its own prefix only, so an
+/// answer names the hive that sent it.
+pub fn deploy_answer_prefix(hive: &HiveName) -> String {
+    format!("{HIVE_PREFIX}.{hive}.answer")
+}
+
+/// The reply subject of one deploy request to `hive`: its answer prefix
+/// and `token` (unique per request, one subject token).
+pub fn deploy_answer_subject(hive: &HiveName, token: &str) -> String {
+    format!("{}.{token}", deploy_answer_prefix(hive))
+}
+
+/// A fresh reply subject for one deploy request to `hive` from `client`:
+/// the hive's answer prefix and the last token of a new inbox of the
+/// client (unique per request).
+#[cfg(feature = "nats")]
+pub fn fresh_deploy_answer(client: &async_nats::Client, hive: &HiveName) -> String {
+    let inbox = client.new_inbox();
+    let token = inbox.rsplit('.').next().unwrap_or(&inbox);
+    deploy_answer_subject(hive, token)
+}
+
+/// The deploy answers of every hive, for the controller's permissions:
+/// `hyperhive.hive.*.answer.>`.
+pub fn all_deploy_answers() -> String {
+    format!("{HIVE_PREFIX}.*.answer.>")
+}
+
 /// The credential subject of every hive: `hyperhive.hive.*.credential`.
 pub fn all_credential_subjects() -> String {
     format!("{HIVE_PREFIX}.*.credential")
@@ -94,6 +124,27 @@ pub fn parse_credential_key(
     Ok((hive, agent, account))
 }
 
+/// Key of one forge delivery in the deliveries bucket: `delivery.<id>`.
+/// `None` unless `id` is 1 to [`MAX_DELIVERY_ID_LEN`] of `A-Za-z0-9_-`
+/// (GitHub, Gitea and Forgejo send a UUID), so the id is one key token.
+pub fn delivery_key(id: &str) -> Option<String> {
+    let token = !id.is_empty()
+        && id.len() <= MAX_DELIVERY_ID_LEN
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    token.then(|| format!("delivery.{id}"))
+}
+
+/// The longest delivery id [`delivery_key`] accepts.
+const MAX_DELIVERY_ID_LEN: usize = 100;
+
+/// Key of the commit an agent was last deployed for by a forge delivery,
+/// in the deliveries bucket: `deployed.<hive>.<agent>`.
+pub fn deployed_key(hive: &HiveName, agent: &AgentName) -> String {
+    format!("deployed.{hive}.{agent}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,6 +169,18 @@ mod tests {
             hive_inbox_prefix(&HiveName::new("controller").unwrap()),
             controller_inbox_prefix()
         );
+    }
+
+    #[test]
+    fn delivery_keys_are_one_token() {
+        let id = "72d3162e-cc78-11e3-81ab-4c9367dc0958";
+        assert_eq!(delivery_key(id).unwrap(), format!("delivery.{id}"));
+        for bad in ["", "a.b", "a b", "a>", "*", &"x".repeat(101)] {
+            assert_eq!(delivery_key(bad), None, "{bad:?}");
+        }
+        let h = HiveName::new("alpha").unwrap();
+        let a = AgentName::new("bot").unwrap();
+        assert_eq!(deployed_key(&h, &a), "deployed.alpha.bot");
     }
 
     #[test]

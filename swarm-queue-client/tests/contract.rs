@@ -219,6 +219,77 @@ fn agent_spec_rules() {
 }
 
 #[test]
+fn an_agents_min_running_secs_is_bounded_like_the_hives() {
+    let a = agent("web");
+    for ok in [0, 3, MAX_MIN_RUNNING_SECS] {
+        let s = AgentSpec {
+            min_running_secs: Some(ok),
+            ..spec("i")
+        };
+        s.validate(&a)
+            .unwrap_or_else(|e| panic!("min_running_secs = {ok} refused: {e}"));
+    }
+    let too_long = AgentSpec {
+        min_running_secs: Some(MAX_MIN_RUNNING_SECS + 1),
+        ..spec("i")
+    };
+    let e = too_long.validate(&a).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "agents.web.min_running_secs is 3601; it must be 0 to 3600"
+    );
+    let json = br#"{"schema":1,"agents":{"web":{"image":"i","min_running_secs":3}}}"#;
+    let d = decode::<Declaration>(json).unwrap();
+    assert!(d.warnings.is_empty(), "{:?}", d.warnings);
+    assert_eq!(d.value.agents[&a].min_running_secs, Some(3));
+    let e = decode::<Declaration>(
+        br#"{"schema":1,"agents":{"web":{"image":"i","min_running_secs":-1}}}"#,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("integer `-1`, expected u64"), "{e}");
+}
+
+#[test]
+fn unknown_agent_fields_are_named_in_a_warning_and_kept() {
+    // What an older reader sees of a newer writer's field: a warning
+    // naming it, never silence; and a re-write (a rollback) keeps it.
+    let json = br#"{"schema":1,"agents":{"web":{"image":"i","gpus":2,"min_running_secs":3},"db":{"image":"d"}}}"#;
+    let d = decode::<Declaration>(json).unwrap();
+    assert_eq!(
+        d.warnings,
+        ["declaration has fields this build does not know, which it ignores: agents.web.gpus"]
+    );
+    let web = &d.value.agents[&agent("web")];
+    assert_eq!(web.unknown["gpus"], 2);
+    assert_eq!(
+        web.spec_hash(),
+        spec("i").spec_hash(),
+        "unknown fields are not hashed"
+    );
+    let again = decode::<Declaration>(&encode(&d.value).unwrap()).unwrap();
+    assert_eq!(again.value, d.value);
+    assert_eq!(again.warnings, d.warnings);
+    // Found by the fuzzer: a long number is read back as the same number.
+    let json = br#"{"schema":1,"agents":{"db":{"image":"d","x":11111111110000000000008969439285850552547}}}"#;
+    let d = decode::<Declaration>(json).unwrap().value;
+    assert_eq!(
+        decode::<Declaration>(&encode(&d).unwrap()).unwrap().value,
+        d
+    );
+
+    let many: serde_json::Map<String, serde_json::Value> = (0..20)
+        .map(|i| (format!("f{i:02}\u{7}"), serde_json::Value::from(i)))
+        .chain([("image".to_string(), "i".into())])
+        .collect();
+    let json = serde_json::json!({ "schema": 1, "agents": { "web": many } }).to_string();
+    let w = decode::<Declaration>(json.as_bytes()).unwrap().warnings;
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(w[0].ends_with("agents.web.f07? and 12 more"), "{w:?}");
+    assert!(!w[0].contains("f08"), "{w:?}");
+}
+
+#[test]
 fn too_many_agents_is_refused() {
     let agents: BTreeMap<_, _> = (0..=MAX_AGENTS_PER_HIVE)
         .map(|i| (agent(&format!("a{i}")), spec("img")))
@@ -262,6 +333,22 @@ fn spec_hash_ignores_power_and_tracks_everything_else() {
     assert_ne!(env_changed.spec_hash(), h);
 }
 
+#[test]
+fn spec_hash_leaves_out_min_running_secs_and_is_what_it_was_without_it() {
+    // Pinned: the hash of `{"image":"img:1"}`, as every build before
+    // `min_running_secs` computed it, so adding the field rebuilt nothing.
+    let plain = spec("img:1");
+    assert_eq!(
+        plain.spec_hash(),
+        "sha256:164002bcef1d769a57c2666ed29b4ff8facedda7ebe76cf3676f8d2f2785c14d"
+    );
+    let judged_longer = AgentSpec {
+        min_running_secs: Some(60),
+        ..plain.clone()
+    };
+    assert_eq!(judged_longer.spec_hash(), plain.spec_hash());
+}
+
 /// The worst-case character for JSON size: `"` escapes to two bytes.
 fn worst(n: usize) -> String {
     "\"".repeat(n)
@@ -294,6 +381,15 @@ fn largest_readiness() -> Readiness {
                         next_try_in_secs: u64::MAX,
                         error: Some(worst(MAX_MESSAGE_LEN)),
                     }),
+                    exits: Some(ExitReport {
+                        code: Some(255),
+                        oom: true,
+                        count: MAX_EXIT_COUNT,
+                        first: Some(MAX_EXIT_SECS),
+                        since: Some(MAX_EXIT_SECS),
+                        next_in: Some(MAX_EXIT_SECS),
+                    }),
+                    unsettled: Some(Unsettled::Unhealthy),
                 },
             )
         })
@@ -366,6 +462,8 @@ fn fat_spec() -> AgentSpec {
             retries: Some(100),
             start_period_secs: Some(payload::MAX_HEALTH_SECS),
         }),
+        min_running_secs: Some(MAX_MIN_RUNNING_SECS),
+        unknown: BTreeMap::new(),
     }
 }
 
@@ -449,6 +547,7 @@ fn realistic_large_spec(i: usize) -> AgentSpec {
             retries: Some(3),
             start_period_secs: Some(30),
         }),
+        ..Default::default()
     }
 }
 

@@ -34,7 +34,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use swarm_queue_client::buckets::{
-    CREDENTIALS_BUCKET, CURRENT_ROLLOUT_KEY, ROLLOUTS_BUCKET, STATUS_BUCKET, WANTED_BUCKET,
+    CREDENTIALS_BUCKET, CURRENT_ROLLOUT_KEY, DELIVERIES_BUCKET, MAINTENANCE_BUCKET,
+    ROLLOUTS_BUCKET, STATUS_BUCKET, WANTED_BUCKET,
 };
 use swarm_queue_client::credentials::CredentialEnvelope;
 use swarm_queue_client::limits::*;
@@ -405,6 +406,10 @@ fn built_by(item: &str) -> Option<String> {
         "buckets::CREDENTIALS_BUCKET" => CREDENTIALS_BUCKET.to_string(),
         "buckets::ROLLOUTS_BUCKET" => ROLLOUTS_BUCKET.to_string(),
         "buckets::CURRENT_ROLLOUT_KEY" => CURRENT_ROLLOUT_KEY.to_string(),
+        "buckets::DELIVERIES_BUCKET" => DELIVERIES_BUCKET.to_string(),
+        "buckets::MAINTENANCE_BUCKET" => MAINTENANCE_BUCKET.to_string(),
+        "subjects::delivery_key" => subjects::delivery_key(DELIVERY_ID).expect("a UUID is a key"),
+        "subjects::deployed_key" => subjects::deployed_key(&hive, &agent),
         "subjects::credential_key" => subjects::credential_key(&hive, &agent, &account),
         "subjects::credential_prefix_filter" => subjects::credential_prefix_filter(&hive),
         "subjects::KNOWLEDGE" => subjects::KNOWLEDGE.to_string(),
@@ -412,6 +417,9 @@ fn built_by(item: &str) -> Option<String> {
         "HiveSubjects::new(<hive>).credential" => HiveSubjects::new(&hive).credential,
         "subjects::all_deploy_subjects()" => subjects::all_deploy_subjects(),
         "subjects::all_credential_subjects()" => subjects::all_credential_subjects(),
+        "subjects::all_deploy_answers()" => subjects::all_deploy_answers(),
+        "subjects::deploy_answer_prefix" => subjects::deploy_answer_prefix(&hive),
+        "subjects::deploy_answer_subject" => subjects::deploy_answer_subject(&hive, "<token>"),
         "subjects::hive_connection_name" => subjects::hive_connection_name(&hive),
         "subjects::CONTROLLER_CONNECTION_NAME" => subjects::CONTROLLER_CONNECTION_NAME.to_string(),
         "subjects::hive_inbox_prefix" => subjects::hive_inbox_prefix(&hive),
@@ -423,8 +431,12 @@ fn built_by(item: &str) -> Option<String> {
     })
 }
 
+/// What `<id>` (a forge's delivery id) stands for in the reference table.
+const DELIVERY_ID: &str = "72d3162e-cc78-11e3-81ab-4c9367dc0958";
+
 fn fill_placeholders(pattern: &str) -> String {
     pattern
+        .replace("<id>", DELIVERY_ID)
         .replace("<hive>", "alpha")
         .replace("<agent>", "mail-bot")
         .replace("<account>", "smtp")
@@ -495,7 +507,13 @@ fn reference_table_matches_the_crate() {
         "stream_config",
         "unsafe_settings",
         "check_buckets",
+        "fixed_config",
+        "fix_buckets",
         "parse_credential_key",
+        // `deploy_answer_subject` (which has its row) with a fresh token.
+        "fresh_deploy_answer",
+        "DEFAULT_DELIVERIES_MAX_AGE_SECS",
+        "DELIVERIES_MAX_AGE_BOUNDS",
     ];
     let mut items = public_items(&crate_file("src/buckets.rs"), false);
     items.extend(public_items(&crate_file("src/subjects.rs"), true));
@@ -585,11 +603,14 @@ fn bound(constant: &str) -> Option<f64> {
         "limits::MIN_MEMORY_MB" => MIN_MEMORY_MB as f64,
         "limits::MAX_MEMORY_MB" => MAX_MEMORY_MB as f64,
         "limits::MAX_CPUS" => MAX_CPUS,
+        "limits::MAX_MIN_RUNNING_SECS" => MAX_MIN_RUNNING_SECS as f64,
         "limits::MAX_WARNINGS" => MAX_WARNINGS as f64,
         "limits::MAX_WARNING_KEY_LEN" => MAX_WARNING_KEY_LEN as f64,
         "limits::MAX_MESSAGE_LEN" => MAX_MESSAGE_LEN as f64,
         "limits::MAX_SHORT_LEN" => MAX_SHORT_LEN as f64,
         "limits::MAX_SECRET_BYTES" => MAX_SECRET_BYTES as f64,
+        "limits::MAX_EXIT_COUNT" => f64::from(MAX_EXIT_COUNT),
+        "limits::MAX_EXIT_SECS" => MAX_EXIT_SECS as f64,
         _ => return None,
     })
 }

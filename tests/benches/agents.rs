@@ -136,6 +136,7 @@ fn bare_specs(
                 image,
                 state_dir: &dir,
                 extra_binds: vec![],
+                limits: hive::runtime::HostLimits::default(),
             })
         })
         .collect()

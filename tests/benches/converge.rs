@@ -76,6 +76,13 @@ impl ContainerRuntime for NullRuntime {
     async fn remove(&self, _: &str) -> Result<(), RuntimeError> {
         Ok(())
     }
+    async fn logs(
+        &self,
+        _: &str,
+        _: &hive::runtime::logs::LogRequest,
+    ) -> Result<Option<hive::runtime::logs::LogStream>, RuntimeError> {
+        Ok(None)
+    }
     async fn inspect(&self, _: &str) -> Result<Option<ContainerInfo>, RuntimeError> {
         Ok(None)
     }
@@ -153,6 +160,8 @@ async fn main() {
             reconcile_interval: Duration::from_secs(3600),
             orphan_grace: Duration::from_secs(3600),
             retry_base: hive::retry::DEFAULT_BASE,
+            docker_changed: Arc::default(),
+            crash: hive::crashloop::CrashPolicy::default(),
         },
         shutdown.clone(),
     ));

@@ -254,6 +254,7 @@ async fn first_deploy_vs_bollard(mode: &Mode) {
             image: &image.reference,
             state_dir: &state,
             extra_binds: vec![],
+            limits: hive::runtime::HostLimits::default(),
         });
         let started = Instant::now();
         let body = hyperhive_tests::bare::create_body(&c);

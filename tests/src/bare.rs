@@ -1,5 +1,6 @@
 //! The baseline of the Docker benchmarks: the very containers a hive makes
-//! (same name scheme, labels, environment, state mount and init), made
+//! (same name scheme, labels, environment, state mount, init, security
+//! options and pids limit), made
 //! directly through bollard with nothing of the hive around them.
 
 use std::collections::HashMap;
@@ -32,6 +33,9 @@ pub fn create_body(c: &ContainerSpec) -> ContainerCreateBody {
             memory: c.memory_bytes,
             nano_cpus: c.nano_cpus,
             init: Some(true),
+            security_opt: Some(vec![hive::runtime::NO_NEW_PRIVILEGES.to_string()]),
+            pids_limit: Some(c.limits.pids),
+            log_config: Some(hive::runtime::log_config(&c.limits)),
             ..Default::default()
         }),
         ..Default::default()

@@ -109,6 +109,17 @@ impl Drop for TestImage {
     }
 }
 
+/// A command for a [`TestImage`] agent that Docker kills for memory at once
+/// under a [`OOM_MEMORY_MB`] limit: the shell holds about 64 MB in a
+/// variable, then sleeps.
+pub const OOM_COMMAND: [&str; 3] = [
+    "sh",
+    "-c",
+    "x=$(head -c 64000000 /dev/zero | tr '\\0' a); sleep 100",
+];
+/// The `memory_mb` an agent running [`OOM_COMMAND`] is declared with.
+pub const OOM_MEMORY_MB: u64 = 8;
+
 /// Remove `reference` and every container made from it. Containers still
 /// using the image would turn `rmi -f` into a mere untag and leave a
 /// dangling image behind, whatever order a test dropped its guards in.

@@ -5,7 +5,15 @@ use std::time::Duration;
 
 use crate::process::{hive_bin, Daemon};
 
-/// Settings for one hive under test. `extra` is appended to the TOML file.
+/// How long an agent must run to count as up on a test's hive, unless the
+/// test's `extra` says `min_running_secs` itself: short, so that each of the
+/// suite's many convergences does not wait out the shipped 10 s, and not 0,
+/// so that every test still passes through the young state.
+pub const TEST_MIN_RUNNING_SECS: u64 = 2;
+
+/// Settings for one hive under test. `extra` is appended to the TOML file;
+/// without `min_running_secs` in it, the hive gets
+/// [`TEST_MIN_RUNNING_SECS`].
 pub struct HiveSpec<'a> {
     pub name: Option<&'a str>,
     pub nats_url: Option<&'a str>,
@@ -16,6 +24,9 @@ pub struct HiveSpec<'a> {
     /// The state dir, when the test prepares it (a small tmpfs, say);
     /// otherwise `state` in the hive's temp dir.
     pub state_dir: Option<&'a Path>,
+    /// The process's working directory (`/` as under systemd); `None`
+    /// keeps the test's own.
+    pub cwd: Option<&'a Path>,
 }
 
 impl Default for HiveSpec<'_> {
@@ -27,6 +38,7 @@ impl Default for HiveSpec<'_> {
             extra: "",
             envs: &[],
             state_dir: None,
+            cwd: None,
         }
     }
 }
@@ -57,6 +69,9 @@ impl HiveProc {
         if let Some(n) = spec.name {
             toml.push_str(&format!("name = {n:?}\n"));
         }
+        if !spec.extra.contains("min_running_secs") {
+            toml.push_str(&format!("min_running_secs = {TEST_MIN_RUNNING_SECS}\n"));
+        }
         // Top-level keys must come before any table.
         let (top, tables) = match spec.extra.find("\n[") {
             Some(i) if !spec.extra.starts_with('[') => spec.extra.split_at(i),
@@ -74,7 +89,8 @@ impl HiveProc {
         std::fs::write(&config_path, toml).unwrap();
         let log = dir.path().join("hive.log");
         let cfg = config_path.display().to_string();
-        let daemon = Daemon::spawn(&hive_bin(), &["run", "--config", &cfg], spec.envs, &log);
+        let args = ["run", "--config", &cfg];
+        let daemon = Daemon::spawn_in(spec.cwd, &hive_bin(), &args, spec.envs, &log);
         HiveProc {
             daemon,
             state_dir,
@@ -157,4 +173,64 @@ pub fn warning_keys(readiness: &serde_json::Value) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// One hive with no NATS, its operator API, a busybox image for its agents
+/// and a guard on its containers: for tests that drive the hive through
+/// its socket. Fields drop in order: the hive is killed first, then its
+/// containers are removed, then the image they ran (an image still in use
+/// by a container would only be untagged and left behind).
+pub struct LocalHive {
+    pub hive_name: String,
+    pub hive: HiveProc,
+    pub api: crate::jobs::JobApi,
+    _containers: crate::docker::ContainerGuard,
+    pub image: crate::docker::TestImage,
+}
+
+impl LocalHive {
+    /// A hive named after `test`, `extra` appended to its config.
+    pub async fn start(test: &str, extra: &str) -> LocalHive {
+        let hive_name = crate::unique_name(test);
+        let containers = crate::docker::ContainerGuard::new(&hive_name);
+        let image = crate::docker::TestImage::busybox(test);
+        let hive = HiveProc::start(HiveSpec {
+            name: Some(&hive_name),
+            extra,
+            ..Default::default()
+        });
+        let api = hive.job_api().await;
+        LocalHive {
+            hive_name,
+            hive,
+            api,
+            image,
+            _containers: containers,
+        }
+    }
+
+    pub fn container(&self, agent: &str) -> String {
+        format!("hyperhive.{}.{agent}", self.hive_name)
+    }
+
+    /// Names of every container with this hive's label.
+    pub fn containers(&self) -> Vec<String> {
+        let out = crate::docker::docker(&[
+            "ps",
+            "-a",
+            "--filter",
+            &format!("label=org.hyperhive.hive={}", self.hive_name),
+            "--format",
+            "{{.Names}}",
+        ]);
+        out.lines().map(str::to_string).collect()
+    }
+
+    pub fn inspect(&self, agent: &str, format: &str) -> String {
+        crate::docker::docker(&["inspect", "--format", format, &self.container(agent)])
+    }
+
+    pub fn running(&self, agent: &str) -> bool {
+        self.inspect(agent, "{{.State.Running}}") == "true"
+    }
 }

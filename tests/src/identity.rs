@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use swarm_controller::config::{LeafSiteEntry, LeafSites};
 use swarm_queue_client::subjects::{hive_connection_name, CONTROLLER_CONNECTION_NAME};
-use swarm_queue_client::{Connection, HiveName, NatsConfig};
+use swarm_queue_client::{Connection, HiveName, LeafSiteName, NatsConfig};
 
 use crate::NatsServer;
 
@@ -46,6 +47,15 @@ impl Identity {
             nkey_seed_file: Some(self.seed_file.clone()),
             ..Default::default()
         }
+    }
+
+    /// The seed (`SU…`), for a config that holds it inline (a leaf
+    /// remote's `nkey`).
+    pub fn seed(&self) -> String {
+        std::fs::read_to_string(&self.seed_file)
+            .expect("read the seed")
+            .trim()
+            .to_string()
     }
 
     /// The same as a `[nats]` TOML table, for a daemon's config file.
@@ -116,6 +126,36 @@ impl SecuredNats {
             CONTROLLER_CONNECTION_NAME,
         )
         .await
+    }
+
+    /// Connect as the controller and open (or make) every bucket with the
+    /// project's settings, as the controller does at start.
+    pub async fn controller_with_buckets(&self) -> (Connection, async_nats::jetstream::Context) {
+        let ctl = self.controller_conn().await;
+        let js = async_nats::jetstream::new(ctl.client.clone());
+        for b in swarm_queue_client::Bucket::ALL {
+            swarm_queue_client::open_or_create(
+                &js,
+                b,
+                &swarm_queue_client::BucketSettings::default_for(b),
+            )
+            .await
+            .expect("open or create a bucket as the controller");
+        }
+        (ctl, js)
+    }
+
+    /// Put `value` as hive `name`'s status, under its own identity.
+    pub async fn put_status(&self, name: &str, value: &'static str) {
+        let conn = self.hive_conn(name).await;
+        swarm_queue_client::direct::put_own(
+            &async_nats::jetstream::new(conn.client.clone()),
+            swarm_queue_client::Bucket::Status,
+            name,
+            value.into(),
+        )
+        .await
+        .expect("a hive puts its own status");
     }
 
     /// Connect as hive `name`, the way its daemon does.
@@ -196,7 +236,52 @@ pub fn render_roster_in_domain(
     hives: &[(String, String)],
     domain: Option<&str>,
 ) -> String {
-    let roster: swarm_controller::config::Roster = hives
+    render_fleet(controller, hives, domain, &LeafSites::new())
+}
+
+/// What the hub and the site server run for hives that all sit on
+/// leaf-node site `site` (domain `domain`), each hive's leaf link signing
+/// with its own key in `links` (a public user nkey by hive name): the
+/// hub's accounts (`nats-config`) and the site's (`nats-config --site`).
+pub fn render_roster_at_site(
+    controller: &str,
+    hives: &[(String, String)],
+    domain: &str,
+    site: &str,
+    links: &BTreeMap<String, String>,
+) -> (String, String) {
+    let entry = LeafSiteEntry {
+        links: links
+            .iter()
+            .map(|(h, k)| {
+                (
+                    HiveName::new(h.clone()).expect("a valid hive name"),
+                    k.clone(),
+                )
+            })
+            .collect(),
+    };
+    let site = LeafSiteName::new(site).expect("a site name");
+    let sites = LeafSites::from([(site.clone(), entry)]);
+    let hub = render_fleet(controller, hives, Some(domain), &sites);
+    let roster = roster_of(hives, Some(domain));
+    let at_site = swarm_controller::nats_config::render_site(controller, &roster, &sites, &site)
+        .expect("render the site");
+    (hub, at_site)
+}
+
+fn render_fleet(
+    controller: &str,
+    hives: &[(String, String)],
+    domain: Option<&str>,
+    sites: &LeafSites,
+) -> String {
+    let roster = roster_of(hives, domain);
+    swarm_controller::nats_config::render(controller, &roster, sites).expect("render the roster")
+}
+
+fn roster_of(hives: &[(String, String)], domain: Option<&str>) -> swarm_controller::config::Roster {
+    hives
         .iter()
         .map(|(h, k)| {
             let entry = swarm_controller::config::RosterEntry {
@@ -206,8 +291,7 @@ pub fn render_roster_in_domain(
             };
             (HiveName::new(h.clone()).expect("a valid hive name"), entry)
         })
-        .collect();
-    swarm_controller::nats_config::render(controller, &roster).expect("render the roster")
+        .collect()
 }
 
 /// Connect through `swarm_queue_client::connect` (the daemons' code path)
@@ -248,4 +332,24 @@ fn violation_subject(line: &str) -> Option<&str> {
     let start = line.rfind("Subject \"")? + "Subject \"".len();
     let rest = &line[start..];
     rest.find('"').map(|end| &rest[..end])
+}
+
+/// Send a deploy request to hive `hive` the way the controller does: on
+/// its deploy subject, with a reply subject under the hive's own answer
+/// prefix (the only subject a hive may answer on).
+pub async fn ask_deploy(
+    client: &async_nats::Client,
+    hive: &str,
+    payload: bytes::Bytes,
+) -> Result<async_nats::Message, async_nats::RequestError> {
+    let hive = HiveName::new(hive).expect("a valid hive name");
+    let request = async_nats::Request::new().payload(payload).inbox(
+        swarm_queue_client::subjects::fresh_deploy_answer(client, &hive),
+    );
+    client
+        .send_request(
+            swarm_queue_client::subjects::HiveSubjects::new(&hive).deploy,
+            request,
+        )
+        .await
 }

@@ -63,12 +63,21 @@ impl Swarm {
             .expect("delete declaration");
     }
 
-    pub async fn purge_declaration(&self, hive: &str) {
-        self.bucket("hyperhive-wanted")
+    /// Leave on the declaration the mark a purge (`nats kv purge`) leaves:
+    /// a message with `KV-Operation: PURGE`. The buckets refuse the purge
+    /// itself (`deny_purge` takes no `Nats-Rollup`), but a bucket made
+    /// before them may hold such a mark, and the hive must take it as no
+    /// deletion order.
+    pub async fn mark_declaration_purged(&self, hive: &str) {
+        self.bucket("hyperhive-wanted").await;
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("KV-Operation", "PURGE");
+        self.js
+            .publish_with_headers(Bucket::Wanted.key_subject(hive), headers, "".into())
             .await
-            .purge(hive)
+            .expect("publish the purge mark")
             .await
-            .expect("purge declaration");
+            .expect("the purge mark stored");
     }
 
     /// The hive's current status document and its KV revision.

@@ -23,6 +23,7 @@
 //! - [`sse`]: a reader of the controller's server-sent events.
 //! - [`Daemon`]: a `hive` or `swarm-controller` process with its log
 //!   captured, killed by its own pid on drop.
+//! - [`reply_probes`]: a hive's answers aimed at what it must not reach.
 //! - [`wait_until`]: poll a condition with a deadline; tests never sleep.
 
 pub mod bare;
@@ -38,11 +39,12 @@ pub mod nats;
 pub mod oracle;
 pub mod process;
 pub mod registry;
+pub mod reply_probes;
 pub mod sse;
 pub mod swarm;
 pub mod trace_log;
 
-pub use nats::NatsServer;
+pub use nats::{check_config, NatsServer};
 pub use process::{controller_bin, hive_bin, Daemon};
 
 use std::future::Future;

@@ -18,9 +18,15 @@ pub struct NatsServer {
     dir: TempDir,
     extra_args: Vec<String>,
     config: Option<PathBuf>,
+    /// How long a start may take until the log says "Server is ready".
+    ready_within: Duration,
 }
 
-fn binary() -> PathBuf {
+/// How long a start may take, unless the test says otherwise.
+const READY_WITHIN: Duration = Duration::from_secs(20);
+
+/// The `nats-server` binary: `$NATS_SERVER_BIN`, or the first on `PATH`.
+pub fn binary() -> PathBuf {
     if let Some(p) = std::env::var_os("NATS_SERVER_BIN") {
         return PathBuf::from(p);
     }
@@ -34,6 +40,28 @@ fn binary() -> PathBuf {
     panic!("{INSTALL_HINT}");
 }
 
+/// `nats-server -t` on config text `text`: `Err` with the server's words
+/// when it refuses it.
+pub fn check_config(text: &str) -> Result<(), String> {
+    let dir = tempfile::Builder::new()
+        .prefix("hhtest-nats-t-")
+        .tempdir()
+        .expect("temp dir for nats-server -t");
+    let path = dir.path().join("server.conf");
+    std::fs::write(&path, text).expect("write nats config");
+    let out = Command::new(binary())
+        .arg("-t")
+        .arg("-c")
+        .arg(&path)
+        .output()
+        .expect("run nats-server -t");
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
 impl NatsServer {
     /// Start a server with JetStream on a free loopback port.
     pub fn start() -> Self {
@@ -43,6 +71,17 @@ impl NatsServer {
     /// Start with a config file (its text) and extra arguments. The config
     /// must not set `port`, `listen` or `jetstream.store_dir`: the harness does.
     pub fn start_with(config_text: Option<&str>, extra_args: &[&str]) -> Self {
+        Self::start_with_ready_within(config_text, extra_args, READY_WITHIN)
+    }
+
+    /// [`NatsServer::start_with`] for a config the server takes long to
+    /// load (the accounts of 10,000 hives on a loaded machine): wait up to
+    /// `ready_within` for it, instead of 20 s.
+    pub fn start_with_ready_within(
+        config_text: Option<&str>,
+        extra_args: &[&str],
+        ready_within: Duration,
+    ) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("hhtest-nats-")
             .tempdir()
@@ -58,6 +97,7 @@ impl NatsServer {
             dir,
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
             config,
+            ready_within,
         };
         server.spawn(None);
         server
@@ -94,7 +134,7 @@ impl NatsServer {
                 binary().display()
             )
         });
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + self.ready_within;
         let port = loop {
             if let Some(p) = read_port(&log) {
                 if server_ready(&log) {
@@ -115,7 +155,8 @@ impl NatsServer {
             if Instant::now() > deadline {
                 let _ = child.kill();
                 panic!(
-                    "nats-server did not become ready in 20 s; log:\n{}",
+                    "nats-server did not become ready in {:?}; log:\n{}",
+                    self.ready_within,
                     std::fs::read_to_string(&log).unwrap_or_default()
                 );
             }
@@ -194,6 +235,20 @@ impl NatsServer {
         assert_eq!(self.port, port, "restarted server must keep its port");
     }
 
+    /// Stop it and start it again on the same port and store with the
+    /// config file replaced by `config_text` (the same rules as
+    /// [`NatsServer::start_with`]): an operator's config change with a
+    /// restart.
+    pub fn restart_with_config(&mut self, config_text: &str) {
+        self.stop();
+        let p = self.dir.path().join("server.conf");
+        std::fs::write(&p, config_text).expect("write nats config");
+        self.config = Some(p);
+        let port = self.port;
+        self.spawn(Some(port));
+        assert_eq!(self.port, port, "restarted server must keep its port");
+    }
+
     /// The server's log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
@@ -201,6 +256,13 @@ impl NatsServer {
 
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The config file the server was started with (its text written by
+    /// [`NatsServer::start_with`]): rewrite it, then reload with
+    /// `signal("HUP")`.
+    pub fn config_file(&self) -> Option<&Path> {
+        self.config.as_deref()
     }
 
     /// `http://127.0.0.1:<port>` of the monitoring endpoint, when the server
@@ -234,6 +296,26 @@ impl NatsServer {
                     .collect()
             })
             .unwrap_or_default()
+    }
+}
+
+impl NatsServer {
+    /// The account of the client connection named `name` on this server
+    /// (`/connz?auth=true`; the server must run with `-m -1`), if it holds
+    /// one.
+    pub async fn client_account(&self, name: &str) -> Option<String> {
+        let base = self.monitor_url()?;
+        let body: serde_json::Value = reqwest::get(format!("{base}/connz?auth=true&limit=100000"))
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        body["connections"]
+            .as_array()?
+            .iter()
+            .find(|c| c["name"] == name)
+            .and_then(|c| c["account"].as_str().map(str::to_string))
     }
 }
 

@@ -19,6 +19,28 @@ pub fn controller_bin() -> PathBuf {
     sibling_bin("hh-swarm-controller")
 }
 
+/// `swarm-controller --config <config> status --json --watch` as a child
+/// process (killed on drop), and its stdout's lines: one report a line.
+pub fn status_watch(
+    config: &Path,
+) -> (
+    tokio::process::Child,
+    tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+) {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(controller_bin())
+        .arg("--config")
+        .arg(config)
+        .args(["status", "--json", "--watch"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn status --watch");
+    let stdout = child.stdout.take().expect("a piped stdout");
+    (child, tokio::io::BufReader::new(stdout).lines())
+}
+
 /// `swarm-controller --config CONFIG serve` on a loopback port the kernel
 /// picks, its output in `log`: the daemon and its base URL
 /// (`http://127.0.0.1:PORT`, from the `listening on` line) once it listens.
@@ -54,10 +76,24 @@ pub struct Daemon {
     args: Vec<String>,
     envs: Vec<(String, String)>,
     log_path: PathBuf,
+    /// The working directory; `None` keeps the test's own.
+    cwd: Option<PathBuf>,
 }
 
 impl Daemon {
     pub fn spawn(bin: &Path, args: &[&str], envs: &[(&str, &str)], log_path: &Path) -> Self {
+        Self::spawn_in(None, bin, args, envs, log_path)
+    }
+
+    /// [`Daemon::spawn`] with `cwd` as the working directory (kept on a
+    /// restart): a daemon started by systemd runs in `/`.
+    pub fn spawn_in(
+        cwd: Option<&Path>,
+        bin: &Path,
+        args: &[&str],
+        envs: &[(&str, &str)],
+        log_path: &Path,
+    ) -> Self {
         let mut d = Daemon {
             child: None,
             bin: bin.to_path_buf(),
@@ -67,6 +103,7 @@ impl Daemon {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             log_path: log_path.to_path_buf(),
+            cwd: cwd.map(Path::to_path_buf),
         };
         d.start();
         d
@@ -91,6 +128,9 @@ impl Daemon {
             .stderr(err);
         for (k, v) in &self.envs {
             cmd.env(k, v);
+        }
+        if let Some(dir) = &self.cwd {
+            cmd.current_dir(dir);
         }
         self.child = Some(cmd.spawn().expect("spawn daemon"));
     }

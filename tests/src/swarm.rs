@@ -116,7 +116,14 @@ pub fn free_port() -> u16 {
 
 /// Three servers forming a JetStream cluster on loopback.
 pub fn start_cluster(name: &str) -> Vec<NatsServer> {
-    start_servers(name, true, None)
+    start_servers(name, true, None, "")
+}
+
+/// The same, each server's config ending with `extra` (the accounts
+/// `swarm-controller nats-config` renders, say: every server of a cluster
+/// runs the same).
+pub fn start_cluster_with(name: &str, extra: &str) -> Vec<NatsServer> {
+    start_servers(name, true, None, extra)
 }
 
 /// A site server joined as a leaf node to the swarm's servers (the hub),
@@ -170,8 +177,34 @@ pub fn hub_config(leaf_port: u16) -> String {
 /// (domain `site`), joined as a leaf node to the hub at `leaf_urls`
 /// (`"nats-leaf://…"`, quoted), redialling every second.
 pub fn site_config(name: &str, leaf_urls: &[String]) -> String {
+    site_config_with(name, leaf_urls, "")
+}
+
+/// The per-server part of a site server that runs the accounts and
+/// remotes `nats-config --site` renders (`site_text`): its name, its own
+/// JetStream (domain `site`), the hub's leafnode URL (`"nats-leaf://…"`,
+/// quoted) and each link seed (`(hive, "SU…")`) as the variables the
+/// rendered remotes read.
+pub fn secured_site_config(
+    name: &str,
+    leaf_url: &str,
+    seeds: &[(&str, String)],
+    site_text: &str,
+) -> String {
+    use swarm_queue_client::permissions::site::{seed_variable, HUB_URL_VARIABLE};
+    let mut out = format!("server_name: {name}-site\njetstream {{ domain: site }}\n");
+    out.push_str(&format!("{HUB_URL_VARIABLE}: {leaf_url}\n"));
+    for (hive, seed) in seeds {
+        let hive = swarm_queue_client::HiveName::new(*hive).expect("a valid hive name");
+        out.push_str(&format!("{}: {seed:?}\n", seed_variable(&hive)));
+    }
+    out.push_str(site_text);
+    out
+}
+
+fn site_config_with(name: &str, leaf_urls: &[String], remote_extra: &str) -> String {
     format!(
-        "server_name: {name}-site\njetstream {{ domain: site }}\nleafnodes {{\n  reconnect: \"1s\"\n  remotes: [ {{ urls: [{}] }} ]\n}}\n",
+        "server_name: {name}-site\njetstream {{ domain: site }}\nleafnodes {{\n  reconnect: \"1s\"\n  remotes: [ {{ urls: [{}]{remote_extra} }} ]\n}}\n",
         leaf_urls.join(", ")
     )
 }
@@ -189,7 +222,7 @@ impl TestSwarm {
         let count = if spec.cluster { 3 } else { 1 };
         let leaf_ports: Option<Vec<u16>> =
             (spec.hives_on == HivesOn::LeafSite).then(|| (0..count).map(|_| free_port()).collect());
-        let nats = start_servers(&server_name, spec.cluster, leaf_ports.as_deref());
+        let nats = start_servers(&server_name, spec.cluster, leaf_ports.as_deref(), "");
         let site = leaf_ports.map(|ports| start_site(&server_name, &ports));
         let replicas = nats.len();
         let url = nats
@@ -389,8 +422,14 @@ fn start_site(name: &str, leaf_ports: &[u16]) -> LeafSite {
 }
 
 /// The swarm's servers: one, or three in a JetStream cluster on loopback;
-/// with `leaf_ports`, each is a hub server listening for leaf nodes there.
-fn start_servers(name: &str, cluster: bool, leaf_ports: Option<&[u16]>) -> Vec<NatsServer> {
+/// with `leaf_ports`, each is a hub server listening for leaf nodes there;
+/// `extra` ends each one's config.
+fn start_servers(
+    name: &str,
+    cluster: bool,
+    leaf_ports: Option<&[u16]>,
+    extra: &str,
+) -> Vec<NatsServer> {
     let count = if cluster { 3 } else { 1 };
     let routes: Vec<u16> = (0..count).map(|_| free_port()).collect();
     let mut servers = Vec::new();
@@ -410,6 +449,7 @@ fn start_servers(name: &str, cluster: bool, leaf_ports: Option<&[u16]>) -> Vec<N
         if let Some(ports) = leaf_ports {
             text.push_str(&hub_config(ports[i]));
         }
+        text.push_str(extra);
         servers.push(NatsServer::start_with(Some(&text), &["-m", "-1"]));
     }
     servers

@@ -30,7 +30,6 @@ use hyperhive_tests::docker::{docker, ContainerGuard, TestImage};
 use hyperhive_tests::hive::{HiveProc, HiveSpec};
 use hyperhive_tests::jobs::node;
 use hyperhive_tests::{unique_name, wait_until};
-use swarm_queue_client::credentials::XKey;
 
 const HOLD: (&str, &str) = ("HYPERHIVE_TEST_HOLD_BEFORE_NODE", "start");
 
@@ -201,25 +200,10 @@ async fn a_real_hive_goes_through_every_convergence_state() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deploy_and_credential_put_reach_a_real_hive() {
     let hive = unique_name("ctlev");
-    let env = Env::new(&[&hive], "xkey_seed_file = \"controller.xkey\"").await;
-    // The controller's key exists first, so the hive can be told to trust it.
-    let controller = XKey::new();
-    let seed_path = env.path("controller.xkey");
-    std::fs::write(&seed_path, controller.seed().unwrap()).unwrap();
-    std::fs::set_permissions(&seed_path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (env, controller) = Env::with_controller_xkey(&[&hive]).await;
     let _containers = ContainerGuard::new(&hive);
     let image = TestImage::busybox("ctlev");
-    let url = env.nats.url();
-    let extra = format!(
-        "trusted_controller_xkeys = [\"{}\"]",
-        controller.public_key()
-    );
-    let h = HiveProc::start(HiveSpec {
-        name: Some(&hive),
-        nats_url: Some(&url),
-        extra: &extra,
-        ..Default::default()
-    });
+    let h = env.trusting_hive(&hive, &controller);
     declare(
         &env,
         "v1.toml",

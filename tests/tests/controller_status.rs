@@ -4,13 +4,11 @@
 
 mod controller_support;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use controller_support::*;
 use hyperhive_tests::hive::{HiveProc, HiveSpec};
 use swarm_queue_client::{AgentStatus, HiveState, Observed};
-use tokio::io::AsyncBufReadExt;
 
 #[tokio::test]
 async fn freshness_of_real_hives_fresh_stale_stopped_unknown_unrostered() {
@@ -349,16 +347,7 @@ async fn next_doc(
 #[tokio::test]
 async fn status_watch_prints_on_every_change_and_when_a_hive_turns_stale() {
     let env = Env::new(&["alpha"], "stale_after_secs = 2").await;
-    let mut child = tokio::process::Command::new(hyperhive_tests::controller_bin())
-        .arg("--config")
-        .arg(&env.config)
-        .args(["status", "--json", "--watch"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let (mut child, mut lines) = hyperhive_tests::process::status_watch(&env.config);
     let first = next_doc(&mut lines).await;
     assert_eq!(hive_row(&first, "alpha").unwrap()["freshness"], "unknown");
 

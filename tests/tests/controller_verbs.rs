@@ -403,7 +403,8 @@ async fn nats_config_renders_the_roster_without_nats() {
     .unwrap();
     let r = run_controller(Some(&roster), &["nats-config"]).await;
     assert_eq!(r.code, 0, "{r:?}");
-    assert!(r.stdout.contains("authorization {"), "{}", r.stdout);
+    assert!(r.stdout.contains("accounts {"), "{}", r.stdout);
+    assert!(r.stdout.contains("\"HYPERHIVE\": {"), "{}", r.stdout);
     for k in [&controller, &alpha, &beta] {
         assert!(r.stdout.contains(k.as_str()), "{k} missing");
     }

@@ -123,8 +123,8 @@ async fn declare_change_delete_garbage_and_retire() {
     assert_eq!(container(&hive, "web").unwrap().0, web_id2);
     assert_eq!(container(&hive, "db").unwrap().0, db_id);
 
-    // The key purged -> likewise nothing changes.
-    swarm.purge_declaration(&hive).await;
+    // The key purged (the mark a purge leaves) -> likewise nothing changes.
+    swarm.mark_declaration_purged(&hive).await;
     swarm
         .status_until(&hive, "the purge warning", T, |s| {
             s["warnings"].to_string().contains("was purged")

@@ -1,7 +1,8 @@
 //! dockerd stopped and started on a hive: the hive reports not ready with
 //! the reason (warning `docker`, level error), then recovers and
 //! re-converges by itself, including on a declaration put while Docker was
-//! down.
+//! down, and follows the new dockerd's events again (a container killed
+//! after the restart is recorded and started again).
 //!
 //! The machine's dockerd is never stopped: the hive runs against a private
 //! dockerd ([`PrivateDockerd`], own socket, data, exec root and bridge) that
@@ -108,6 +109,21 @@ async fn dockerd_killed_then_back_is_reported_and_recovered() {
             .unwrap_or_default()
             .contains("V=2"),
         "the declaration put while Docker was down is applied"
+    );
+    // The hive follows the new dockerd's events: a container killed now
+    // is recorded (exit 137) and running again at once.
+    dockerd.cli(&["kill", &container]).expect("docker kill");
+    let killed = Instant::now();
+    let s = kv
+        .status_until(&hive_name, "the kill recorded", T, |s| {
+            let a = &s["agents"]["a"];
+            a["exits"]["code"] == 137 && a["observed"] == "running"
+        })
+        .await;
+    println!(
+        "after the dockerd restart: docker kill -> recorded and running again in {} ms: {}",
+        killed.elapsed().as_millis(),
+        s["agents"]["a"]
     );
     println!(
         "FIGURES: faults_dockerd kill_to_not_ready_ms={} restart_to_ready_ms={} restart_to_converged_ms={} revisions={r1}->{r2}",

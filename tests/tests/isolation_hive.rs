@@ -22,7 +22,7 @@ use hive::readiness::Health;
 use hive::wanted::WantedDeps;
 use hyperhive_tests::docker::{ContainerGuard, TestImage};
 use hyperhive_tests::hive::{warning_keys, HiveProc, HiveSpec};
-use hyperhive_tests::identity::{SecuredNats, Violation};
+use hyperhive_tests::identity::{ask_deploy, SecuredNats, Violation};
 use hyperhive_tests::kv::{container, Swarm};
 use hyperhive_tests::{unique_name, wait_until};
 use swarm_queue_client::credentials::{seal, XKey};
@@ -234,10 +234,9 @@ async fn the_hive_tasks_work_under_the_hive_identity() {
     let subjects = HiveSubjects::new(&alpha);
     let request = encode(&DeployRequest::new(agent.clone())).unwrap();
     let reply = wait_until(T, "alpha's deploy reply", || {
-        let (client, subject, request) =
-            (ctl.client.clone(), subjects.deploy.clone(), request.clone());
+        let (client, request) = (ctl.client.clone(), request.clone());
         async move {
-            match client.request(subject, request.into()).await {
+            match ask_deploy(&client, "alpha", request.into()).await {
                 Ok(m) => Some(m),
                 Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => None,
                 Err(e) => panic!("deploy request: {e}"),
@@ -333,10 +332,9 @@ async fn a_hive_under_its_own_identity_converges_deploys_and_gets_credentials() 
     let subjects = HiveSubjects::new(&name);
     let ask = |agent: &str| {
         let request = encode(&DeployRequest::new(AgentName::new(agent).unwrap())).unwrap();
-        let (client, subject) = (ctl.client.clone(), subjects.deploy.clone());
+        let (client, hive) = (ctl.client.clone(), hive_name.clone());
         async move {
-            let answer = client
-                .request(subject, request.into())
+            let answer = ask_deploy(&client, &hive, request.into())
                 .await
                 .expect("a reply");
             DeployReply::decode(&answer.payload).unwrap()

@@ -12,13 +12,14 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, kv};
 use futures_util::StreamExt;
-use hyperhive_tests::identity::{Identity, SecuredNats, Violation};
+use hyperhive_tests::identity::{ask_deploy, Identity, SecuredNats, Violation};
 use hyperhive_tests::wait_until;
 use swarm_queue_client::buckets::CURRENT_ROLLOUT_KEY;
 use swarm_queue_client::direct::{put_own, KeyReader};
 use swarm_queue_client::permissions::js_api;
 use swarm_queue_client::subjects::{
-    controller_inbox_prefix, credential_key, HiveSubjects, KNOWLEDGE,
+    controller_inbox_prefix, credential_key, delivery_key, deploy_answer_prefix,
+    deploy_answer_subject, HiveSubjects, KNOWLEDGE,
 };
 use swarm_queue_client::{
     decode, encode, open_or_create, AccountName, AgentName, Bucket, BucketSettings, Connection,
@@ -156,7 +157,10 @@ async fn a_hive_reaches_everything_that_is_its_own() {
         let decoded = decode::<DeployRequest>(&req.payload).expect("a valid request");
         assert_eq!(decoded.value.agent, agent());
         let reply = req.reply.expect("a reply subject");
-        assert!(reply.starts_with(&controller_inbox_prefix()), "{reply}");
+        // The reply is under alpha's own answer prefix, the one subject it
+        // may answer on: never the controller's inbox.
+        let prefix = format!("{}.", deploy_answer_prefix(&hive("alpha")));
+        assert!(reply.starts_with(&prefix), "{reply}");
         a.client
             .publish(reply, DeployReply::Queued { job: 7 }.encode().into())
             .await
@@ -166,10 +170,9 @@ async fn a_hive_reaches_everything_that_is_its_own() {
     });
     let request = encode(&DeployRequest::new(agent())).unwrap();
     let answer = wait_until(T, "alpha to answer its deploy request", || {
-        let (client, subject, request) =
-            (ctl.client.clone(), subjects.deploy.clone(), request.clone());
+        let (client, request) = (ctl.client.clone(), request.clone());
         async move {
-            match client.request(subject, request.into()).await {
+            match ask_deploy(&client, "alpha", request.into()).await {
                 Ok(answer) => Some(answer),
                 // Its subscription has not reached the server yet.
                 Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => None,
@@ -276,26 +279,39 @@ async fn a_hive_cannot_touch_another_hives_keys_or_subjects() {
         s.violation(Violation::Subscribe, &me, &subject).await;
     }
 
-    // The controllers' rollout state: no hive reads it, or hears it change.
-    let rollouts = open(&js(&ctl, Duration::from_secs(5)), Bucket::Rollouts).await;
-    rollouts
-        .put(CURRENT_ROLLOUT_KEY, "plan".into())
-        .await
-        .unwrap();
-    assert!(KeyReader::new(&ajs, Bucket::Rollouts)
-        .last(CURRENT_ROLLOUT_KEY)
-        .await
-        .is_err());
-    s.violation(
-        Violation::Publish,
-        &me,
-        &js_api::direct_get(Bucket::Rollouts, CURRENT_ROLLOUT_KEY),
-    )
-    .await;
-    let subject = Bucket::Rollouts.key_subject(">");
-    let _sub = a.client.subscribe(subject.clone()).await.unwrap();
-    a.client.flush().await.unwrap();
-    s.violation(Violation::Subscribe, &me, &subject).await;
+    // The controllers' own buckets (the rollout state, the webhook's
+    // deliveries, the maintenance holds, even the hive's own), written with
+    // `create` as the controller writes them: no hive reads them, or hears
+    // them change.
+    let delivery = delivery_key("72d3162e-cc78-11e3-81ab-4c9367dc0958").unwrap();
+    for (bucket, key) in [
+        (Bucket::Rollouts, CURRENT_ROLLOUT_KEY),
+        (Bucket::Deliveries, delivery.as_str()),
+        (Bucket::Maintenance, "alpha"),
+    ] {
+        let store = open(&js(&ctl, Duration::from_secs(5)), bucket).await;
+        store.create(key, "value".into()).await.unwrap();
+        assert!(KeyReader::new(&ajs, bucket).last(key).await.is_err());
+        s.violation(Violation::Publish, &me, &js_api::direct_get(bucket, key))
+            .await;
+        let subject = bucket.key_subject(">");
+        let _sub = a.client.subscribe(subject.clone()).await.unwrap();
+        a.client.flush().await.unwrap();
+        s.violation(Violation::Subscribe, &me, &subject).await;
+    }
+
+    // Nor may a hive put itself (or another) in maintenance, or end it.
+    for key in ["alpha", "beta"] {
+        assert!(put_own(&ajs, Bucket::Maintenance, key, "held".into())
+            .await
+            .is_err());
+        s.violation(
+            Violation::Publish,
+            &me,
+            &Bucket::Maintenance.key_subject(key),
+        )
+        .await;
+    }
 
     // The stock KV client (stream info to open, consumers to watch) is
     // refused at its first step, for its own key too.
@@ -332,13 +348,18 @@ async fn a_hive_cannot_touch_another_hives_keys_or_subjects() {
         a.client.flush().await.unwrap();
         s.violation(Violation::Publish, &me, &subject).await;
     }
-    let forged_reply = format!("{}.forged", controller_inbox_prefix());
-    a.client
-        .publish(forged_reply.clone(), "x".into())
-        .await
-        .unwrap();
-    a.client.flush().await.unwrap();
-    s.violation(Violation::Publish, &me, &forged_reply).await;
+    // Forge a reply into the controller's inbox, or an answer of beta's.
+    for forged_reply in [
+        format!("{}.forged", controller_inbox_prefix()),
+        deploy_answer_subject(&hive("beta"), "forged"),
+    ] {
+        a.client
+            .publish(forged_reply.clone(), "x".into())
+            .await
+            .unwrap();
+        a.client.flush().await.unwrap();
+        s.violation(Violation::Publish, &me, &forged_reply).await;
+    }
     // Read the controller's replies.
     let _spy = a
         .client
@@ -551,6 +572,17 @@ async fn the_controller_can_do_everything_hyperhive_needs() {
         .update(CURRENT_ROLLOUT_KEY, "stale".into(), rev)
         .await
         .is_err());
+    // Create the maintenance bucket, hold a hive, change and end the hold by
+    // compare-and-set.
+    let holds = open(&js(&ctl, Duration::from_secs(5)), Bucket::Maintenance).await;
+    let rev = holds.create("beta", "hold".into()).await.unwrap();
+    let rev = holds.update("beta", "longer".into(), rev).await.unwrap();
+    assert!(holds.update("beta", "stale".into(), rev - 1).await.is_err());
+    holds
+        .delete_expect_revision("beta", Some(rev))
+        .await
+        .unwrap();
+    assert!(holds.get("beta").await.unwrap().is_none());
     // Events to any hive.
     for h in ["alpha", "beta"] {
         let subj = HiveSubjects::new(&hive(h));

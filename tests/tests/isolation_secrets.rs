@@ -295,13 +295,7 @@ async fn no_secret_in_plain_text_anywhere_the_run_wrote() {
 async fn the_wrong_xkey_cannot_open_another_hives_credential() {
     let _ = in_process_log();
     let s = SecuredNats::start_generated(&["alpha", "beta"]);
-    let ctl = s.controller_conn().await;
-    let cjs = jetstream::new(ctl.client.clone());
-    for b in Bucket::ALL {
-        open_or_create(&cjs, b, &BucketSettings::default_for(b))
-            .await
-            .unwrap();
-    }
+    let (_ctl, cjs) = s.controller_with_buckets().await;
     let creds = cjs.get_key_value(Bucket::Credentials.name()).await.unwrap();
     let controller = XKey::new();
     let (alpha_x, beta_x) = (XKey::new(), XKey::new());

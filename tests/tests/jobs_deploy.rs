@@ -4,68 +4,21 @@
 
 use std::time::Duration;
 
-use hyperhive_tests::docker::{docker, ContainerGuard, NamedContainerGuard, TestImage};
-use hyperhive_tests::hive::{HiveProc, HiveSpec};
-use hyperhive_tests::jobs::{node, JobApi};
-use hyperhive_tests::{hive_bin, unique_name, wait_until};
+use hyperhive_tests::docker::{docker, NamedContainerGuard};
+use hyperhive_tests::hive::LocalHive as Setup;
+use hyperhive_tests::jobs::node;
+use hyperhive_tests::{hive_bin, wait_until};
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(60);
 
-/// Fields drop in order: the hive is killed first, then its containers
-/// are removed, then the image they ran (an image still in use by a
-/// container would only be untagged and left behind).
-struct Setup {
-    hive_name: String,
-    hive: HiveProc,
-    api: JobApi,
-    _containers: ContainerGuard,
-    image: TestImage,
-}
-
 async fn setup(test: &str) -> Setup {
-    let hive_name = unique_name(test);
-    let containers = ContainerGuard::new(&hive_name);
-    let image = TestImage::busybox(test);
-    let hive = HiveProc::start(HiveSpec {
-        name: Some(&hive_name),
-        ..Default::default()
-    });
-    let api = hive.job_api().await;
-    Setup {
-        hive_name,
-        hive,
-        api,
-        image,
-        _containers: containers,
-    }
+    Setup::start(test, "").await
 }
 
-impl Setup {
-    fn container(&self, agent: &str) -> String {
-        format!("hyperhive.{}.{agent}", self.hive_name)
-    }
-
-    /// Names of every container with this hive's label.
-    fn containers(&self) -> Vec<String> {
-        let out = docker(&[
-            "ps",
-            "-a",
-            "--filter",
-            &format!("label=org.hyperhive.hive={}", self.hive_name),
-            "--format",
-            "{{.Names}}",
-        ]);
-        out.lines().map(str::to_string).collect()
-    }
-
-    fn inspect(&self, agent: &str, format: &str) -> String {
-        docker(&["inspect", "--format", format, &self.container(agent)])
-    }
-
-    fn running(&self, agent: &str) -> bool {
-        self.inspect(agent, "{{.State.Running}}") == "true"
-    }
+/// The same, `extra` appended to the hive's config.
+async fn setup_with(test: &str, extra: &str) -> Setup {
+    Setup::start(test, extra).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -142,6 +95,130 @@ async fn first_deploy_creates_and_starts_exactly_one_container() {
     assert_eq!(row["last_job"]["state"], "done");
 }
 
+/// Every container the hive creates runs with `no-new-privileges` and under
+/// the default pids limit (`container_pids_limit`, 512): Docker shows both,
+/// and the agent's own process reads them from the kernel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containers_run_without_new_privileges_and_under_a_pids_limit() {
+    let s = setup("jobs-privs").await;
+    let script = "grep NoNewPrivs /proc/self/status > /state/privs; \
+                  cat /sys/fs/cgroup/pids.max /sys/fs/cgroup/pids/pids.max > /state/pids 2>/dev/null; \
+                  exec sleep 3600";
+    let spec = json!({ "image": s.image.reference, "command": ["sh", "-c", script] });
+    let job = s.api.deploy("locked", spec).await;
+    s.api.done(job, T).await;
+    assert_eq!(s.inspect("locked", "{{.HostConfig.PidsLimit}}"), "512");
+    assert_eq!(
+        s.inspect("locked", "{{json .HostConfig.SecurityOpt}}"),
+        r#"["no-new-privileges:true"]"#
+    );
+    let state = s.hive.state_dir.join("agents/locked");
+    let read = |file: &'static str| {
+        let path = state.join(file);
+        wait_until(T, file, move || {
+            let path = path.clone();
+            async move {
+                std::fs::read_to_string(&path)
+                    .ok()
+                    .filter(|t| !t.is_empty())
+            }
+        })
+    };
+    let privs = read("privs").await;
+    assert_eq!(
+        privs.split_whitespace().collect::<Vec<_>>(),
+        ["NoNewPrivs:", "1"]
+    );
+    assert_eq!(read("pids").await.trim(), "512");
+}
+
+/// Every container's log is Docker's `json-file`, capped and rotated by
+/// the hive's `container_log_max_mb` and `container_log_files`: an agent
+/// that writes 6 MB under a 1 MB × 2 cap (Docker's `1m` is 10^6 bytes)
+/// leaves at most two files of about 1 MB. A hive restarted with another cap rebuilds nothing (the cap is
+/// outside the spec hash); the next rebuild takes the new cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_logs_are_capped_and_rotated_and_a_new_cap_rebuilds_nothing() {
+    let mut s = setup_with(
+        "jobs-logcap",
+        "reconcile_interval_secs = 1\ncontainer_log_max_mb = 1\ncontainer_log_files = 2",
+    )
+    .await;
+    let script = "busybox yes 0123456789abcdef0123456789abcdef | busybox head -c 6000000; \
+                  touch /state/spoke; exec sleep 3600";
+    let spec = json!({ "image": s.image.reference, "command": ["sh", "-c", script] });
+    let job = s.api.deploy("noisy", spec).await;
+    s.api.done(job, T).await;
+    assert_eq!(
+        s.inspect("noisy", "{{json .HostConfig.LogConfig}}"),
+        r#"{"Type":"json-file","Config":{"max-file":"2","max-size":"1m"}}"#
+    );
+    let spoke = s.hive.state_dir.join("agents/noisy/spoke");
+    wait_until(T, "the agent wrote its 6 MB", || {
+        let spoke = spoke.clone();
+        async move { spoke.exists().then_some(()) }
+    })
+    .await;
+    // Docker's own files for it: `<id>-json.log`, `<id>-json.log.1`.
+    let log_path = std::path::PathBuf::from(s.inspect("noisy", "{{.LogPath}}"));
+    let dir = log_path.parent().unwrap();
+    let prefix = log_path.file_name().unwrap().to_string_lossy().to_string();
+    let files: Vec<(String, u64)> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().to_string(),
+                e.metadata().unwrap().len(),
+            )
+        })
+        .collect();
+    let total: u64 = files.iter().map(|(_, n)| n).sum();
+    println!("FIGURES log_cap files={files:?} total_bytes={total}");
+    assert!(files.len() <= 2, "{files:?}");
+    // A file is rotated once a message takes it past 1 MB: a line over.
+    assert!(total <= 2_000_000 + 64 * 1024, "{files:?}");
+    assert!(
+        total > 1_000_000,
+        "the agent's output reached the log: {files:?}"
+    );
+
+    // Restart with the default cap: the running container stays.
+    let before = s.inspect("noisy", "{{.Id}}");
+    std::fs::write(
+        s.hive.config_path(),
+        std::fs::read_to_string(s.hive.config_path())
+            .unwrap()
+            .replace("container_log_max_mb = 1\ncontainer_log_files = 2", ""),
+    )
+    .unwrap();
+    s.hive.kill_and_restart(&[]);
+    s.api = s.hive.job_api().await;
+    let metrics = format!("{}/metrics", s.hive.api().await);
+    wait_until(
+        T,
+        "three converger passes (reconcile rounds) after the restart",
+        || async {
+            let text = reqwest::get(&metrics).await.ok()?.text().await.ok()?;
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("hyperhive_perf_calls_total{what=\"converger_pass\"}"))?;
+            let n: u64 = line.rsplit(' ').next()?.parse().ok()?;
+            (n >= 3).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(s.inspect("noisy", "{{.Id}}"), before, "no surprise rebuild");
+    let job = s.api.queue("noisy", "rebuild", json!({})).await;
+    s.api.done(job, T).await;
+    assert_ne!(s.inspect("noisy", "{{.Id}}"), before);
+    assert_eq!(
+        s.inspect("noisy", "{{json .HostConfig.LogConfig}}"),
+        r#"{"Type":"json-file","Config":{"max-file":"3","max-size":"10m"}}"#
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rebuild_replaces_the_container_and_keeps_the_state_dir() {
     let s = setup("jobs-rebuild").await;
@@ -214,6 +291,33 @@ async fn stop_and_start_follow_power_intent() {
         assert_eq!(agents["agents"][0]["wanted"], wanted);
     }
     assert_eq!(s.containers().len(), 1);
+}
+
+/// The state dir is a mount, not a bind: when it is gone, Docker refuses to
+/// start the agent (and the job says why) instead of making an empty one
+/// behind the hive's back; a rebuild makes it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_whose_state_dir_is_gone_does_not_start_on_an_empty_one() {
+    let s = setup("jobs-nodir").await;
+    let spec = json!({ "image": s.image.reference, "command": ["sh", "-c", "exec sleep 3600"] });
+    let job = s.api.deploy("a", spec).await;
+    s.api.done(job, T).await;
+    let job = s.api.queue("a", "stop", json!({})).await;
+    s.api.done(job, T).await;
+    let dir = s.hive.state_dir.join("agents/a");
+    std::fs::remove_dir_all(&dir).unwrap();
+    let job = s.api.queue("a", "start", json!({})).await;
+    let failed = s.api.finished(job, T).await;
+    assert_eq!(failed["state"], "failed", "{failed:#}");
+    assert!(
+        failed.to_string().contains("does not exist"),
+        "the job names the missing path: {failed:#}"
+    );
+    assert!(!dir.exists(), "nobody made an empty state dir");
+    assert!(!s.running("a"));
+    let job = s.api.queue("a", "rebuild", json!({})).await;
+    s.api.done(job, T).await;
+    assert!(dir.is_dir() && s.running("a"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

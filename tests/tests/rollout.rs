@@ -10,7 +10,14 @@
 //!   the fix, `resume` completes the rollout;
 //! - a controller SIGKILLed mid-wave leaves the rollout to others: two
 //!   controllers race a `resume`, exactly one advances it, and no hive's
-//!   declaration is written twice (KV history per key).
+//!   declaration is written twice (KV history per key);
+//! - a version whose agent exits 20 s after it starts halts the rollout in
+//!   its first wave, at the shipped `min_converged_secs`, naming the hive,
+//!   the agent and the exit code; the other hives are never written;
+//! - a hive put in maintenance shows `maintenance` (not `stale`) once it
+//!   stops publishing, needing no attention; a rollout skips it (`skipped`,
+//!   never failed) and completes the rest; `rollout resume` writes it after
+//!   `maintenance off`, and another after its 3 s hold expired by itself.
 
 mod controller_support;
 
@@ -151,12 +158,7 @@ async fn a_bad_image_halts_after_wave_one_abort_restores_and_resume_completes() 
         &six.dir.path().join("serve.log"),
     )
     .await;
-    let api: serde_json::Value = reqwest::get(format!("{url}/api/rollout"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let api = get_json(&format!("{url}/api/rollout")).await;
     assert_eq!(api["outcome"], "halted", "{api:#}");
     assert_eq!(api["counts"]["failed"], 1, "{api:#}");
     assert!(
@@ -168,6 +170,21 @@ async fn a_bad_image_halts_after_wave_one_abort_restores_and_resume_completes() 
     );
     let page = reqwest::get(&url).await.unwrap().text().await.unwrap();
     assert!(page.contains("id=\"rollout\"") && page.contains("api/rollout"));
+    // And the controller's /metrics: the outcome and the steps, counted.
+    let metrics = reqwest::get(format!("{url}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "hyperhive_controller_rollout{outcome=\"halted\"} 1",
+        "hyperhive_controller_rollout_wave 1",
+        "hyperhive_controller_rollout_hives{step=\"failed\"} 1",
+        "hyperhive_controller_rollout_hives{step=\"waiting\"} 5",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
+    }
 
     // Abort: the written hive gets its previous declaration again.
     let r = six.run(&["rollout", "abort"]).await;
@@ -216,7 +233,7 @@ async fn a_killed_controller_is_resumed_by_exactly_one_of_two_without_writing_tw
         "v2.toml",
         &image,
         "2",
-        "[rollout]\nwaves = [\"1\", \"50%\", \"100%\"]\nwait_converged_secs = 120\nlease_secs = 2\n",
+        "[rollout]\nwaves = [\"1\", \"50%\", \"100%\"]\nwait_converged_secs = 120\nlease_secs = 2\nmin_converged_secs = 2\n",
     );
 
     // The first controller, killed as soon as it has written wave 2.
@@ -263,5 +280,209 @@ async fn a_killed_controller_is_resumed_by_exactly_one_of_two_without_writing_tw
     for n in &names {
         assert_eq!(six.writes(n).await, 2, "{n}: v1 and v2, each written once");
         assert_eq!(version(n), "2", "{n}");
+    }
+}
+
+/// Issue 21: three hives in one group, waves `["1", "100%"]`, and a new
+/// version whose agent runs 20 s and exits 3. Converged after the hive's
+/// `min_running_secs` (2 s on test hives), it must hold that for
+/// `min_converged_secs` (30 s by default, not set here), and exits within
+/// it: the rollout halts in wave 1, and the other two hives keep the
+/// version they ran. Without the soak, wave 1 was done once the hive said
+/// converged, and wave 2 written before the first exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_that_dies_20s_after_it_starts_halts_the_rollout() {
+    let six = Six::start_n("ro-soak", 3, |_| true).await;
+    let names = six.swarm.names.clone();
+    let image = six.swarm.image.reference.clone();
+    let waves = "[rollout]\nwaves = [\"1\", \"100%\"]\nwait_converged_secs = 120\n";
+    six.declare_converged(&six.file("v1.toml", &image, "1", waves), &[0, 1, 2])
+        .await;
+    let mut before = Vec::new();
+    for n in &names {
+        before.push(six.wanted_revision(n).await);
+    }
+    let dies = ["/bin/sh", "-c", "sleep 20; exit 3"];
+    let v2 = six.file_running("v2.toml", &image, "2", &dies, waves);
+    let r = six.run(&["declare", &v2, "--rollout"]).await;
+    println!(
+        "declare --rollout (dies after 20 s):\n{}{}",
+        r.stdout, r.stderr
+    );
+    assert_eq!(r.code, 1, "the rollout must halt: {r:?}");
+    let state = six.rollout().await;
+    assert_eq!(state["outcome"], "halted", "{state:#}");
+    let first = state["waves"][0][0].as_str().unwrap().to_string();
+    assert_eq!(state["hive"], first.as_str(), "{state:#}");
+    // The hive's row turns degraded at the first exit ("a stopped (wanted
+    // up), exited 3 (1 time in 0s), starting again"): a failure of a hive
+    // the rollout wrote, within its soak. Its reason names the agent (`a`)
+    // and the exit code.
+    let reason = state["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("a stopped (wanted up)") && reason.contains("exited 3"),
+        "{state:#}"
+    );
+    assert!(
+        r.stdout.contains(&format!("rollout halted: hive {first}"))
+            && r.stdout.contains("exited 3"),
+        "{r:?}"
+    );
+    assert!(
+        !r.stdout.contains("wave 1 of 2: every hive converged"),
+        "{r:?}"
+    );
+    for (n, rev) in names.iter().zip(&before) {
+        if *n != first {
+            assert_eq!(&six.wanted_revision(n).await, rev, "{n} is untouched");
+            assert_eq!(version(n), "1", "{n}");
+        }
+    }
+}
+
+async fn get_json(url: &str) -> serde_json::Value {
+    let resp = reqwest::get(url).await.unwrap();
+    resp.json().await.unwrap()
+}
+
+/// `status --json`'s row of `hive`, which must never show it stale or
+/// offline while it is held.
+async fn held_row(six: &Six, hive: &str) -> serde_json::Value {
+    let r = six.run(&["status", "--json"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let row = hyperhive_tests::swarm::TestSwarm::row(&r.json(), hive).clone();
+    assert!(
+        !["stale", "offline"].contains(&row["freshness"].as_str().unwrap_or_default()),
+        "{hive} in maintenance shows {row:#}"
+    );
+    row
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hive_in_maintenance_is_skipped_and_resume_writes_it_after_off_and_after_expiry() {
+    let mut six = Six::start_n("ro-maint", 3, |_| true).await;
+    // Stale after 3 s (the hives publish every second), not the six's 10 s.
+    let cfg = std::fs::read_to_string(&six.swarm.controller_config).unwrap();
+    let cfg = cfg.replace("stale_after_secs = 10", "stale_after_secs = 3");
+    std::fs::write(&six.swarm.controller_config, cfg).unwrap();
+    let names = six.swarm.names.clone();
+    let (plain, held, brief) = (&names[0], &names[1], &names[2]);
+
+    for (hive, ttl, reason) in [(held, "2h", "kernel update"), (brief, "1h", "disk swap")] {
+        let r = six
+            .run(&["maintenance", "on", hive, "--ttl", ttl, "--reason", reason])
+            .await;
+        assert_eq!(r.code, 0, "{r:?}");
+        assert!(
+            r.stdout.contains(&format!("{hive}: in maintenance until ")),
+            "{r:?}"
+        );
+    }
+    let r = six.run(&["maintenance", "on", held, "--ttl", "8d"]).await;
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("\"8d\" is out of bounds"), "{r:?}");
+
+    // It stops publishing: past stale_after it shows maintenance, with the
+    // hold, and needs no attention.
+    six.swarm.hives[1].daemon.kill();
+    let row = wait_until(
+        T,
+        "the stopped hive's status is older than stale_after",
+        || async {
+            let row = held_row(&six, held).await;
+            (row["age_secs"].as_u64()? > 4).then_some(row)
+        },
+    )
+    .await;
+    println!("stopped hive in maintenance: {row:#}");
+    assert_eq!(row["freshness"], "maintenance", "{row:#}");
+    assert!(row["attention"].is_null(), "{row:#}");
+    assert_eq!(row["maintenance"]["reason"], "kernel update", "{row:#}");
+    assert_ne!(row["convergence"], "converged", "{row:#}");
+    let (_serve, url) = controller_support::serve_with(
+        &six.swarm.controller_config,
+        &six.dir.path().join("serve.log"),
+    )
+    .await;
+    let api = get_json(&format!("{url}/api/status?freshness=maintenance")).await;
+    let listed: Vec<&str> = api["hives"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, [held.as_str(), brief.as_str()], "{api:#}");
+    let text = six.run(&["status"]).await.stdout;
+    assert!(text.contains("in maintenance until"), "{text}");
+    six.swarm.hives[1].kill_and_restart(&[]);
+
+    // The rollout writes only the hive not in maintenance, and completes.
+    let image = six.swarm.image.reference.clone();
+    let v1 = six.file("v1.toml", &image, "1", WAVES);
+    let r = six.run(&["declare", &v1, "--rollout"]).await;
+    println!("declare --rollout:\n{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout
+            .contains(&format!("skipped {held}: in maintenance until")),
+        "{r:?}"
+    );
+    let state = six.rollout().await;
+    assert_eq!(state["outcome"], "completed", "{state:#}");
+    assert_eq!(state["counts"]["skipped"], 2, "{state:#}");
+    assert_eq!(state["hives"][plain]["step"], "done", "{state:#}");
+    for hive in [held, brief] {
+        assert_eq!(state["hives"][hive]["step"], "skipped", "{state:#}");
+        assert_eq!(six.wanted_revision(hive).await, None, "{hive} was written");
+    }
+    let text = six.run(&["rollout", "status"]).await.stdout;
+    assert!(
+        text.contains(&format!("{held} skipped: in maintenance until")),
+        "{text}"
+    );
+
+    // Maintenance off: resume writes that hive; the other is still held.
+    let r = six.run(&["maintenance", "off", held]).await;
+    assert!(
+        r.stdout.contains(&format!("{held}: maintenance ended")),
+        "{r:?}"
+    );
+    let r = six.run(&["rollout", "resume"]).await;
+    println!("rollout resume:\n{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, 0, "{r:?}");
+    let state = six.rollout().await;
+    assert_eq!(state["hives"][held]["step"], "done", "{state:#}");
+    assert_eq!(state["hives"][brief]["step"], "skipped", "{state:#}");
+    assert_eq!(version(held), "1");
+
+    // A 3 s hold ends by itself: listed expired, and resume writes it.
+    let r = six.run(&["maintenance", "on", brief, "--ttl", "3s"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    wait_until(T, "the 3 s hold is listed expired", || async {
+        let r = six.run(&["maintenance", "list", "--json"]).await;
+        let holds = r.json()["holds"].clone();
+        let hold = holds
+            .as_array()?
+            .iter()
+            .find(|h| h["hive"] == brief.as_str())?
+            .clone();
+        (hold["active"] == false).then_some(())
+    })
+    .await;
+    let text = six.run(&["maintenance", "list"]).await.stdout;
+    assert!(
+        text.contains(&format!("{brief}  expired  expired at ")),
+        "{text}"
+    );
+    let r = six.run(&["rollout", "resume"]).await;
+    println!("rollout resume after the expiry:\n{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, 0, "{r:?}");
+    let state = six.rollout().await;
+    assert_eq!(state["outcome"], "completed", "{state:#}");
+    assert_eq!(state["counts"]["done"], 3, "{state:#}");
+    assert_eq!(version(brief), "1");
+    // Every hive written once.
+    for hive in &names {
+        assert_eq!(six.writes(hive).await, 1, "{hive}");
     }
 }

@@ -206,7 +206,7 @@ async fn a_missing_part_is_an_error_that_names_it() {
         .await
         .unwrap();
     let gone = &parts.hives[1];
-    store.purge(gone.key.as_str()).await.unwrap();
+    store::remove_part(&store, &gone.key).await.unwrap();
     let err = store::read(&store).await.unwrap_err();
     let text = err.to_string();
     assert!(matches!(err, StoreError::PartGone { .. }), "{text}");

@@ -37,6 +37,7 @@ async fn serve(with_worker: bool) -> Server {
     let store = JobStore::open(&db_path(dir.path())).unwrap();
     let runtime = Arc::new(FakeRuntime::new(HIVE).with_registry(&["local/declared:1"]));
     let state = ApiState {
+        state_dir: dir.path().to_path_buf(),
         store: store.clone(),
         runtime: Arc::clone(&runtime),
         hive: HiveName::new(HIVE).unwrap(),
@@ -370,4 +371,36 @@ async fn the_operator_verbs_drive_a_deploy_to_the_end() {
         let client = crate::client::ApiClient::new(crate::client::Endpoint::parse(&dead));
         assert_eq!(ops::run(ops::Command::Agents, client, false).await, 1);
     }
+}
+
+#[tokio::test]
+async fn agents_show_how_their_containers_ended() {
+    let s = serve(false).await;
+    s.post("/api/v1/agents/declared/deploy", "").await;
+    let agent = AgentName::new("declared").unwrap();
+    for finished in [2_000, 4_000] {
+        let seen = crate::jobs::ExitSeen {
+            agent: agent.clone(),
+            spec: Some("s1".into()),
+            code: Some(137),
+            oom_killed: true,
+            started_ms: Some(finished - 1_000),
+            finished_ms: finished,
+        };
+        s.state.store.record_exit(seen, 600_000).await.unwrap();
+    }
+    let (code, body) = s.get("/api/v1/agents").await;
+    assert_eq!(code, 200);
+    let exits = &body["agents"][0]["exits"];
+    assert_eq!(exits["last_code"], 137, "{body}");
+    assert_eq!(exits["exits"], 2, "{body}");
+    assert_eq!(exits["oom_killed"], true, "{body}");
+    assert!(exits["finished_secs_ago"].is_u64(), "{body}");
+    let view: AgentsView = serde_json::from_value(body).unwrap();
+    let table = ops::agents_table(&view);
+    assert!(table.contains("EXITS"), "{table}");
+    assert!(
+        table.contains("137 (2 since the spec changed), OOM-killed"),
+        "{table}"
+    );
 }

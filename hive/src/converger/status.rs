@@ -1,18 +1,26 @@
 //! Status building: what the converger puts into [`Health`] after each
 //! pass. Every agent's wanted and observed state, spec hashes, last job
 //! and retry state, with every string from Docker made safe first
-//! ([`crate::observe`]); and the revision becomes `converged_revision`
-//! only when [`plan::convergence_gap`] finds nothing missing.
+//! ([`crate::observe`]), with each agent's exit evidence and why it is not
+//! settled ([`crate::crashloop::unsettled`]); and the revision becomes
+//! `converged_revision` only when no declared agent is unsettled and
+//! [`plan::convergence_gap`] finds nothing missing.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
-use swarm_queue_client::{AgentName, AgentStatus, JobSummary, Observed, Power, RetryStatus};
+use swarm_queue_client::{
+    AgentName, AgentStatus, ExitReport, JobSummary, Observed, Power, RetryStatus, Unsettled,
+};
 use tokio::time::Instant;
 
 use super::{message_id, Converger, Observation, PassError};
-use crate::jobs::{AgentRecords, InstalledAgent, JobId, JobState, JobView, StoreError};
+use crate::crashloop::{self, CrashPolicy};
+use crate::jobs::{now_ms, ExitRecord, Millis};
+use crate::jobs::{AgentRecords, JobId, JobState, JobView, StoreError};
 use crate::observe;
 use crate::plan::{self, Installed, JobOutcome, Seen};
+use crate::readiness::ExitTimes;
 use crate::runtime::ContainerRuntime;
 use crate::wanted::Wanted;
 
@@ -24,16 +32,24 @@ impl<R: ContainerRuntime> Converger<R> {
     ) -> Result<(), PassError> {
         // One store call for all three: a pass runs after every finished
         // job, and with many agents the store is busy with the worker.
+        let records = self.deps.store.agent_records().await?;
+        // What the jobs did since the last round (a retry that succeeded)
+        // shows at once, not a round later.
+        self.note_jobs(&records.last_jobs, Instant::now());
+        let (agents, due) = self.agent_statuses(observation, wanted, &records);
+        let unsettled: BTreeMap<AgentName, Unsettled> = agents
+            .iter()
+            .filter_map(|(a, s)| Some((a.clone(), s.unsettled?)))
+            .collect();
+        let times = exit_times(&records, observation, &self.deps.crash);
+        self.deps.health.set_exit_times(times);
+        self.deps.health.set_agents(agents, due);
         let AgentRecords {
             installed,
             power,
             last_jobs: last,
-        } = self.deps.store.agent_records().await?;
-        // What the jobs did since the last round (a retry that succeeded)
-        // shows at once, not a round later.
-        self.note_jobs(&last, Instant::now());
-        let (agents, due) = self.agent_statuses(observation, wanted, &installed, &power, &last);
-        self.deps.health.set_agents(agents, due);
+            ..
+        } = records;
 
         if let (Some(w), Some(seen)) = (wanted, observation) {
             if self.applied == Some(message_id(w)) {
@@ -45,7 +61,7 @@ impl<R: ContainerRuntime> Converger<R> {
                     })
                     .collect();
                 let outcomes = self.revision_outcomes(&last).await?;
-                self.judge(w, &power, seen, &inst, &outcomes);
+                self.judge(w, &power, seen, &inst, &outcomes, &unsettled);
             }
         }
         self.deps
@@ -84,17 +100,19 @@ impl<R: ContainerRuntime> Converger<R> {
     /// Every agent's status (installed, declared or seen) and when each
     /// backed-off agent is tried next.
     fn agent_statuses(
-        &self,
+        &mut self,
         observation: &Observation,
         wanted: Option<&Wanted>,
-        installed: &BTreeMap<AgentName, InstalledAgent>,
-        power: &BTreeMap<AgentName, Power>,
-        last: &BTreeMap<AgentName, JobView>,
+        records: &AgentRecords,
     ) -> (
         BTreeMap<AgentName, AgentStatus>,
         BTreeMap<AgentName, Instant>,
     ) {
+        let (installed, power, last) = (&records.installed, &records.power, &records.last_jobs);
         let declared = wanted.map(|w| &w.declaration.agents);
+        let now = now_ms();
+        let mut settle_at: Option<Millis> = None;
+        let mut restart_pending = false;
         let mut names: BTreeSet<AgentName> = installed.keys().cloned().collect();
         if let Some(d) = declared {
             names.extend(d.keys().cloned());
@@ -122,15 +140,38 @@ impl<R: ContainerRuntime> Converger<R> {
                     error: r.error.clone(),
                 }
             });
+            let record = records.exits.get(&name);
+            let seen = observation.as_ref().and_then(|o| o.get(&name));
+            let why = crashloop::unsettled(
+                &self.deps.crash.for_agent(spec_decl),
+                &crashloop::SettleInput {
+                    wanted: wanted_power,
+                    running: seen.map(|s| s.running),
+                    record,
+                    health: seen.and_then(|s| s.health.as_deref()),
+                    now,
+                },
+            );
+            if let Some(at) = wake_for(why.as_ref(), now) {
+                settle_at = Some(settle_at.map_or(at, |s| s.min(at)));
+            }
+            restart_pending |= why.is_some_and(|w| w.0 == Unsettled::Exited);
             let status = AgentStatus {
                 spec,
                 declared_spec: spec_decl.map(|s| s.spec_hash()),
                 last_job: last.get(&name).map(summary),
                 retry,
+                exits: record.map(exit_report),
+                unsettled: why.map(|w| w.0),
                 ..AgentStatus::new(wanted_power, observed)
             };
             agents.insert(name, status.sanitized());
         }
+        self.restart_pending = restart_pending;
+        self.settle_at = settle_at.map(|at| {
+            // A little past the moment, so the look after it sees it over.
+            Instant::now() + Duration::from_millis((at - now).max(0) as u64 + 50)
+        });
         (agents, due)
     }
 
@@ -183,8 +224,21 @@ impl<R: ContainerRuntime> Converger<R> {
         seen: &BTreeMap<AgentName, Seen>,
         installed: &BTreeMap<AgentName, Installed>,
         outcomes: &[(AgentName, JobOutcome)],
+        unsettled: &BTreeMap<AgentName, Unsettled>,
     ) {
-        match plan::convergence_gap(&w.declaration.agents, power, seen, installed, outcomes) {
+        // An agent that is restarting, or has not run long enough, is not
+        // as declared even when its container matches.
+        let restarting = w.declaration.agents.keys().find_map(|a| {
+            // A failing health check degrades a converged revision
+            // (the controller says `degraded`, naming the agent); it
+            // does not hold convergence back.
+            let why = unsettled.get(a).filter(|w| **w != Unsettled::Unhealthy)?;
+            Some(format!("{a}: {why}"))
+        });
+        let gap = restarting.or_else(|| {
+            plan::convergence_gap(&w.declaration.agents, power, seen, installed, outcomes)
+        });
+        match gap {
             None => {
                 if self.converged != Some(message_id(w)) {
                     tracing::info!(hive = %self.deps.hive, revision = w.revision, "converged");
@@ -208,6 +262,63 @@ fn summary(job: &JobView) -> JobSummary {
             .as_deref()
             .map(swarm_queue_client::payload::sanitize_message),
     }
+}
+
+/// When to look at an unsettled agent again: when its delay ends or it
+/// has run long enough; an exited agent whose start could not be queued
+/// yet (its job still in flight) in a second.
+fn wake_for(why: Option<&(Unsettled, Option<Millis>)>, now: Millis) -> Option<Millis> {
+    match why? {
+        (Unsettled::Exited, _) => Some(now + 1_000),
+        (_, at) => *at,
+    }
+}
+
+/// The durable exit evidence as published; the times are filled in as of
+/// each snapshot ([`crate::readiness::ExitTimes`]).
+fn exit_report(rec: &ExitRecord) -> ExitReport {
+    use swarm_queue_client::limits::MAX_EXIT_COUNT;
+    ExitReport {
+        // Docker's codes are 0 to 255; anything else is not one.
+        code: rec.last_code.map(|c| {
+            i32::try_from(c)
+                .ok()
+                .filter(|c| (0..=255).contains(c))
+                .unwrap_or(-1)
+        }),
+        oom: rec.oom_killed,
+        count: rec.exits.min(MAX_EXIT_COUNT),
+        ..Default::default()
+    }
+}
+
+/// Each agent's start, exit and next-start times, for the snapshot.
+fn exit_times(
+    records: &AgentRecords,
+    observation: &Observation,
+    crash: &CrashPolicy,
+) -> BTreeMap<AgentName, ExitTimes> {
+    let now = now_ms();
+    records
+        .exits
+        .iter()
+        .map(|(a, r)| {
+            let running = observation
+                .as_ref()
+                .and_then(|o| o.get(a))
+                .is_some_and(|s| s.running);
+            let times = ExitTimes {
+                first_exit_ms: r.first_exit_at_ms,
+                since_ms: if running {
+                    r.started_at_ms
+                } else {
+                    r.finished_at_ms
+                },
+                next_start_ms: crash.next_start_at(r, now).filter(|_| !running),
+            };
+            (a.clone(), times)
+        })
+        .collect()
 }
 
 /// What Docker shows for `name`, and its spec label made safe to publish.

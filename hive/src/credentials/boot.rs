@@ -25,7 +25,8 @@ pub struct BootDeps {
 }
 
 /// Deliver the declared credentials whenever NATS (re)connects, the
-/// declaration changes, or [`crate::wanted::REPULL_EVERY`] passes; and each
+/// declaration changes, or [`crate::wanted::REPULL_EVERY`] passes (spread
+/// by the connection's jitter, as the wanted task's pull); and each
 /// credential whose key's doorbell rings (`$KV.hyperhive-credentials.<hive>.>`,
 /// a core-NATS subscription: no consumer).
 pub async fn run_boot_delivery(deps: BootDeps, mut shutdown: crate::shutdown::Shutdown) {
@@ -96,8 +97,10 @@ impl Session<'_> {
                 }
             }
         }
-        let mut repull = tokio::time::interval(crate::wanted::repull_every(&self.deps.nats));
-        repull.tick().await;
+        let jitter = &self.deps.nats.jitter;
+        let every = crate::wanted::repull_every(&self.deps.nats);
+        let repull = tokio::time::sleep(jitter.spread(every));
+        tokio::pin!(repull);
         // A doorbell whose read showed nothing new is read again (the
         // stream may not have stored the put yet when the doorbell rang).
         let mut recheck: Option<(Instant, usize, async_nats::Subject)> = None;
@@ -112,7 +115,10 @@ impl Session<'_> {
                 _ = shutdown.wait() => return None,
                 _ = connects.changed() => return Some(()),
                 _ = wanted.changed() => confirm_at = self.pass().await,
-                _ = repull.tick() => confirm_at = self.pass().await,
+                _ = &mut repull => {
+                    repull.as_mut().reset(Instant::now() + jitter.spread(every));
+                    confirm_at = self.pass().await;
+                }
                 _ = tokio::time::sleep_until(confirm.unwrap_or_else(Instant::now)), if confirm.is_some() => {
                     match recheck.take() {
                         Some((at, tries, subject)) if at <= Instant::now() => {
@@ -218,6 +224,10 @@ impl Session<'_> {
             }
         };
         health.clear(keys::CREDENTIALS_BUCKET);
+        self.deliverer.publish_refusals(health);
+        // A refusal has its own warning, naming the agent.
+        let total = done.len() + failures.len();
+        let failures: Vec<DeliverError> = failures.into_iter().filter(|e| !e.refused()).collect();
         for d in &done {
             if let Delivered::Written {
                 path,
@@ -247,9 +257,8 @@ impl Session<'_> {
                 keys::CREDENTIALS,
                 Level::Warn,
                 format!(
-                    "{} of {} credentials could not be delivered (first: {first})",
+                    "{} of {total} credentials could not be delivered (first: {first})",
                     failures.len(),
-                    done.len() + failures.len()
                 ),
             );
         }

@@ -118,8 +118,8 @@ pub use dag::{Outcome, PlanError, RetryPolicy};
 pub use model::{now_ms, JobId, JobKind, JobRequest, JobState, Millis, NodeState, Op, ParseError};
 pub use store::{
     image_cleanup_plan, AgentRecords, Claim, CleanupAction, CleanupEntry, DeployRequest,
-    Durability, Enqueued, Finished, InstalledAgent, JobFilter, JobStore, JobView, NodeView,
-    OwnedImage, Store, StoreError,
+    Durability, Enqueued, ExitRecord, ExitSeen, Finished, InstalledAgent, JobFilter, JobStore,
+    JobView, NodeView, OwnedImage, Store, StoreError,
 };
 
 /// Where the job database lives under the hive's state directory.

@@ -92,6 +92,26 @@ pub const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX images_by_agent ON images (agent, recorded_at_ms);
     "#,
+    // 4: how each agent's container last ended, from Docker's events and
+    // inspect: the evidence of a crash loop or an OOM kill, and the
+    // crash-loop backoff's count, kept across hive restarts.
+    r#"
+    CREATE TABLE exits (
+        agent            TEXT PRIMARY KEY,
+        -- The spec label of the container the counts are about.
+        spec_hash        TEXT,
+        last_code        INTEGER,
+        oom_killed       INTEGER NOT NULL DEFAULT 0,
+        started_at_ms    INTEGER,
+        finished_at_ms   INTEGER,
+        -- Exits since the spec last changed, and when the first of them was.
+        exits            INTEGER NOT NULL DEFAULT 0,
+        first_exit_at_ms INTEGER,
+        -- Exits in a row of runs shorter than the backoff's reset time;
+        -- an operator's deploy or start sets it back to 0.
+        streak           INTEGER NOT NULL DEFAULT 0
+    );
+    "#,
 ];
 
 /// The schema version this build writes.

@@ -13,8 +13,11 @@
 //! Refused, each with an error naming the path and the rule: a `..`
 //! component; a path whose real location (symlinks resolved) leaves every
 //! root; the state dir, anything that contains it, and anything inside it
-//! but outside the two roots above. A local git URL (`file://` or a plain
-//! path) is a directory the clone reads, so it is held to the same rules.
+//! but outside the two roots above; `<state>/builds` itself, which holds
+//! every agent's clone. A local repository (however it is spelt: see
+//! [`super::context::classify`], which refuses a relative one) is a
+//! directory the clone reads, so it is held to the same rules
+//! ([`confine_repo`]), and may not be a link to a git dir elsewhere.
 //!
 //! Symlinks *inside* a context are sent to Docker as symlinks (never
 //! followed), and Docker resolves them inside the context, so they cannot
@@ -92,6 +95,13 @@ pub fn confine(path: &Path, roots: &BuildRoots) -> Result<PathBuf, RuntimeError>
     let knowledge = real_or_same(&roots.knowledge);
     let builds = real_or_same(&roots.builds);
     let in_state_roots = real.starts_with(&knowledge) || real.starts_with(&builds);
+    if real == builds {
+        return Err(refuse(format!(
+            "it is the root of the hive's clones {} (rule: that directory holds every agent's \
+             clone; a context names one directory inside a root)",
+            roots.builds.display()
+        )));
+    }
     if state.starts_with(&real) || (real.starts_with(&state) && !in_state_roots) {
         return Err(refuse(format!(
             "it is or contains the hive's state dir {} (rule: the state dir holds the hive's \
@@ -121,13 +131,35 @@ pub fn confine(path: &Path, roots: &BuildRoots) -> Result<PathBuf, RuntimeError>
     )))
 }
 
-/// The local directory a git URL reads, when it names one: `file://PATH`
-/// or a plain absolute path.
-pub fn local_git_path(url: &str) -> Option<PathBuf> {
-    if let Some(rest) = url.strip_prefix("file://") {
-        return Some(PathBuf::from(rest));
+/// Check that the local repository at `path` may be cloned from: it is a
+/// context directory by [`confine`]'s rules, and its git dir lies in it (a
+/// `.git` file, `gitdir: …`, or an `objects/info/alternates` list would make
+/// the clone read a repository elsewhere). Its real path.
+pub fn confine_repo(path: &Path, roots: &BuildRoots) -> Result<PathBuf, RuntimeError> {
+    let real = confine(path, roots)?;
+    let dot_git = real.join(".git");
+    let git_dir = if dot_git.is_dir() {
+        dot_git
+    } else {
+        real.clone()
+    };
+    let link = if real.join(".git").is_file() {
+        Some(".git is a file (a link to a git dir elsewhere)")
+    } else if git_dir.join("objects/info/alternates").exists() {
+        Some("its objects/info/alternates borrows objects from another repository")
+    } else {
+        None
+    };
+    match link {
+        None => Ok(real),
+        Some(why) => Err(RuntimeError::Context {
+            context: path.display().to_string(),
+            reason: format!(
+                "{why} (rule: a local repository is read only inside its build root; clone it \
+                 into one instead)"
+            ),
+        }),
     }
-    url.starts_with('/').then(|| PathBuf::from(url))
 }
 
 /// A root that does not exist (yet) cannot be resolved; compare as given.
@@ -194,6 +226,7 @@ mod tests {
             ("state/agents/a", "hive's state dir"),
             ("srv/state-link", "hive's state dir"),
             ("", "hive's state dir"),
+            ("state/builds", "is the root of the hive's clones"),
             ("secret", "outside every allowed root"),
             ("nope", "cannot resolve"),
         ];
@@ -211,10 +244,32 @@ mod tests {
     }
 
     #[test]
-    fn local_git_urls_are_paths() {
-        assert_eq!(local_git_path("file:///srv/r"), Some("/srv/r".into()));
-        assert_eq!(local_git_path("/srv/r"), Some("/srv/r".into()));
-        assert_eq!(local_git_path("https://forge/x.git"), None);
-        assert_eq!(local_git_path("git@forge:x"), None);
+    fn a_local_repository_must_keep_its_git_dir_inside_its_root() {
+        let f = fixture();
+        let git = crate::git::git_for_tests;
+        let repo = f.base.join("srv/ok/repo");
+        std::fs::create_dir_all(&repo).unwrap();
+        git(&repo, &["init", "-q", "-b", "main", "."]);
+        assert_eq!(confine_repo(&repo, &f.roots).unwrap(), repo);
+        assert!(confine_repo(&repo.join(".git"), &f.roots).is_ok());
+        assert!(confine_repo(&f.base.join("secret"), &f.roots).is_err());
+
+        let linked = f.base.join("srv/ok/linked");
+        std::fs::create_dir_all(&linked).unwrap();
+        let gitdir = format!("gitdir: {}\n", f.base.join("secret/.git").display());
+        std::fs::write(linked.join(".git"), gitdir).unwrap();
+        let msg = confine_repo(&linked, &f.roots).unwrap_err().to_string();
+        assert!(
+            msg.contains(".git is a file") && msg.contains("rule:"),
+            "{msg}"
+        );
+
+        let info = repo.join(".git/objects/info");
+        std::fs::create_dir_all(&info).unwrap();
+        std::fs::write(info.join("alternates"), "/elsewhere/objects\n").unwrap();
+        for p in [repo.clone(), repo.join(".git")] {
+            let msg = confine_repo(&p, &f.roots).unwrap_err().to_string();
+            assert!(msg.contains("alternates"), "{msg}");
+        }
     }
 }

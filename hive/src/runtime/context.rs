@@ -21,42 +21,113 @@ pub enum ContextSource {
     Dir(PathBuf),
     /// A repository to clone, at `git_ref` (branch, tag or commit) or its
     /// default branch.
-    Git {
-        url: String,
-        git_ref: Option<String>,
-    },
+    Git { repo: Repo, git_ref: Option<String> },
 }
 
-/// Read a declared build context. A `ref`, a URL scheme, `git@…` or a
-/// `.git` suffix means git; anything else must be an absolute directory.
+/// A repository a context is cloned from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Repo {
+    /// `https://`, `http://`, `ssh://`, `git://` (`git+ssh://`, `ssh+git://`)
+    /// or the scp-like `[user@]host:path`: fetched over the network.
+    Remote(String),
+    /// A repository on this host, by absolute path: a `file://` URL or a
+    /// plain path, with or without a `.git` suffix. It is a directory the
+    /// clone reads, so [`super::confine`] holds it to the build roots.
+    Local(PathBuf),
+}
+
+/// The transports git may use for a remote repository (and anything it
+/// names, a submodule say): never `file`, so no remote repository can make
+/// the hive read a local path, and never `ext` (a command).
+pub const REMOTE_PROTOCOLS: &str = "https:http:ssh:git";
+/// The one transport git may use for a local repository.
+pub const LOCAL_PROTOCOLS: &str = "file";
+
+/// URL schemes read as a remote repository.
+const REMOTE_SCHEMES: [&str; 6] = ["https", "http", "ssh", "git", "git+ssh", "ssh+git"];
+
+/// Read a declared build context. A remote URL (see [`Repo::Remote`]) is
+/// cloned; anything else is a local path and must be absolute: it is a
+/// git repository to clone when it is a `file://` URL, ends in `.git` or
+/// comes with a `ref`, else a directory used as it is.
 pub fn classify(build: &BuildSpec) -> Result<ContextSource, RuntimeError> {
     let ctx = build.context.trim();
-    let bad = |reason: &str| RuntimeError::Context {
-        context: build.context.clone(),
-        reason: reason.to_string(),
+    let bad = |reason: String| RuntimeError::Context {
+        context: swarm_queue_client::redact::userinfo(&build.context).into_owned(),
+        reason,
     };
     if let Some(r) = &build.git_ref {
         if r.starts_with('-') || r.trim().is_empty() {
-            return Err(bad("the git ref must not be empty or start with '-'"));
+            return Err(bad("the git ref must not be empty or start with '-'".into()));
         }
     }
     if ctx.starts_with('-') {
-        return Err(bad("a context must not start with '-'"));
+        return Err(bad("a context must not start with '-'".into()));
     }
-    let looks_git = ctx.contains("://") || ctx.starts_with("git@") || ctx.ends_with(".git");
-    if looks_git || build.git_ref.is_some() {
-        return Ok(ContextSource::Git {
-            url: ctx.to_string(),
-            git_ref: build.git_ref.clone(),
-        });
-    }
-    let path = PathBuf::from(ctx);
-    if !path.is_absolute() {
-        return Err(bad(
-            "a directory context must be an absolute path on the hive (or give a git URL)",
+    let git_ref = build.git_ref.clone();
+    let path = match locate(ctx).map_err(bad)? {
+        Repo::Remote(url) => {
+            let repo = Repo::Remote(url);
+            return Ok(ContextSource::Git { repo, git_ref });
+        }
+        Repo::Local(path) => path,
+    };
+    let is_file_url = ctx
+        .get(..7)
+        .is_some_and(|p| p.eq_ignore_ascii_case("file://"));
+    let is_repo = is_file_url || ctx.trim_end_matches('/').ends_with(".git") || git_ref.is_some();
+    Ok(if is_repo {
+        let repo = Repo::Local(path);
+        ContextSource::Git { repo, git_ref }
+    } else {
+        ContextSource::Dir(path)
+    })
+}
+
+/// Remote or local, as git itself reads a URL: `scheme://`, then the
+/// scp-like form (a `:` with no `/` before it), else a path. A local path
+/// must be absolute: the hive resolves nothing against its own working
+/// directory (`/` under systemd), which is no build root.
+fn locate(ctx: &str) -> Result<Repo, String> {
+    let scheme_len = ctx
+        .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+        .unwrap_or(ctx.len());
+    let (scheme, after) = ctx.split_at(scheme_len);
+    if !scheme.is_empty() && after.starts_with("::") {
+        return Err(format!(
+            "{scheme}:: names a git remote helper, which may run any command (rule: a context \
+             is a directory, a file:// or {} URL, or host:path)",
+            REMOTE_SCHEMES.join("/")
         ));
     }
-    Ok(ContextSource::Dir(path))
+    if let Some(rest) = after.strip_prefix("://") {
+        let scheme = scheme.to_ascii_lowercase();
+        if REMOTE_SCHEMES.contains(&scheme.as_str()) {
+            return Ok(Repo::Remote(ctx.to_string()));
+        }
+        if scheme != "file" {
+            return Err(format!(
+                "the hive does not clone {scheme}:// URLs (rule: a remote context is one of {}, \
+                 a local one an absolute path or file:///path)",
+                REMOTE_SCHEMES.map(|s| format!("{s}://")).join(", ")
+            ));
+        }
+        if !rest.starts_with('/') {
+            return Err(format!(
+                "a file:// URL must name an absolute path, as file:///srv/repo (rule: a local \
+                 build context must be an absolute path; {rest:?} is relative or names a host)"
+            ));
+        }
+        return Ok(Repo::Local(PathBuf::from(rest)));
+    }
+    match (ctx.find(':'), ctx.find('/')) {
+        (Some(colon), slash) if slash.is_none_or(|s| colon < s) => Ok(Repo::Remote(ctx.into())),
+        _ if Path::new(ctx).is_absolute() => Ok(Repo::Local(PathBuf::from(ctx))),
+        _ => Err(format!(
+            "{ctx:?} is relative (rule: a local build context must be an absolute path inside \
+             a build root; the hive resolves no path against its working directory)"
+        )),
+    }
 }
 
 /// The Dockerfile path inside the context: relative, without `..`.
@@ -82,55 +153,90 @@ pub fn dockerfile_path(build: &BuildSpec) -> Result<String, RuntimeError> {
 /// repository is slow, but a hung one must not hold the agent's job forever.
 const GIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1800);
 
-async fn git(dir: &Path, args: &[&str]) -> Result<String, RuntimeError> {
-    use crate::git::GitError;
-    crate::git::run(dir, args, GIT_TIMEOUT)
-        .await
-        .map_err(|e| RuntimeError::Git {
-            args: args.join(" "),
-            reason: match e {
-                GitError::Failed { stderr, .. } => stderr,
-                GitError::Spawn(e) => format!("cannot run git: {e} (is git installed?)"),
-                GitError::Timeout { timeout, .. } => format!("timed out after {timeout:?}"),
-            },
-        })
+async fn git(dir: &Path, protocols: &str, args: &[&str]) -> Result<String, RuntimeError> {
+    use crate::git::{Git, GitError};
+    let git = Git {
+        dir,
+        timeout: GIT_TIMEOUT,
+        protocols: Some(protocols),
+    };
+    // Submodules are never fetched, whatever the hive user's git config
+    // says: a local repository's could name a path outside its root.
+    let mut full = vec!["-c", "submodule.recurse=false"];
+    full.extend_from_slice(args);
+    git.run(&full).await.map_err(|e| RuntimeError::Git {
+        args: swarm_queue_client::redact::userinfo(&args.join(" ")).into_owned(),
+        reason: match e {
+            GitError::Failed { stderr, .. } => stderr,
+            GitError::Spawn(e) => format!("cannot run git: {e} (is git installed?)"),
+            GitError::Timeout { timeout, .. } => format!("timed out after {timeout:?}"),
+        },
+    })
 }
 
-/// Make `dir` a checkout of `url` at `git_ref`: clone when there is no
-/// checkout yet, fetch when `refresh` (a relock), then check out the ref
+impl Repo {
+    /// What git is given: the URL, or the local repository's path.
+    fn url(&self) -> String {
+        match self {
+            Repo::Remote(url) => url.clone(),
+            Repo::Local(path) => path.display().to_string(),
+        }
+    }
+
+    /// The repository as errors, logs and job details show it: a URL
+    /// without its userinfo.
+    pub fn shown(&self) -> String {
+        swarm_queue_client::redact::userinfo(&self.url()).into_owned()
+    }
+
+    fn protocols(&self) -> &'static str {
+        match self {
+            Repo::Remote(_) => REMOTE_PROTOCOLS,
+            Repo::Local(_) => LOCAL_PROTOCOLS,
+        }
+    }
+}
+
+/// Make `dir` a checkout of `repo` at `git_ref`: clone when there is no
+/// checkout of that repository yet, fetch when `refresh` (a relock), then
+/// check out the ref
 /// (a branch resolves to the remote's branch) and clean. Returns the
 /// commit checked out.
+///
+/// Git runs in `dir` itself (the clone goes into `.`, made empty first),
+/// never in the hive's working directory, and may use only the repository's
+/// own kind of transport ([`REMOTE_PROTOCOLS`] or [`LOCAL_PROTOCOLS`]). A
+/// local repository is cloned with `--no-local`: through git's transport,
+/// which sends the commits the refs reach, never by copying its object
+/// files as they lie.
 pub async fn checkout(
-    url: &str,
+    repo: &Repo,
     git_ref: Option<&str>,
     dir: &Path,
     refresh: bool,
 ) -> Result<String, RuntimeError> {
-    if !dir.join(".git").is_dir() {
-        if dir.exists() {
-            tokio::fs::remove_dir_all(dir)
-                .await
-                .map_err(|e| RuntimeError::Context {
-                    context: dir.display().to_string(),
-                    reason: format!("cannot clear a stale checkout: {e}"),
-                })?;
+    let protocols = repo.protocols();
+    let url = repo.url();
+    // A checkout of another repository (the agent's context changed) is
+    // never reused: it was confined, or fetched, as what it was then.
+    let origin = if dir.join(".git").is_dir() {
+        git(dir, protocols, &["remote", "get-url", "origin"])
+            .await
+            .ok()
+    } else {
+        None
+    };
+    if origin.as_deref() != Some(url.as_str()) {
+        fresh_dir(dir).await?;
+        let mut args = vec!["clone", "--quiet", "--no-checkout"];
+        if let Repo::Local(_) = repo {
+            args.push("--no-local");
         }
-        if let Some(parent) = dir.parent() {
-            tokio::fs::create_dir_all(parent)
-                .await
-                .map_err(|e| RuntimeError::Context {
-                    context: parent.display().to_string(),
-                    reason: e.to_string(),
-                })?;
-        }
-        let target = dir.to_string_lossy();
-        git(
-            Path::new("."),
-            &["clone", "--quiet", "--no-checkout", "--", url, &target],
-        )
-        .await?;
+        args.extend(["--", &url, "."]);
+        git(dir, protocols, &args).await?;
     } else if refresh {
-        git(dir, &["fetch", "--quiet", "--force", "--tags", "origin"]).await?;
+        let args = ["fetch", "--quiet", "--force", "--tags", "origin"];
+        git(dir, protocols, &args).await?;
     }
     let candidates: Vec<String> = match git_ref {
         Some(r) => vec![format!("origin/{r}"), r.to_string()],
@@ -139,25 +245,40 @@ pub async fn checkout(
     let mut commit = None;
     for candidate in &candidates {
         let spec = format!("{candidate}^{{commit}}");
-        if let Ok(c) = git(dir, &["rev-parse", "--verify", "--quiet", &spec]).await {
+        let args = ["rev-parse", "--verify", "--quiet", &spec];
+        if let Ok(c) = git(dir, protocols, &args).await {
             commit = Some(c);
             break;
         }
     }
     let commit = commit.ok_or_else(|| RuntimeError::Context {
-        context: url.to_string(),
+        context: repo.shown(),
         reason: format!(
             "ref {:?} is not a branch, tag or commit of the repository",
             git_ref.unwrap_or("HEAD")
         ),
     })?;
-    git(
-        dir,
-        &["checkout", "--quiet", "--force", "--detach", &commit],
-    )
-    .await?;
-    git(dir, &["clean", "--quiet", "-ffdx"]).await?;
+    let args = ["checkout", "--quiet", "--force", "--detach", &commit];
+    git(dir, protocols, &args).await?;
+    git(dir, protocols, &["clean", "--quiet", "-ffdx"]).await?;
     Ok(commit)
+}
+
+/// Make `dir` an empty directory of the hive's own, clearing a stale
+/// checkout (one without `.git`, or of another repository) first.
+async fn fresh_dir(dir: &Path) -> Result<(), RuntimeError> {
+    let failed = |reason: String| RuntimeError::Context {
+        context: dir.display().to_string(),
+        reason,
+    };
+    if dir.exists() {
+        tokio::fs::remove_dir_all(dir)
+            .await
+            .map_err(|e| failed(format!("cannot clear a stale checkout: {e}")))?;
+    }
+    tokio::fs::create_dir_all(dir)
+        .await
+        .map_err(|e| failed(format!("cannot make the checkout directory: {e}")))
 }
 
 /// Bytes per chunk sent to Docker.
@@ -357,45 +478,130 @@ mod tests {
 
     #[test]
     fn contexts_are_classified_and_bad_ones_named() {
-        let git = |url: &str, r: Option<&str>| ContextSource::Git {
-            url: url.into(),
+        let remote = |url: &str, r: Option<&str>| ContextSource::Git {
+            repo: Repo::Remote(url.into()),
             git_ref: r.map(Into::into),
         };
+        let local = |path: &str, r: Option<&str>| ContextSource::Git {
+            repo: Repo::Local(path.into()),
+            git_ref: r.map(Into::into),
+        };
+        let dir = |path: &str| ContextSource::Dir(path.into());
         let ok = [
+            (build("/srv/ctx", None, None), dir("/srv/ctx")),
+            (build(" /srv/ctx/ ", None, None), dir("/srv/ctx/")),
+            (build("/srv/a:b", None, None), dir("/srv/a:b")),
+            (build("/srv/../etc", None, None), dir("/srv/../etc")),
             (
-                build("/srv/ctx", None, None),
-                ContextSource::Dir("/srv/ctx".into()),
+                build("/srv/repo", Some("main"), None),
+                local("/srv/repo", Some("main")),
             ),
             (
-                build("https://forge/x.git", None, None),
-                git("https://forge/x.git", None),
+                build("/srv/repo.git", None, None),
+                local("/srv/repo.git", None),
+            ),
+            (
+                build("/srv/repo/.git", None, None),
+                local("/srv/repo/.git", None),
+            ),
+            (
+                build("/srv/repo/.git/", None, None),
+                local("/srv/repo/.git/", None),
             ),
             (
                 build("file:///srv/repo", Some("v1"), None),
-                git("file:///srv/repo", Some("v1")),
+                local("/srv/repo", Some("v1")),
             ),
             (
-                build("/srv/repo", Some("main"), None),
-                git("/srv/repo", Some("main")),
+                build("file:///srv/repo", None, None),
+                local("/srv/repo", None),
             ),
-            (build("git@forge:x", None, None), git("git@forge:x", None)),
+            (build("FILE:///srv/r", None, None), local("/srv/r", None)),
+            (
+                build("https://forge/x.git", None, None),
+                remote("https://forge/x.git", None),
+            ),
+            (
+                build("HTTPS://forge/x", Some("m"), None),
+                remote("HTTPS://forge/x", Some("m")),
+            ),
+            (
+                build("http://forge/x", None, None),
+                remote("http://forge/x", None),
+            ),
+            (
+                build("ssh://git@forge/x", None, None),
+                remote("ssh://git@forge/x", None),
+            ),
+            (
+                build("git://forge/x", None, None),
+                remote("git://forge/x", None),
+            ),
+            (
+                build("git+ssh://forge/x", None, None),
+                remote("git+ssh://forge/x", None),
+            ),
+            (
+                build("git@forge:x", None, None),
+                remote("git@forge:x", None),
+            ),
+            (
+                build("forge:org/x.git", None, None),
+                remote("forge:org/x.git", None),
+            ),
         ];
         for (b, want) in ok {
             assert_eq!(classify(&b).unwrap(), want, "{b:?}");
         }
+        let relative = "a local build context must be an absolute path";
         let bad = [
-            (build("ctx", None, None), "absolute path"),
+            (build("ctx", None, None), relative),
+            (build("srv/secret", None, None), relative),
+            (build("srv/secret", Some("main"), None), relative),
+            (build("srv/secret/.git", None, None), relative),
+            (build("./srv/secret", None, None), relative),
+            (build("./srv/secret", Some("main"), None), relative),
+            (build("../secret.git", None, None), relative),
+            (build("srv/a:b", Some("main"), None), relative),
+            (build("", Some("main"), None), relative),
+            (build(".git", None, None), relative),
+            (
+                build("file://srv/secret", None, None),
+                "must name an absolute path",
+            ),
+            (
+                build("file://localhost/srv", None, None),
+                "must name an absolute path",
+            ),
+            (
+                build("file://", Some("main"), None),
+                "must name an absolute path",
+            ),
+            (
+                build("ftp://forge/x.git", None, None),
+                "does not clone ftp://",
+            ),
+            (build("ext::sh -c id", Some("main"), None), "remote helper"),
+            (build("fd::3", None, None), "remote helper"),
             (
                 build("/srv/repo", Some("--upload-pack=x"), None),
                 "start with '-'",
             ),
+            (build("/srv/repo", Some(" "), None), "must not be empty"),
             (build("-x", None, None), "start with '-'"),
+            (build("--upload-pack=x:y", None, None), "start with '-'"),
         ];
         for (b, why) in bad {
             let msg = classify(&b).unwrap_err().to_string();
-            assert!(msg.contains(why), "{msg}");
+            assert!(msg.contains(why), "{b:?}: {msg}");
             assert!(msg.contains(&b.context), "{msg}");
         }
+        let leaky = build("ftp://user:s3cr3t@forge/x", None, None);
+        let msg = classify(&leaky).unwrap_err().to_string();
+        assert!(
+            !msg.contains("s3cr3t") && msg.contains("ftp://***@forge/x"),
+            "{msg}"
+        );
         assert_eq!(
             dockerfile_path(&build("/x", None, None)).unwrap(),
             "Dockerfile"
@@ -513,7 +719,7 @@ mod tests {
         git(&repo, &["add", "f"]);
         git(&repo, &["commit", "-qm", "one"]);
         git(&repo, &["tag", "v1"]);
-        let url = format!("file://{}", repo.display());
+        let url = Repo::Local(repo.clone());
         let out = tmp.path().join("checkouts/a");
         let first = checkout(&url, None, &out, false).await.unwrap();
         assert_eq!(std::fs::read_to_string(out.join("f")).unwrap(), "one\n");
@@ -542,14 +748,32 @@ mod tests {
                 .contains("\"no-such-branch\" is not a branch"),
             "{err}"
         );
-        let err = checkout(
-            "file:///nonexistent/repo",
-            None,
-            &tmp.path().join("b"),
-            false,
-        )
-        .await
-        .unwrap_err();
+        // A checkout of another repository is replaced, never reused.
+        let other = tmp.path().join("other");
+        std::fs::create_dir_all(&other).unwrap();
+        git(&other, &["init", "-q", "-b", "main", "."]);
+        std::fs::write(other.join("g"), "other\n").unwrap();
+        git(&other, &["add", "g"]);
+        git(&other, &["commit", "-qm", "other"]);
+        checkout(&Repo::Local(other), None, &out, false)
+            .await
+            .unwrap();
+        assert!(!out.join("f").exists());
+        assert_eq!(std::fs::read_to_string(out.join("g")).unwrap(), "other\n");
+
+        let missing = Repo::Local("/nonexistent/repo".into());
+        let err = checkout(&missing, None, &tmp.path().join("b"), false)
+            .await
+            .unwrap_err();
         assert!(matches!(err, RuntimeError::Git { .. }), "{err}");
+
+        // A remote repository may not use the file transport: neither
+        // itself nor anything it names (a submodule, a redirect).
+        let as_remote = Repo::Remote(format!("file://{}", repo.display()));
+        let err = checkout(&as_remote, None, &tmp.path().join("c"), false)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("transport 'file' not allowed"), "{err}");
     }
 }

@@ -8,13 +8,19 @@
 //! dockerd restart needs nothing more.
 
 mod errors;
+mod logs;
+mod watch;
+
+pub use logs::log_config;
+
+pub use watch::{docker_time_ms, ContainerEvent, EventAction, RunState};
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bollard::errors::Error as BollardError;
-use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::models::{ContainerCreateBody, HostConfig, RestartPolicy, RestartPolicyNameEnum};
 use bollard::query_parameters::{
     BuildImageOptions, CreateContainerOptions, CreateImageOptions, InspectContainerOptions,
     ListContainersOptions, RemoveContainerOptions, StopContainerOptions,
@@ -30,7 +36,7 @@ use crate::registry_auth::{Login, RegistryAuth};
 use super::pull_progress::PullTally;
 use super::{
     check_owner, context, split_image_ref, BuildRequest, ContainerInfo, ContainerRuntime,
-    ContainerSpec, ProgressFn, RuntimeError,
+    ContainerSpec, ProgressFn, RuntimeError, NO_NEW_PRIVILEGES,
 };
 
 /// Seconds bollard waits for a response's headers. Streams (pull, build)
@@ -133,6 +139,14 @@ impl DockerRuntime {
 impl ContainerRuntime for DockerRuntime {
     fn hive(&self) -> &HiveName {
         &self.hive
+    }
+
+    async fn logs(
+        &self,
+        container: &str,
+        request: &crate::runtime::logs::LogRequest,
+    ) -> Result<Option<crate::runtime::logs::LogStream>, RuntimeError> {
+        self.log_stream(container, request).await
     }
 
     async fn ping(&self) -> Result<(), RuntimeError> {
@@ -357,12 +371,25 @@ impl ContainerRuntime for DockerRuntime {
     async fn create(&self, spec: &ContainerSpec) -> Result<String, RuntimeError> {
         let docker = self.client()?;
         let host_config = HostConfig {
-            binds: Some(spec.binds.iter().map(|b| b.to_docker()).collect()),
+            // Mounts, not binds: a missing state dir fails the start instead
+            // of Docker making an empty one (see `docker::logs::mount_of`).
+            mounts: Some(spec.binds.iter().map(logs::mount_of).collect()),
             memory: spec.memory_bytes,
             nano_cpus: spec.nano_cpus,
             // A tiny init as PID 1 forwards SIGTERM to the agent and reaps
             // zombies, so `stop` is quick and clean for any image.
             init: Some(true),
+            // No process in the container gains privileges through a setuid
+            // binary or file capabilities; see docs/security.md, "Containers".
+            security_opt: Some(vec![NO_NEW_PRIVILEGES.to_string()]),
+            pids_limit: Some(spec.limits.pids),
+            log_config: Some(log_config(&spec.limits)),
+            // Docker never restarts an agent by itself: the hive does, with
+            // its crash-loop backoff ([`crate::crashloop`]), and shows it.
+            restart_policy: Some(RestartPolicy {
+                name: Some(RestartPolicyNameEnum::NO),
+                maximum_retry_count: None,
+            }),
             ..Default::default()
         };
         let healthcheck = spec.health.as_ref().map(health_config);
@@ -454,16 +481,8 @@ impl ContainerRuntime for DockerRuntime {
     }
 
     async fn inspect(&self, container: &str) -> Result<Option<ContainerInfo>, RuntimeError> {
-        let docker = self.client()?;
-        let found = match perf::DOCKER_INSPECT
-            .time(docker.inspect_container(container, None::<InspectContainerOptions>))
-            .await
-        {
-            Ok(found) => found,
-            Err(BollardError::DockerResponseServerError {
-                status_code: 404, ..
-            }) => return Ok(None),
-            Err(e) => return Err(self.classify("inspect", container, e)),
+        let Some(found) = self.inspect_raw(container).await? else {
+            return Ok(None);
         };
         let state = found.state.unwrap_or_default();
         let config = found.config.unwrap_or_default();
@@ -502,6 +521,25 @@ impl ContainerRuntime for DockerRuntime {
 }
 
 impl DockerRuntime {
+    /// Docker's whole inspect answer; `None` when there is no such
+    /// container.
+    async fn inspect_raw(
+        &self,
+        container: &str,
+    ) -> Result<Option<bollard::models::ContainerInspectResponse>, RuntimeError> {
+        let docker = self.client()?;
+        match perf::DOCKER_INSPECT
+            .time(docker.inspect_container(container, None::<InspectContainerOptions>))
+            .await
+        {
+            Ok(found) => Ok(Some(found)),
+            Err(BollardError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(None),
+            Err(e) => Err(self.classify("inspect", container, e)),
+        }
+    }
+
     /// The containers carrying every one of `labels` (Docker ANDs them).
     async fn list_labelled(&self, labels: Vec<String>) -> Result<Vec<ContainerInfo>, RuntimeError> {
         let docker = self.client()?;

@@ -26,6 +26,7 @@ pub mod context;
 mod docker;
 #[cfg(test)]
 pub mod fake;
+pub mod logs;
 pub mod pull_progress;
 
 use std::collections::BTreeMap;
@@ -38,7 +39,9 @@ use swarm_queue_client::containers::{
 };
 use swarm_queue_client::{AgentName, AgentSpec, HiveName};
 
-pub use docker::DockerRuntime;
+pub use docker::{
+    docker_time_ms, log_config, ContainerEvent, DockerRuntime, EventAction, RunState,
+};
 
 /// Receives progress lines of a pull or build, as they come.
 pub type ProgressFn<'a> = &'a (dyn Fn(&str) + Send + Sync);
@@ -59,6 +62,51 @@ impl Bind {
     }
 }
 
+/// Docker's `security_opt` on every container the hive creates: the kernel's
+/// `no_new_privs` on each of its processes, so none gains privileges through
+/// a setuid binary or file capabilities.
+pub const NO_NEW_PRIVILEGES: &str = "no-new-privileges:true";
+
+/// What the hive config sets on every container it creates, outside the
+/// agent's spec and its hash: a change (or an upgrade to a hive that sets
+/// something new here) reaches each container at its next create, and
+/// rebuilds none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostLimits {
+    /// Docker's pids limit (`container_pids_limit`).
+    pub pids: i64,
+    /// Docker's `json-file` log: at most this many MB (10^6 bytes) a file
+    /// (`container_log_max_mb`) …
+    pub log_max_mb: u64,
+    /// … and this many files (`container_log_files`), the oldest dropped.
+    pub log_files: u64,
+}
+
+impl Default for HostLimits {
+    fn default() -> Self {
+        use crate::config::{
+            DEFAULT_CONTAINER_LOG_FILES, DEFAULT_CONTAINER_LOG_MAX_MB, DEFAULT_CONTAINER_PIDS_LIMIT,
+        };
+        HostLimits {
+            pids: DEFAULT_CONTAINER_PIDS_LIMIT as i64,
+            log_max_mb: DEFAULT_CONTAINER_LOG_MAX_MB,
+            log_files: DEFAULT_CONTAINER_LOG_FILES,
+        }
+    }
+}
+
+impl HostLimits {
+    /// Docker's log driver and its options: `json-file`, size-capped and
+    /// rotated, whatever the daemon's own default driver is.
+    pub fn log_driver(&self) -> (&'static str, BTreeMap<String, String>) {
+        let options = BTreeMap::from([
+            ("max-size".to_string(), format!("{}m", self.log_max_mb)),
+            ("max-file".to_string(), self.log_files.to_string()),
+        ]);
+        ("json-file", options)
+    }
+}
+
 /// What one agent's container is made from (see [`ContainerSpec::for_agent`]).
 #[derive(Debug, Clone)]
 pub struct AgentContainer<'a> {
@@ -71,6 +119,8 @@ pub struct AgentContainer<'a> {
     pub state_dir: &'a Path,
     /// The knowledge directory, read-only, once the hive has one.
     pub extra_binds: Vec<Bind>,
+    /// The hive config's limits on every container.
+    pub limits: HostLimits,
 }
 
 /// One image build: the directory `context` (with `dockerfile` inside it),
@@ -102,6 +152,8 @@ pub struct ContainerSpec {
     pub binds: Vec<Bind>,
     /// The spec's health check; `None` leaves the image's own.
     pub health: Option<swarm_queue_client::HealthSpec>,
+    /// The hive's pids limit and log cap ([`HostLimits`]).
+    pub limits: HostLimits,
 }
 
 impl ContainerSpec {
@@ -116,6 +168,7 @@ impl ContainerSpec {
             image,
             state_dir,
             extra_binds,
+            limits,
         } = input;
         let labels = BTreeMap::from([
             (LABEL_MANAGED.to_string(), "true".to_string()),
@@ -141,6 +194,7 @@ impl ContainerSpec {
             nano_cpus: spec.cpus.map(|c| (c * 1e9).round() as i64),
             binds,
             health: spec.health.clone(),
+            limits,
         }
     }
 }
@@ -355,6 +409,16 @@ pub trait ContainerRuntime: Send + Sync + 'static {
     /// Every container carrying this hive's label, running or not.
     fn list(&self) -> impl Future<Output = Result<Vec<ContainerInfo>, RuntimeError>> + Send;
 
+    /// The lines of the owned container `container` as `request` asks, read
+    /// as the stream is polled. With `request.previous`: the lines written
+    /// before its current run started (all of them when it ended and was
+    /// not started again), or `None` when it has never ended.
+    fn logs(
+        &self,
+        container: &str,
+        request: &logs::LogRequest,
+    ) -> impl Future<Output = Result<Option<logs::LogStream>, RuntimeError>> + Send;
+
     /// The containers carrying this hive's label and `agent`'s. A runtime
     /// that can filter does so: a hive of many agents otherwise lists all
     /// of them for each agent's stop and remove.
@@ -448,14 +512,16 @@ mod tests {
             container: "/knowledge".into(),
             read_only: true,
         };
-        let c = ContainerSpec::for_agent(AgentContainer {
+        let input = AgentContainer {
             hive: &hive,
             agent: &agent,
             spec: &spec,
             image: "local/mail:1",
             state_dir: Path::new("/var/lib/hive/agents/mail-bot"),
             extra_binds: vec![knowledge],
-        });
+            limits: HostLimits::default(),
+        };
+        let c = ContainerSpec::for_agent(input.clone());
         assert_eq!(c.name, "hyperhive.alpha.mail-bot");
         assert_eq!(c.labels["org.hyperhive.managed"], "true");
         assert_eq!(c.labels["org.hyperhive.hive"], "alpha");
@@ -472,6 +538,23 @@ mod tests {
                 "/var/lib/hive/knowledge:/knowledge:ro"
             ]
         );
+        // The pids limit and the log cap are the hive's, outside the spec
+        // hash: changing them (or upgrading to a hive that sets them)
+        // rebuilds no container.
+        assert_eq!(c.limits.pids, 512);
+        let (driver, options) = c.limits.log_driver();
+        assert_eq!(driver, "json-file");
+        assert_eq!(options["max-size"], "10m");
+        assert_eq!(options["max-file"], "3");
+        let other = ContainerSpec::for_agent(AgentContainer {
+            limits: HostLimits {
+                pids: 64,
+                log_max_mb: 1,
+                log_files: 1,
+            },
+            ..input
+        });
+        assert_eq!(other.labels, c.labels);
     }
 
     #[test]

@@ -12,8 +12,8 @@ use tokio::sync::watch;
 
 use super::{image_ref, lock, short_id, NodeError, WorkerDeps, PULL_PROGRESS_EVERY};
 use crate::jobs::Claim;
-use crate::runtime::confine::{confine, local_git_path, BuildRoots};
-use crate::runtime::context::{self, ContextSource};
+use crate::runtime::confine::{confine, confine_repo, BuildRoots};
+use crate::runtime::context::{self, ContextSource, Repo};
 use crate::runtime::pull_progress;
 use crate::runtime::{BuildRequest, ContainerRuntime};
 
@@ -187,17 +187,21 @@ async fn build_image<R: ContainerRuntime>(
             let real = confine(&dir, &roots).map_err(NodeError::runtime(&what))?;
             (real, dir.display().to_string())
         }
-        ContextSource::Git { url, git_ref } => {
+        ContextSource::Git { repo, git_ref } => {
             // A local repository is a directory the clone reads: same rule.
-            if let Some(local) = local_git_path(&url) {
-                confine(&local, &roots).map_err(NodeError::runtime(&what))?;
-            }
+            let repo = match repo {
+                Repo::Local(path) => {
+                    Repo::Local(confine_repo(&path, &roots).map_err(NodeError::runtime(&what))?)
+                }
+                remote => remote,
+            };
             let dir = roots.clone_dir(agent.as_str());
-            progress(&format!("checking out {url}"));
-            let commit = context::checkout(&url, git_ref.as_deref(), &dir, relock)
+            let shown = repo.shown();
+            progress(&format!("checking out {shown}"));
+            let commit = context::checkout(&repo, git_ref.as_deref(), &dir, relock)
                 .await
                 .map_err(NodeError::runtime(&what))?;
-            (dir, format!("{url} at {}", short_id(&commit)))
+            (dir, format!("{shown} at {}", short_id(&commit)))
         }
     };
     deps.runtime

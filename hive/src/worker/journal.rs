@@ -82,6 +82,13 @@ pub(super) async fn replay_cleanups<R: ContainerRuntime>(
     }
 }
 
+/// Delete the tree at `path`, whose parent is the hive's (an agent's dir
+/// below `<state>/agents`). The agent writes below it, so nothing planted
+/// there may be followed: std's `remove_dir_all` opens each directory with
+/// `O_NOFOLLOW` relative to its parent and unlinks a link instead of
+/// entering it (so also when `path` itself is one), as the worker test
+/// `purge_removes_the_links_the_agent_planted_and_nothing_behind_them`
+/// shows.
 pub(super) async fn delete_dir(path: &Path) -> Result<(), NodeError> {
     match tokio::fs::remove_dir_all(path).await {
         Ok(()) => Ok(()),

@@ -248,6 +248,7 @@ async fn remove_one<R: ContainerRuntime>(
 ) -> Result<String, NodeError> {
     let name = &info.name;
     check_owner(&deps.hive, info).map_err(NodeError::runtime(format!("remove {name}")))?;
+    keep_output(deps, agent, info).await;
     let action = CleanupAction::RemoveContainer {
         id: info.id.clone(),
         name: name.to_string(),
@@ -266,6 +267,41 @@ async fn remove_one<R: ContainerRuntime>(
         }
     }
 }
+
+/// Keep the last lines of `info` for `hive logs --previous` before it is
+/// removed; best effort (a failure is logged, the removal goes on), and at
+/// most [`KEEP_WITHIN`] so an unwell Docker does not hold the job.
+async fn keep_output<R: ContainerRuntime>(
+    deps: &WorkerDeps<R>,
+    agent: &AgentName,
+    info: &ContainerInfo,
+) {
+    use crate::runtime::logs::{keep, LogRequest, KEEP_LINES};
+    let request = LogRequest {
+        tail: Some(KEEP_LINES),
+        ..Default::default()
+    };
+    let path = crate::worker::previous_log_path(&deps.state_dir, agent);
+    let work = async {
+        match deps.runtime.logs(&info.id, &request).await {
+            Ok(Some(lines)) => keep(&path, lines).await.map_err(|e| e.to_string()),
+            Ok(None) => Ok(0),
+            Err(e) => Err(crate::error_chain(&e)),
+        }
+    };
+    match tokio::time::timeout(KEEP_WITHIN, work).await {
+        Ok(Ok(bytes)) => tracing::debug!(%agent, bytes, "kept the removed container's last lines"),
+        Ok(Err(error)) => {
+            tracing::warn!(%agent, %error, "could not keep the removed container's last lines")
+        }
+        Err(_) => {
+            tracing::warn!(%agent, "reading the removed container's last lines took too long")
+        }
+    }
+}
+
+/// How long [`keep_output`] may read.
+const KEEP_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Create the container unless one with this spec exists. The installed
 /// record is written first, so no container the hive made is ever missing
@@ -304,6 +340,7 @@ async fn create<R: ContainerRuntime>(
         image: &image,
         state_dir: &dir,
         extra_binds: deps.extra_binds.clone(),
+        limits: deps.config.container_limits,
     });
     match deps.runtime.create(&container).await {
         Ok(id) => Ok(Some(format!("created {}", short_id(&id)))),

@@ -299,6 +299,37 @@ async fn retire_keeps_data_and_purge_deletes_it() {
     h.stop().await;
 }
 
+/// The agent writes its state dir (it is `/state`): the links it planted
+/// there to host paths, at the top, deeper down and to a file, go as links;
+/// nothing they point at is removed (std's `remove_dir_all` opens each
+/// directory with `O_NOFOLLOW` and unlinks a link instead of entering it).
+#[tokio::test(start_paused = true)]
+async fn purge_removes_the_links_the_agent_planted_and_nothing_behind_them() {
+    use std::os::unix::fs::symlink;
+    let mut h = Harness::new(registry());
+    h.start();
+    let job = h.deploy("a", spec(IMAGE)).await;
+    h.finished(job).await;
+    let host = tempfile::tempdir().unwrap();
+    std::fs::create_dir(host.path().join("sub")).unwrap();
+    std::fs::write(host.path().join("sub/keep"), "host data").unwrap();
+    let dir = h.state_dir.join("agents/a");
+    symlink(host.path(), dir.join("credentials")).unwrap();
+    std::fs::create_dir(dir.join("deep")).unwrap();
+    symlink(host.path().join("sub"), dir.join("deep/link")).unwrap();
+    symlink(host.path().join("sub/keep"), dir.join("file-link")).unwrap();
+
+    let q = h.enqueue("a", JobRequest::Purge).await;
+    let view = h.finished(q.job).await;
+    assert_eq!(view.state, JobState::Done, "{view:#?}");
+    assert!(!dir.exists());
+    assert_eq!(
+        std::fs::read_to_string(host.path().join("sub/keep")).unwrap(),
+        "host data"
+    );
+    h.stop().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn docker_unreachable_retries_with_backoff_and_recovers() {
     let mut h = Harness::new(registry());
@@ -465,6 +496,7 @@ async fn a_node_cut_off_mid_create_runs_again_and_adopts_the_container() {
                 image: IMAGE,
                 state_dir: &h.state_dir.join("agents/a"),
                 extra_binds: vec![],
+                limits: WorkerConfig::default().container_limits,
             });
             h.runtime.create(&container).await.unwrap();
             break;

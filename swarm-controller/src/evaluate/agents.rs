@@ -3,9 +3,11 @@
 
 use std::time::Duration;
 
-use swarm_queue_client::{AgentName, JobSummary, Observed, Power, Readiness};
+use swarm_queue_client::{
+    AgentName, AgentStatus, JobSummary, Observed, Power, Readiness, Unsettled,
+};
 
-use super::{retry_text, AgentRow, Declared};
+use super::{human_age, retry_text, AgentRow, Declared};
 
 /// One row per agent that is declared, reported, or both, sorted by name.
 pub(super) fn agent_rows(
@@ -46,6 +48,9 @@ pub(super) fn agent_rows(
                     if let Some(r) = &a.retry {
                         off.push(retry_text(r, age));
                     }
+                    if let Some(u) = unsettled_text(a, age) {
+                        off.push(u);
+                    }
                     (!off.is_empty()).then(|| off.join(", "))
                 }
                 (None, None) => None,
@@ -64,10 +69,27 @@ pub(super) fn agent_rows(
                     r.next_try_in_secs = r.next_try_in_secs.saturating_sub(age.as_secs());
                     r
                 }),
+                unsettled: report.and_then(|a| a.unsettled),
+                exits: report
+                    .and_then(|a| a.exits.clone())
+                    .map(|e| exits_now(e, age)),
                 note,
             }
         })
         .collect()
+}
+
+/// `e` as of now: its ages grown and its countdown shrunk by `age`, the
+/// status entry's age.
+fn exits_now(
+    mut e: swarm_queue_client::ExitReport,
+    age: Duration,
+) -> swarm_queue_client::ExitReport {
+    let secs = age.as_secs();
+    e.first = e.first.map(|s| s.saturating_add(secs));
+    e.since = e.since.map(|s| s.saturating_add(secs));
+    e.next_in = e.next_in.map(|s| s.saturating_sub(secs));
+    e
 }
 
 /// Whether what Docker shows is what the hive wants. `None`: cannot tell.
@@ -77,6 +99,47 @@ pub(super) fn observed_matches(wanted: Power, observed: Observed) -> Option<bool
         (Power::Up, Observed::Running) | (Power::Down, Observed::Stopped) => Some(true),
         _ => Some(false),
     }
+}
+
+/// Why the hive does not count the agent as declared, with its exit
+/// evidence: "crash loop: exited 3 (5 times in 4m00s), next start in 40s",
+/// "OOM-killed: exited 137 (1 time in 0s), starting again". `None` when
+/// the hive counts it as declared, or only its health check fails (which
+/// is said on its own).
+pub(super) fn unsettled_text(a: &AgentStatus, age: Duration) -> Option<String> {
+    let why = a.unsettled?;
+    if why == Unsettled::Unhealthy || a.health.as_deref() == Some("unhealthy") {
+        return None;
+    }
+    let Some(e) = a.exits.as_ref().filter(|e| e.count > 0) else {
+        return Some(why.to_string());
+    };
+    let code = e.code.map_or_else(|| "?".to_string(), |c| c.to_string());
+    let span = e
+        .first
+        .map(|s| format!(" in {}", human_age(Duration::from_secs(s) + age)))
+        .unwrap_or_default();
+    let times = if e.count == 1 { "time" } else { "times" };
+    let history = format!("exited {code} ({} {times}{span})", e.count);
+    let next = e
+        .next_in
+        .map(|s| s.saturating_sub(age.as_secs()))
+        .filter(|s| *s > 0);
+    let head = if e.oom {
+        "OOM-killed: "
+    } else if why == Unsettled::Backoff || e.count > 1 {
+        "crash loop: "
+    } else {
+        ""
+    };
+    Some(match (why, next) {
+        (Unsettled::Young, _) => format!("{why}; before: {head}{history}"),
+        (_, Some(n)) => format!(
+            "{head}{history}, next start in {}",
+            human_age(Duration::from_secs(n))
+        ),
+        (_, None) => format!("{head}{history}, starting again"),
+    })
 }
 
 pub(super) fn short_hash(h: &str) -> &str {

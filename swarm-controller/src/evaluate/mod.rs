@@ -17,6 +17,14 @@
 //! that matches its wanted power. A hive that says nothing about an agent
 //! has not converged on it; a stale report is no evidence at all.
 //!
+//! **Maintenance**: a rostered hive with a maintenance hold in force (its
+//! entry's server timestamp plus its TTL is after `now`) shows freshness
+//! `maintenance` instead of whatever its status entry says (`stale`,
+//! `offline`, …), with the hold in the row. Convergence is judged from the
+//! status entry as always: a hold is no evidence, so a stale hive in
+//! maintenance is `unknown`, never `converged`. An expired or undecodable
+//! hold is ignored.
+//!
 //! Nothing here does I/O or reads a clock; `now` is an argument. The table
 //! tests in `tests.rs` are the specification.
 //!
@@ -31,12 +39,13 @@ use std::time::Duration;
 use serde::Serialize;
 use swarm_queue_client::payload::{readiness_matches_key, DecodeError};
 use swarm_queue_client::{
-    decode, AgentName, Declaration, HiveName, HiveState, JobSummary, Observed, Power, Readiness,
-    RetryStatus,
+    decode, AgentName, Declaration, ExitReport, HiveName, HiveState, JobSummary, Observed, Power,
+    Readiness, RetryStatus, Unsettled,
 };
 use time::OffsetDateTime;
 
 use crate::config::RosterEntry;
+use crate::maintenance::{HoldEntry, HoldView};
 
 mod agents;
 mod rules;
@@ -50,15 +59,23 @@ pub enum Freshness {
     Unknown,
     Unrostered,
     Stopped,
+    /// The status entry is there, but the server says the hive's NATS
+    /// connection is gone (the connection rule, see [`Link`]).
+    Offline,
+    /// An operator put the hive in maintenance (a hold in
+    /// `hyperhive-maintenance` still in force): down on purpose.
+    Maintenance,
 }
 
 impl Freshness {
-    pub const ALL: [Freshness; 5] = [
+    pub const ALL: [Freshness; 7] = [
         Freshness::Fresh,
         Freshness::Stale,
         Freshness::Unknown,
         Freshness::Unrostered,
         Freshness::Stopped,
+        Freshness::Offline,
+        Freshness::Maintenance,
     ];
     pub fn as_str(self) -> &'static str {
         match self {
@@ -67,6 +84,8 @@ impl Freshness {
             Freshness::Unknown => "unknown",
             Freshness::Unrostered => "unrostered",
             Freshness::Stopped => "stopped",
+            Freshness::Offline => "offline",
+            Freshness::Maintenance => "maintenance",
         }
     }
 }
@@ -75,6 +94,27 @@ impl fmt::Display for Freshness {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// What the NATS server says of a hive's connection, when the controller
+/// hears its connect and disconnect events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Link {
+    /// At least one connection of the hive is open.
+    Up,
+    /// None is: `why` says since when and why, in words.
+    Down { why: String },
+}
+
+/// Which rule decided a row's freshness.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FreshnessRule {
+    /// The server's connection events: a closed connection shows at once.
+    Connection,
+    /// Only the status entry's age against `stale_after` (no events: no
+    /// system account, or a hive on a leaf-node site).
+    KvTimestamp,
 }
 
 /// Where a hive is on the way to its declared revision.
@@ -249,6 +289,14 @@ pub struct AgentRow {
     /// step, attempts, and seconds until the next try as of *now* (anchored
     /// to the status entry's timestamp).
     pub retry: Option<RetryStatus>,
+    /// Why the hive does not count it as declared yet (an exit, a
+    /// crash-loop delay, too young, unhealthy), as the hive reports it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unsettled: Option<Unsettled>,
+    /// Its exit evidence (code, OOM kill, count since the spec changed),
+    /// with `first`, `since` and `next_in` as of *now*, like `retry`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exits: Option<ExitReport>,
     /// What is off about it, if anything.
     pub note: Option<String>,
 }
@@ -279,6 +327,8 @@ pub struct HiveRow {
     pub status_time_ms: Option<i64>,
     pub status_revision: Option<u64>,
     pub freshness_reason: String,
+    /// Whether the connection events or only the entry's age decided.
+    pub freshness_rule: FreshnessRule,
     pub convergence: Convergence,
     /// Why the hive has this convergence, in words.
     pub reason: String,
@@ -293,7 +343,12 @@ pub struct HiveRow {
     pub agents: Vec<AgentRow>,
     /// Decode warnings and errors of the stored values, never hidden.
     pub problems: Vec<String>,
-    /// When this row turns stale if nothing new arrives (fresh rows only).
+    /// The maintenance hold in force, if any (freshness is then
+    /// `maintenance`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<HoldView>,
+    /// When this row changes if nothing new arrives: a fresh row turns
+    /// stale, a maintenance hold ends.
     #[serde(skip)]
     pub stale_at: Option<OffsetDateTime>,
 }
@@ -306,8 +361,12 @@ pub struct Inputs<'a> {
     pub roster: Option<&'a RosterEntry>,
     pub status: Option<&'a StatusEntry>,
     pub wanted: Option<&'a WantedEntry>,
+    /// The hive's maintenance hold, in force or not.
+    pub hold: Option<&'a HoldEntry>,
     pub now: OffsetDateTime,
     pub stale_after: Duration,
+    /// `None`: no connection events for this hive (the KV-timestamp rule).
+    pub link: Option<&'a Link>,
 }
 
 /// "42s", "3m05s", "2h01m", "3d04h".
@@ -329,19 +388,27 @@ pub fn evaluate(i: Inputs<'_>) -> HiveRow {
         // new as it can be.
         d.try_into().unwrap_or(Duration::ZERO)
     });
-    let (timely, timely_reason) = timeliness(i.status, age, i.stale_after);
-    let freshness = if i.roster.is_some() {
-        timely
-    } else {
-        Freshness::Unrostered
+    let (timely, timely_reason) = match (timeliness(i.status, age, i.stale_after), i.link) {
+        ((Freshness::Fresh | Freshness::Stale, reported), Some(Link::Down { why })) => {
+            (Freshness::Offline, format!("{why}; {reported}"))
+        }
+        (t, _) => t,
     };
-    let freshness_reason = if i.roster.is_some() {
-        timely_reason
-    } else {
-        format!("not on this controller's roster; {timely_reason}")
+    let maintenance = i.hold.and_then(|h| h.active(i.now));
+    let (freshness, freshness_reason) = match (i.roster, &maintenance) {
+        (None, _) => (
+            Freshness::Unrostered,
+            format!("not on this controller's roster; {timely_reason}"),
+        ),
+        (Some(_), Some(m)) => (
+            Freshness::Maintenance,
+            format!("in maintenance {}; {timely_reason}", m.line()),
+        ),
+        (Some(_), None) => (timely, timely_reason),
     };
-    let stale_at = match (timely, i.status) {
-        (Freshness::Fresh, Some(s)) => Some(s.created + i.stale_after),
+    let stale_at = match (&maintenance, timely, i.status) {
+        (Some(_), _, _) => i.hold.and_then(HoldEntry::until),
+        (None, Freshness::Fresh, Some(s)) => Some(s.created + i.stale_after),
         _ => None,
     };
 
@@ -366,6 +433,10 @@ pub fn evaluate(i: Inputs<'_>) -> HiveRow {
             .map(|s| (s.created.unix_timestamp_nanos() / 1_000_000) as i64),
         status_revision: i.status.map(|s| s.revision),
         freshness_reason,
+        freshness_rule: match i.link {
+            Some(_) => FreshnessRule::Connection,
+            None => FreshnessRule::KvTimestamp,
+        },
         convergence,
         reason,
         declared_revision: i.wanted.map(|w| w.revision),
@@ -376,7 +447,8 @@ pub fn evaluate(i: Inputs<'_>) -> HiveRow {
         version: readiness.map(|r| r.version.clone()),
         warnings: readiness.map(row_warnings).unwrap_or_default(),
         agents: agents::agent_rows(declared, readiness, age.unwrap_or_default()),
-        problems: problems(i.status, i.wanted),
+        problems: problems(i.status, i.wanted, i.hold),
+        maintenance: maintenance.filter(|_| i.roster.is_some()),
         stale_at,
     }
 }
@@ -437,7 +509,11 @@ fn timeliness(
 }
 
 /// Decode warnings and errors of the stored values, never hidden.
-fn problems(status: Option<&StatusEntry>, wanted: Option<&WantedEntry>) -> Vec<String> {
+fn problems(
+    status: Option<&StatusEntry>,
+    wanted: Option<&WantedEntry>,
+    hold: Option<&HoldEntry>,
+) -> Vec<String> {
     let mut problems = Vec::new();
     if let Some(s) = status {
         if let Err(e) = &s.readiness {
@@ -450,6 +526,12 @@ fn problems(status: Option<&StatusEntry>, wanted: Option<&WantedEntry>) -> Vec<S
             problems.push(format!("declaration revision {}: {e}", w.revision));
         }
         problems.extend(w.notes.iter().cloned());
+    }
+    if let Some(Err(e)) = hold.map(|h| &h.hold) {
+        problems.push(format!(
+            "maintenance revision {}: {e}; the hive is not held",
+            hold.map_or(0, |h| h.revision)
+        ));
     }
     problems
 }

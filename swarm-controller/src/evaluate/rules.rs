@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use swarm_queue_client::{HiveState, Level, Observed, Readiness};
 
-use super::agents::{job_text, observed_matches, short_hash};
+use super::agents::{job_text, observed_matches, short_hash, unsettled_text};
 use super::{human_age, retry_text, Convergence, Declared, Freshness, StatusEntry, WantedEntry};
 
 /// A convergence and why, in words.
@@ -194,7 +194,10 @@ impl AgentFindings {
             found.add_health(agent.as_str(), a.health.as_deref());
             let spec_ok = a.spec.as_deref() == Some(hash.as_str());
             let power_ok = observed_matches(a.wanted, a.observed);
-            let in_place = spec_ok && power_ok == Some(true);
+            // Restarting, in a crash-loop delay or not up long enough: the
+            // hive does not count it as declared, and neither does this.
+            let unsettled = unsettled_text(a, age);
+            let in_place = spec_ok && power_ok == Some(true) && unsettled.is_none();
             found.add_job(agent.as_str(), hash, a, in_place, age);
             if power_ok.is_none() {
                 found
@@ -203,7 +206,7 @@ impl AgentFindings {
             } else if !in_place {
                 found
                     .drift
-                    .push(drift_text(agent.as_str(), hash, a, power_ok));
+                    .push(drift_text(agent.as_str(), hash, a, power_ok, unsettled));
             }
         }
         for (agent, a) in &r.agents {
@@ -259,17 +262,20 @@ impl AgentFindings {
     }
 }
 
-/// "bot stopped (wanted up), runs spec sha256:… (declared sha256:…)".
+/// "bot stopped (wanted up), crash loop: exited 3 (5 times in 4m00s), next
+/// start in 40s, runs spec sha256:… (declared sha256:…)".
 fn drift_text(
     agent: &str,
     hash: &str,
     a: &swarm_queue_client::AgentStatus,
     power_ok: Option<bool>,
+    unsettled: Option<String>,
 ) -> String {
     let mut what = Vec::new();
     if power_ok == Some(false) {
         what.push(format!("{} (wanted {})", a.observed, a.wanted));
     }
+    what.extend(unsettled);
     if a.spec.as_deref() != Some(hash) {
         what.push(match &a.spec {
             Some(spec) => format!(
@@ -288,15 +294,18 @@ fn unknown(why: String) -> Option<Verdict> {
 }
 
 fn stale(e: &Evidence<'_>) -> Option<Verdict> {
-    (e.timely == Freshness::Stale).then(|| {
-        (
-            Convergence::Unknown,
-            format!(
-                "the last report is {} old (stale), so it is no evidence about revision {}",
-                e.ago, e.rev
-            ),
-        )
-    })
+    let word = match e.timely {
+        Freshness::Stale => "stale",
+        Freshness::Offline => "and the hive is offline",
+        _ => return None,
+    };
+    Some((
+        Convergence::Unknown,
+        format!(
+            "the last report is {} old ({word}), so it is no evidence about revision {}",
+            e.ago, e.rev
+        ),
+    ))
 }
 
 fn stopped(e: &Evidence<'_>) -> Option<Verdict> {

@@ -59,15 +59,94 @@ fn status_at(age_secs: i64, r: Readiness) -> StatusEntry {
 }
 
 fn run(rostered: bool, status: Option<&StatusEntry>, wanted: Option<&WantedEntry>) -> HiveRow {
+    run_linked(rostered, status, wanted, None)
+}
+
+fn run_linked(
+    rostered: bool,
+    status: Option<&StatusEntry>,
+    wanted: Option<&WantedEntry>,
+    link: Option<&Link>,
+) -> HiveRow {
     let roster = RosterEntry::default();
     evaluate(Inputs {
         name: "alpha",
         roster: rostered.then_some(&roster),
         status,
         wanted,
+        hold: None,
         now: t0(),
         stale_after: STALE_AFTER,
+        link,
     })
+}
+
+/// The connection rule: a closed connection turns a fresh (or stale)
+/// report `offline` at once and its convergence into no evidence; an open
+/// one changes nothing (a hung hive still turns stale); a clean stop, an
+/// undecodable or a missing status keep their own freshness; without
+/// events the row says the KV-timestamp rule applied.
+#[test]
+fn a_closed_connection_turns_the_row_offline() {
+    let down = Link::Down {
+        why: "its NATS connection closed 1s ago (Client Closed)".into(),
+    };
+    let w = wanted(5, declaration(&[("bot", "img:1")]));
+    let fresh = status_at(5, ok_hive(5, 5));
+    let old = status_at(STALE_AFTER.as_secs() as i64 + 30, ok_hive(5, 5));
+    let stopped = status_at(5, readiness(HiveState::Stopped, Some(5), Some(5), vec![]));
+    let cases: [(&StatusEntry, Option<&Link>, Freshness, FreshnessRule); 6] = [
+        (&fresh, None, Freshness::Fresh, FreshnessRule::KvTimestamp),
+        (
+            &fresh,
+            Some(&Link::Up),
+            Freshness::Fresh,
+            FreshnessRule::Connection,
+        ),
+        (
+            &old,
+            Some(&Link::Up),
+            Freshness::Stale,
+            FreshnessRule::Connection,
+        ),
+        (
+            &fresh,
+            Some(&down),
+            Freshness::Offline,
+            FreshnessRule::Connection,
+        ),
+        (
+            &old,
+            Some(&down),
+            Freshness::Offline,
+            FreshnessRule::Connection,
+        ),
+        (
+            &stopped,
+            Some(&down),
+            Freshness::Stopped,
+            FreshnessRule::Connection,
+        ),
+    ];
+    for (st, link, freshness, rule) in cases {
+        let row = run_linked(true, Some(st), Some(&w), link);
+        assert_eq!(
+            (row.freshness, row.freshness_rule),
+            (freshness, rule),
+            "{row:#?}"
+        );
+        if freshness == Freshness::Offline {
+            assert!(
+                row.freshness_reason.contains("connection closed"),
+                "{row:#?}"
+            );
+            assert_eq!(row.convergence, Convergence::Unknown, "{row:#?}");
+            assert!(row.reason.contains("offline"), "{row:#?}");
+            assert!(row.stale_at.is_none());
+        }
+    }
+    let none = run_linked(true, None, Some(&w), Some(&down));
+    assert_eq!(none.freshness, Freshness::Unknown);
 }
 
 fn ok_hive(seen: u64, converged: u64) -> Readiness {
@@ -615,4 +694,161 @@ fn human_ages() {
     ] {
         assert_eq!(human_age(Duration::from_secs(secs)), text);
     }
+}
+
+/// A hive that claims revision 5 with `bot` as the hive reports it.
+fn claimed_with(bot: AgentStatus) -> StatusEntry {
+    status_at(
+        10,
+        readiness(HiveState::Ok, Some(5), Some(5), vec![("bot", bot)]),
+    )
+}
+
+#[test]
+fn restarting_agents_are_never_converged_and_the_reason_names_the_crash() {
+    use swarm_queue_client::{ExitReport, Unsettled};
+    let decl = || declaration(&[("bot", "img:1")]);
+    let exits = |oom, code, next_in| ExitReport {
+        code: Some(code),
+        oom,
+        count: 5,
+        first: Some(230),
+        since: Some(12),
+        next_in,
+    };
+    let with = |observed, unsettled, e: ExitReport| AgentStatus {
+        unsettled: Some(unsettled),
+        exits: Some(e),
+        ..agent("img:1", observed, Some(("done", None)))
+    };
+    let cases = [
+        (
+            with(
+                Observed::Stopped,
+                Unsettled::Backoff,
+                exits(false, 3, Some(50)),
+            ),
+            "bot stopped (wanted up), crash loop: exited 3 (5 times in 4m00s), next start in 40s",
+        ),
+        (
+            with(Observed::Stopped, Unsettled::Exited, exits(true, 137, None)),
+            "OOM-killed: exited 137 (5 times in 4m00s), starting again",
+        ),
+        (
+            // Running again, but only for a moment: still not as declared.
+            with(Observed::Running, Unsettled::Young, exits(false, 3, None)),
+            "bot started too recently to count as up; before: crash loop: exited 3",
+        ),
+        (
+            AgentStatus {
+                unsettled: Some(Unsettled::Unknown),
+                ..agent("img:1", Observed::Running, Some(("done", None)))
+            },
+            "bot not settled",
+        ),
+    ];
+    for (bot, want) in cases {
+        let row = run(true, Some(&claimed_with(bot)), Some(&wanted(5, decl())));
+        assert_eq!(row.convergence, Convergence::Degraded, "{}", row.reason);
+        assert!(row.reason.contains(want), "{}", row.reason);
+        let agent = &row.agents[0];
+        assert!(agent.note.is_some(), "{agent:?}");
+    }
+}
+
+fn hold_at(age_secs: i64, ttl_secs: u64) -> crate::maintenance::HoldEntry {
+    let hold = crate::maintenance::Hold {
+        schema: 1,
+        reason: "kernel update".into(),
+        ttl_secs,
+        by: "ops@host".into(),
+    };
+    crate::maintenance::HoldEntry::decode(
+        9,
+        t0() - time::Duration::seconds(age_secs),
+        &serde_json::to_vec(&hold).unwrap(),
+    )
+}
+
+fn run_held(
+    status: Option<&StatusEntry>,
+    wanted: Option<&WantedEntry>,
+    hold: &crate::maintenance::HoldEntry,
+    link: Option<&Link>,
+) -> HiveRow {
+    let roster = RosterEntry::default();
+    evaluate(Inputs {
+        name: "alpha",
+        roster: Some(&roster),
+        status,
+        wanted,
+        hold: Some(hold),
+        now: t0(),
+        stale_after: STALE_AFTER,
+        link,
+    })
+}
+
+/// A hold in force shows `maintenance` instead of stale or offline, with
+/// the hold and its end in the row; convergence stays what the evidence
+/// says (a stale report is none), and the row changes when the hold ends.
+/// An expired hold is ignored.
+#[test]
+fn a_hold_in_force_shows_maintenance_and_keeps_convergence_from_evidence() {
+    let w = wanted(5, declaration(&[("bot", "img:1")]));
+    let stale = status_at(600, ok_hive(5, 5));
+    let held = hold_at(60, 3600);
+    let row = run_held(Some(&stale), Some(&w), &held, None);
+    assert_eq!(row.freshness, Freshness::Maintenance);
+    assert!(
+        row.freshness_reason.starts_with("in maintenance until ")
+            && row
+                .freshness_reason
+                .contains("(59m00s left), set by ops@host: kernel update")
+            && row.freshness_reason.contains("over stale_after"),
+        "{}",
+        row.freshness_reason
+    );
+    assert_eq!(row.convergence, Convergence::Unknown, "{}", row.reason);
+    assert_eq!(row.stale_at, held.until());
+    let m = row.maintenance.as_ref().expect("the hold is shown");
+    assert_eq!((m.reason.as_str(), m.left_secs), ("kernel update", 3540));
+    let json = serde_json::to_value(&row).unwrap();
+    assert_eq!(json["freshness"], "maintenance");
+    assert_eq!(json["maintenance"]["by"], "ops@host");
+
+    let down = Link::Down {
+        why: "its NATS connection closed 5s ago".into(),
+    };
+    let fresh = status_at(5, ok_hive(5, 5));
+    let row = run_held(Some(&fresh), Some(&w), &held, Some(&down));
+    assert_eq!(row.freshness, Freshness::Maintenance);
+    assert_eq!(row.convergence, Convergence::Unknown);
+
+    // Fresh evidence still counts: converged stays converged.
+    let row = run_held(Some(&fresh), Some(&w), &held, None);
+    assert_eq!(
+        (row.freshness, row.convergence),
+        (Freshness::Maintenance, Convergence::Converged)
+    );
+
+    let expired = hold_at(3600, 3600);
+    let row = run_held(Some(&stale), Some(&w), &expired, None);
+    assert_eq!(row.freshness, Freshness::Stale);
+    assert_eq!(row.maintenance, None);
+}
+
+#[test]
+fn an_undecodable_hold_is_a_problem_and_no_hold() {
+    let bad = crate::maintenance::HoldEntry::decode(4, t0(), b"nope");
+    let stale = status_at(600, ok_hive(5, 5));
+    let row = run_held(Some(&stale), None, &bad, None);
+    assert_eq!(row.freshness, Freshness::Stale);
+    assert!(
+        row.problems
+            .iter()
+            .any(|p| p.starts_with("maintenance revision 4: ")),
+        "{:?}",
+        row.problems
+    );
 }

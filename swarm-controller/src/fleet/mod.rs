@@ -1,8 +1,8 @@
 //! The controller's in-memory picture of the fleet, updated one KV entry at
 //! a time.
 //!
-//! It owns, per hive, the last status entry and the last wanted entry (each
-//! decoded once, when it arrives), the class of the row last computed
+//! It owns, per hive, the last status entry, the last wanted entry and its
+//! maintenance hold (each decoded once, when it arrives), the class of the row last computed
 //! (freshness and convergence, for the fleet summary) and the moment a fresh
 //! row turns stale. Everything in it came from NATS; it is a cache that a
 //! restart rebuilds from the buckets, so the controller stays stateless.
@@ -14,11 +14,12 @@
 //!   out; they are adjusted per row, never recounted.
 //! - Freshness and attention also change without any KV update, when time
 //!   passes: [`Fleet::expire`] recomputes exactly the rows whose deadline
-//!   (`stale_at`, or the moment a progressing declaration turns slow) came.
+//!   (`stale_at` or a maintenance hold's end, or the moment a progressing
+//!   declaration turns slow) came.
 //! - Every change gets the next sequence number, under the same lock, so a
 //!   reader that looked at the fleet at `seq` can skip older changes.
 //! - Every rostered hive has a row; an unrostered key has a row as long as it
-//!   has a status or wanted entry (it is shown, never dropped).
+//!   has a status, wanted or maintenance entry (it is shown, never dropped).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
@@ -29,8 +30,9 @@ use time::OffsetDateTime;
 
 use crate::config::{Roster, RosterEntry};
 use crate::evaluate::{
-    evaluate, Convergence, Declared, Freshness, Inputs, StatusEntry, WantedEntry,
+    evaluate, Convergence, Declared, Freshness, Inputs, Link, StatusEntry, WantedEntry,
 };
+use crate::maintenance::HoldEntry;
 use crate::view::{self, Class, Progress, Query, ViewRow, DEFAULT_PROGRESSING_ATTENTION};
 
 /// Which bucket an entry came from.
@@ -38,6 +40,7 @@ use crate::view::{self, Class, Progress, Query, ViewRow, DEFAULT_PROGRESSING_ATT
 pub enum Source {
     Status,
     Wanted,
+    Maintenance,
 }
 
 /// One KV entry, as the fleet takes it.
@@ -186,6 +189,8 @@ impl Counts {
 struct Slot {
     status: Option<StatusEntry>,
     wanted: Option<WantedEntry>,
+    /// Its maintenance hold, active or not (the evaluation decides).
+    hold: Option<HoldEntry>,
     /// Class of the row last handed out, counted in `Fleet::counts`.
     class: Option<Class>,
     /// Key into `Fleet::deadlines`: when the row changes with time alone.
@@ -209,6 +214,9 @@ pub struct Fleet {
     /// Changes handed out so far.
     seq: u64,
     stats: ReadStats,
+    /// What the server's connection events say of each hive they cover;
+    /// a hive without an entry has its freshness from the KV timestamp.
+    links: HashMap<String, Link>,
 }
 
 impl Fleet {
@@ -228,6 +236,7 @@ impl Fleet {
             deadlines: BTreeSet::new(),
             seq: 0,
             stats: ReadStats::default(),
+            links: HashMap::new(),
         };
         let names: Vec<String> = fleet.roster.keys().map(|h| h.to_string()).collect();
         for name in names {
@@ -292,6 +301,10 @@ impl Fleet {
                 slot.wanted = present
                     .then(|| WantedEntry::decode(update.revision, update.created, update.value));
             }
+            Source::Maintenance => {
+                slot.hold = present
+                    .then(|| HoldEntry::decode(update.revision, update.created, update.value));
+            }
         }
     }
 
@@ -330,7 +343,7 @@ impl Fleet {
             self.counts.remove(c);
         }
         let rostered = self.roster_by_key.contains_key(name);
-        if !rostered && slot.status.is_none() && slot.wanted.is_none() {
+        if !rostered && slot.status.is_none() && slot.wanted.is_none() && slot.hold.is_none() {
             self.slots.remove(name);
             return change;
         }
@@ -358,8 +371,10 @@ impl Fleet {
             roster: self.roster_by_key.get(name),
             status: slot.and_then(|s| s.status.as_ref()),
             wanted,
+            hold: slot.and_then(|s| s.hold.as_ref()),
             now,
             stale_after: self.stale_after,
+            link: self.links.get(name),
         });
         let progress = Progress {
             declared_at: wanted.map(|w| w.created),
@@ -371,6 +386,40 @@ impl Fleet {
         };
         let attention = view::attention(&row, progress, now);
         (ViewRow { row, attention }, due_at)
+    }
+
+    /// Set what the connection events say of hive `name` (`None`: nothing,
+    /// so the KV-timestamp rule); its new row when that changed anything.
+    pub fn set_link(
+        &mut self,
+        name: &str,
+        link: Option<Link>,
+        now: OffsetDateTime,
+    ) -> Option<Change> {
+        let changed = match link {
+            Some(l) => self.links.insert(name.to_string(), l.clone()) != Some(l),
+            None => self.links.remove(name).is_some(),
+        };
+        (changed && self.slots.contains_key(name)).then(|| self.refresh(name, now))
+    }
+
+    /// [`Fleet::set_link`] for each hive; the rows that changed.
+    pub fn set_links(&mut self, links: Vec<(String, Link)>, now: OffsetDateTime) -> Vec<Change> {
+        links
+            .into_iter()
+            .filter_map(|(name, link)| self.set_link(&name, Some(link), now))
+            .collect()
+    }
+
+    /// The hives whose freshness the connection events can decide: the
+    /// rostered ones that connect to the buckets' servers (not through a
+    /// leaf-node site, whose server does not pass its events on).
+    pub fn linkable(&self) -> Vec<String> {
+        self.roster
+            .iter()
+            .filter(|(_, e)| e.jetstream_domain.is_none())
+            .map(|(h, _)| h.to_string())
+            .collect()
     }
 
     /// Recompute the rows whose deadline came by `now`.

@@ -230,3 +230,51 @@ fn select_filters_orders_worst_first_and_pages_without_evaluating() {
     let sel = fleet.select(&q(&[("label", "site=x")]));
     assert_eq!(sel.matched, 0);
 }
+
+/// A hold keeps a stale hive `maintenance` with no attention, and its end
+/// is a deadline: the row turns stale with no KV update when it comes; a
+/// deleted hold ends it at once.
+#[test]
+fn a_hold_shows_maintenance_until_it_ends_by_itself_or_is_deleted() {
+    let stale_after = Duration::from_secs(10);
+    let mut fleet = Fleet::new(roster(&["a"]), stale_after, t0());
+    put(&mut fleet, "a", t0(), t0());
+    let hold = serde_json::to_vec(&crate::maintenance::Hold {
+        schema: 1,
+        reason: "reboot".into(),
+        ttl_secs: 60,
+        by: "ops".into(),
+    })
+    .unwrap();
+    let held = Update {
+        source: Source::Maintenance,
+        ..update("a", t0(), Operation::Put, &hold)
+    };
+    let r = row(fleet.apply(held, t0()));
+    assert_eq!(r.freshness, Freshness::Maintenance);
+    assert_eq!(fleet.next_stale_at(), Some(t0() + Duration::from_secs(60)));
+    // Past stale_after nothing changes: still held, no attention.
+    assert!(fleet.expire(t0() + Duration::from_secs(30)).is_empty());
+    let s = fleet.summary();
+    assert_eq!((s.freshness["maintenance"], s.attention), (1, 0));
+    assert!(s.line.starts_with("1 hive: 1 maintenance |"), "{}", s.line);
+    // The hold's end comes: stale, needing attention.
+    let due = fleet.expire(t0() + Duration::from_secs(61));
+    assert_eq!(due.len(), 1);
+    let r = row(due.into_iter().next().unwrap());
+    assert_eq!(r.freshness, Freshness::Stale);
+    assert!(r.attention.is_some());
+    // Held again, then the hold deleted: stale at once.
+    let again = Update {
+        created: t0() + Duration::from_secs(62),
+        ..held
+    };
+    let r = row(fleet.apply(again, t0() + Duration::from_secs(62)));
+    assert_eq!(r.freshness, Freshness::Maintenance);
+    let off = Update {
+        source: Source::Maintenance,
+        ..update("a", t0(), Operation::Delete, b"")
+    };
+    let r = row(fleet.apply(off, t0() + Duration::from_secs(63)));
+    assert_eq!(r.freshness, Freshness::Stale);
+}

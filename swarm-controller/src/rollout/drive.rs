@@ -13,6 +13,10 @@
 //! plan read, and a driver that finds the key already holding its target
 //! (written by a driver that was killed before it recorded the write) takes
 //! that revision as the write instead of writing again.
+//!
+//! A hive whose maintenance hold is in force when its wave is written
+//! (read from `hyperhive-maintenance` just before) is not written: it is
+//! recorded `skipped` and its wave does not wait for it.
 
 use std::collections::HashMap;
 use std::sync::RwLock;
@@ -66,6 +70,8 @@ pub enum DriveError {
     Nats(#[from] NatsError),
     #[error("cannot write hyperhive-wanted/{hive}: {reason}")]
     Wanted { hive: HiveName, reason: String },
+    #[error(transparent)]
+    Maintenance(#[from] crate::maintenance::store::MaintenanceError),
 }
 
 /// Drive `stored` (a running rollout whose driver is `deps.me`) until it
@@ -146,10 +152,14 @@ const WRITES_IN_FLIGHT: usize = 64;
 /// that succeeded are recorded, and no later batch is started.
 async fn write_wave(deps: &Deps<'_>, r: &mut Rollout) -> Result<Option<Outcome>, DriveError> {
     let wave = r.wave;
+    skip_held(deps, r).await?;
     let todo: Vec<(HiveName, Declaration, Option<u64>)> = r.waves[wave]
         .iter()
         .filter_map(|hive| {
-            let t = r.hives.get(hive).filter(|t| t.written_revision.is_none())?;
+            let t = r
+                .hives
+                .get(hive)
+                .filter(|t| t.written_revision.is_none() && t.step != Step::Skipped)?;
             Some((hive.clone(), r.target(hive)?.clone(), t.expected_revision))
         })
         .collect();
@@ -196,6 +206,32 @@ async fn write_wave(deps: &Deps<'_>, r: &mut Rollout) -> Result<Option<Outcome>,
         r.wave_started_ms = Some(unix_ms(OffsetDateTime::now_utc()));
     }
     Ok(halt)
+}
+
+/// Mark every hive of the current wave not written yet whose maintenance
+/// hold is in force `skipped`, with the hold as its reason.
+async fn skip_held(deps: &Deps<'_>, r: &mut Rollout) -> Result<(), DriveError> {
+    let holds = crate::maintenance::store::read_all(&deps.buckets.maintenance).await?;
+    let now = OffsetDateTime::now_utc();
+    let (wave, n) = (r.wave, r.waves.len());
+    for hive in &r.waves[wave] {
+        let Some(hold) = holds.get(hive.as_str()).and_then(|h| h.active(now)) else {
+            continue;
+        };
+        let Some(t) = r.hives.get_mut(hive) else {
+            continue;
+        };
+        if t.written_revision.is_none() && t.step != Step::Skipped {
+            t.step = Step::Skipped;
+            t.reason = Some(format!("in maintenance {}", hold.line()));
+            (deps.report)(&format!(
+                "wave {} of {n}: skipped {hive}: in maintenance {}",
+                wave + 1,
+                hold.line()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A hive's wanted key that moved away from the revision the rollout planned
@@ -280,16 +316,16 @@ async fn wait_wave(
     loop {
         let now = OffsetDateTime::now_utc();
         let r = &mut stored.rollout;
-        let verdict = judge_wave(r, |h| rows.get(h));
+        let verdict = judge_wave(r, unix_ms(now), |h| rows.get(h));
         let wave = r.wave;
         let n = r.waves.len();
         let started = r.wave_started_ms.unwrap_or_else(|| unix_ms(now));
         let waited = Duration::from_millis((unix_ms(now) - started).max(0) as u64);
         let halt = match verdict {
             Verdict::Done => {
+                let line = done_line(r);
                 r.wave += 1;
                 r.wave_started_ms = None;
-                let line = format!("wave {} of {n}: every hive converged", wave + 1);
                 if save(deps, stored).await? {
                     (deps.report)(&line);
                 }
@@ -341,6 +377,24 @@ async fn wait_wave(
             }
         }
     }
+}
+
+/// "wave 2 of 3: every hive converged and held it for 2s (1 skipped: in
+/// maintenance)", said when the current wave is done.
+fn done_line(r: &Rollout) -> String {
+    let (wave, n) = (r.wave + 1, r.waves.len());
+    let mut line = match r.settings.min_converged_secs {
+        0 => format!("wave {wave} of {n}: every hive converged"),
+        s => format!("wave {wave} of {n}: every hive converged and held it for {s}s"),
+    };
+    let skipped = r.waves[r.wave]
+        .iter()
+        .filter(|h| r.hives.get(*h).is_some_and(|t| t.step == Step::Skipped))
+        .count();
+    if skipped > 0 {
+        line.push_str(&format!(" ({skipped} skipped: in maintenance)"));
+    }
+    line
 }
 
 /// The most entries applied between two judgements of a wave.

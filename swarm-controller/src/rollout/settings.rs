@@ -16,6 +16,9 @@ pub const DEFAULT_WAIT_CONVERGED_SECS: u64 = 600;
 /// Default `lease_secs`: a running rollout whose state was not written for
 /// this long has lost its controller, and `resume` may take it over.
 pub const DEFAULT_LEASE_SECS: u64 = 30;
+/// Default `min_converged_secs`: how long each hive of a wave must stay
+/// converged, with no exit of an agent, before the wave counts as done.
+pub const DEFAULT_MIN_CONVERGED_SECS: u64 = 30;
 
 /// The `[rollout]` table as written.
 #[derive(Debug, Clone, Deserialize)]
@@ -28,6 +31,8 @@ pub struct RawRollout {
     wait_converged_secs: u64,
     #[serde(default = "default_lease")]
     lease_secs: u64,
+    #[serde(default = "default_min_converged")]
+    min_converged_secs: u64,
 }
 
 /// One wave's cumulative size.
@@ -60,6 +65,11 @@ pub struct RolloutSettings {
     pub wait_converged_secs: u64,
     /// See [`DEFAULT_LEASE_SECS`].
     pub lease_secs: u64,
+    /// See [`DEFAULT_MIN_CONVERGED_SECS`]; 0: done as soon as converged.
+    /// A state stored before this setting existed reads as 0, the rule it
+    /// was started under.
+    #[serde(default)]
+    pub min_converged_secs: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -74,6 +84,11 @@ pub enum SettingsError {
     OverHundred(String),
     #[error("{field} = 0; it must be at least 1 second")]
     ZeroSecs { field: &'static str },
+    #[error(
+        "min_converged_secs = {min} is not below wait_converged_secs = {wait}: \
+         every wave would run out of time while it soaks"
+    )]
+    SoakTooLong { min: u64, wait: u64 },
 }
 
 impl RolloutSettings {
@@ -94,11 +109,18 @@ impl RolloutSettings {
                 return Err(SettingsError::ZeroSecs { field });
             }
         }
+        if raw.min_converged_secs >= raw.wait_converged_secs {
+            return Err(SettingsError::SoakTooLong {
+                min: raw.min_converged_secs,
+                wait: raw.wait_converged_secs,
+            });
+        }
         Ok(RolloutSettings {
             waves,
             max_failed: raw.max_failed,
             wait_converged_secs: raw.wait_converged_secs,
             lease_secs: raw.lease_secs,
+            min_converged_secs: raw.min_converged_secs,
         })
     }
 
@@ -108,6 +130,10 @@ impl RolloutSettings {
 
     pub fn lease(&self) -> Duration {
         Duration::from_secs(self.lease_secs)
+    }
+
+    pub fn min_converged(&self) -> Duration {
+        Duration::from_secs(self.min_converged_secs)
     }
 }
 
@@ -119,6 +145,7 @@ impl Default for RolloutSettings {
             max_failed: 0,
             wait_converged_secs: DEFAULT_WAIT_CONVERGED_SECS,
             lease_secs: DEFAULT_LEASE_SECS,
+            min_converged_secs: DEFAULT_MIN_CONVERGED_SECS,
         }
     }
 }
@@ -151,6 +178,10 @@ fn default_wait() -> u64 {
 
 fn default_lease() -> u64 {
     DEFAULT_LEASE_SECS
+}
+
+fn default_min_converged() -> u64 {
+    DEFAULT_MIN_CONVERGED_SECS
 }
 
 fn parse_wave(text: &str) -> Result<WaveSize, SettingsError> {
@@ -206,5 +237,31 @@ mod tests {
             let e = parse_wave(w).unwrap_err().to_string();
             assert!(e.contains(want) && e.contains(w), "{w}: {e}");
         }
+    }
+
+    fn settings(table: &str) -> Result<RolloutSettings, SettingsError> {
+        let raw: RawRollout = toml::from_str(&format!("waves = [\"1\"]\n{table}")).unwrap();
+        RolloutSettings::from_raw(raw)
+    }
+
+    #[test]
+    fn the_soak_defaults_to_30s_may_be_off_and_must_end_before_the_wave_does() {
+        assert_eq!(settings("").unwrap().min_converged_secs, 30);
+        assert_eq!(
+            settings("min_converged_secs = 0").unwrap().min_converged(),
+            Duration::ZERO
+        );
+        let e = settings("min_converged_secs = 60\nwait_converged_secs = 60")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("min_converged_secs = 60") && e.contains("wait_converged_secs = 60"),
+            "{e}"
+        );
+        // A state stored before the setting existed keeps its old rule.
+        let old =
+            r#"{"waves":[{"count":1}],"max_failed":0,"wait_converged_secs":600,"lease_secs":30}"#;
+        let back: RolloutSettings = serde_json::from_str(old).unwrap();
+        assert_eq!(back.min_converged_secs, 0);
     }
 }

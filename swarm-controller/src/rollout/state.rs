@@ -12,13 +12,18 @@
 //! the wave is done, still waiting, or must halt, and never says "done" for
 //! a hive whose row does not say fresh and converged on the revision the
 //! rollout wrote.
+//!
+//! A hive in maintenance is `skipped`: never written while its hold is in
+//! force, never waited for, never counted as failed. The wave goes on
+//! without it, and `rollout resume` (or the next rollout) writes it once
+//! its maintenance has ended.
 
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use swarm_queue_client::{Declaration, HiveName};
+use swarm_queue_client::{Declaration, HiveName, Unsettled};
 
 use crate::evaluate::{Convergence, Freshness, HiveRow};
 use crate::rollout::settings::RolloutSettings;
@@ -47,6 +52,9 @@ pub enum Step {
     Failed,
     /// Its previous declaration was declared again by `abort`.
     Restored,
+    /// In maintenance when its wave came (or while its wave waited): not
+    /// written, not waited for; `rollout resume` writes it later.
+    Skipped,
 }
 
 impl Step {
@@ -57,6 +65,7 @@ impl Step {
             Step::Done => "done",
             Step::Failed => "failed",
             Step::Restored => "restored",
+            Step::Skipped => "skipped",
         }
     }
 }
@@ -84,6 +93,22 @@ pub struct HiveTarget {
     /// rollout only when the wave's `wait_converged_secs` runs out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retried_at_status: Option<u64>,
+    /// While it soaks: since when it has been seen converged, with how many
+    /// agent exits (see [`judge_wave`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soak: Option<Soak>,
+}
+
+/// A written hive seen converged and not yet done: it must stay so for the
+/// rollout's `min_converged_secs` with no exit of an agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Soak {
+    /// When it was first seen converged (ms since the epoch, by the
+    /// driving controller's clock, as `wave_started_ms`).
+    pub since_ms: i64,
+    /// The exits its row counted then, summed over its declared agents
+    /// (each since its spec changed): a larger count is an exit since.
+    pub exits: u64,
 }
 
 /// How the rollout stands.
@@ -162,6 +187,7 @@ pub struct Counts {
     pub waiting: usize,
     pub failed: usize,
     pub restored: usize,
+    pub skipped: usize,
 }
 
 impl Rollout {
@@ -191,6 +217,7 @@ impl Rollout {
                     step: Step::Waiting,
                     reason: None,
                     retried_at_status: None,
+                    soak: None,
                 },
             );
         }
@@ -223,6 +250,7 @@ impl Rollout {
                 Step::Waiting => c.waiting += 1,
                 Step::Failed => c.failed += 1,
                 Step::Restored => c.restored += 1,
+                Step::Skipped => c.skipped += 1,
             }
         }
         c
@@ -235,10 +263,16 @@ impl Rollout {
         let n = self.waves.len();
         let k = (self.wave + 1).min(n);
         let head = format!("rollout {} ({})", self.id, self.source);
-        let counts = format!(
+        let mut counts = format!(
             "{} done, {} written, {} waiting, {} failed",
             c.done, c.written, c.waiting, c.failed
         );
+        if c.skipped > 0 {
+            counts.push_str(&format!(
+                ", {} skipped (in maintenance; `rollout resume` writes them once it ends)",
+                c.skipped
+            ));
+        }
         match &self.outcome {
             Outcome::Running => format!("{head}: running, wave {k} of {n}: {counts}"),
             Outcome::Halted {
@@ -265,51 +299,74 @@ impl Rollout {
 }
 
 /// Judge the current wave from the rows of the rollout's hives (`row`
-/// gives the controller's row of a hive, None when it has none), and mark
-/// each written hive done or failed. Hives of earlier waves are judged
-/// again: one that turns degraded later still counts as failed.
+/// gives the controller's row of a hive, None when it has none) at `now_ms`
+/// (the driver's clock), and mark each written hive done or failed. Hives
+/// of earlier waves are judged again: one that turns degraded, or whose
+/// agent crash-loops, later still counts as failed.
+///
+/// A hive is done only after its row said fresh and converged on the
+/// written revision for `min_converged_secs` on end, with no exit of an
+/// agent in between ([`Soak`]); an exit starts the soak again, and an agent
+/// the hive holds in a crash-loop delay fails the hive.
 pub fn judge_wave<R: Borrow<HiveRow>>(
     rollout: &mut Rollout,
+    now_ms: i64,
     row: impl Fn(&HiveName) -> Option<R>,
 ) -> Verdict {
-    let upto = (rollout.wave + 1).min(rollout.waves.len());
-    let written: Vec<HiveName> = rollout.waves[..upto].iter().flatten().cloned().collect();
+    let written = due(rollout);
+    let soak_ms = rollout.settings.min_converged().as_millis() as i64;
     let mut waiting = Vec::new();
     for hive in &written {
         let Some(t) = rollout.hives.get_mut(hive) else {
             continue;
         };
+        if passed_by(t, row(hive).as_ref().map(Borrow::borrow)) {
+            continue;
+        }
         let Some(revision) = t.written_revision else {
             waiting.push((hive.clone(), "not written yet".into()));
             continue;
         };
-        let judged = row(hive).map(|r| match judge_hive(r.borrow(), revision) {
-            // Reports of the old failure keep coming until the retried job
-            // is picked up, so after a resume only the wave's deadline halts.
-            HiveJudgement::Failed(why) if t.retried_at_status.is_some() => {
-                HiveJudgement::Waiting(format!("asked to try again after a resume; {why}"))
+        let judged = row(hive).map(|r| {
+            let r = r.borrow();
+            match judge_hive(r, revision) {
+                // Reports of the old failure keep coming until the retried
+                // job is picked up, so after a resume only the wave's
+                // deadline halts.
+                HiveJudgement::Failed(why) if t.retried_at_status.is_some() => {
+                    HiveJudgement::Waiting(format!("asked to try again after a resume; {why}"))
+                }
+                HiveJudgement::Done if t.step != Step::Done => soak(t, r, now_ms, soak_ms),
+                j => j,
             }
-            j => j,
         });
         match judged {
             Some(HiveJudgement::Done) => {
                 t.step = Step::Done;
                 t.reason = None;
+                t.soak = None;
             }
             Some(HiveJudgement::Failed(reason)) => {
                 t.step = Step::Failed;
                 t.reason = Some(reason);
+                t.soak = None;
+            }
+            Some(HiveJudgement::Soaking(reason)) => {
+                t.step = Step::Written;
+                waiting.push((hive.clone(), reason));
             }
             Some(HiveJudgement::Waiting(reason)) => {
                 // A done hive that is only progressing again (a new status
                 // on its way) keeps its step; the wave waits on the others.
                 if t.step != Step::Done {
                     t.step = Step::Written;
+                    t.soak = None;
                     waiting.push((hive.clone(), reason));
                 }
             }
             None => {
                 t.step = Step::Written;
+                t.soak = None;
                 waiting.push((hive.clone(), "the controller has no row for it".into()));
             }
         }
@@ -332,9 +389,35 @@ pub fn judge_wave<R: Borrow<HiveRow>>(
     }
 }
 
+/// The hives of the current wave and every wave before it.
+fn due(rollout: &Rollout) -> Vec<HiveName> {
+    let upto = (rollout.wave + 1).min(rollout.waves.len());
+    rollout.waves[..upto].iter().flatten().cloned().collect()
+}
+
+/// Whether the wave passes `t` by: skipped for maintenance already, or in
+/// maintenance now, when what its row says is no verdict on the rollout (a
+/// done hive stays done, any other is skipped).
+fn passed_by(t: &mut HiveTarget, row: Option<&HiveRow>) -> bool {
+    if t.step == Step::Skipped {
+        return true;
+    }
+    let Some(hold) = row.and_then(|r| r.maintenance.as_ref()) else {
+        return false;
+    };
+    if t.step != Step::Done {
+        t.step = Step::Skipped;
+        t.reason = Some(format!("in maintenance {}", hold.line()));
+        t.soak = None;
+    }
+    true
+}
+
 enum HiveJudgement {
     Done,
     Failed(String),
+    /// Converged, and holding it for `min_converged_secs`.
+    Soaking(String),
     Waiting(String),
 }
 
@@ -350,12 +433,76 @@ fn judge_hive(row: &HiveRow, revision: u64) -> HiveJudgement {
             )),
         };
     }
+    if let Some(why) = crash_loop(row) {
+        return HiveJudgement::Failed(why);
+    }
     match row.convergence {
         Convergence::Converged if row.freshness == Freshness::Fresh => HiveJudgement::Done,
         Convergence::Failed | Convergence::Degraded => {
             HiveJudgement::Failed(format!("{}: {}", row.convergence, row.reason))
         }
         _ => HiveJudgement::Waiting(format!("{}: {}", row.convergence, row.reason)),
+    }
+}
+
+/// The first declared agent the hive holds in a crash-loop delay, in
+/// words with its exit evidence: "agent a is crash-looping: stopped (wanted
+/// up), crash loop: exited 3 (2 times in 41s), next start in 10s".
+fn crash_loop(row: &HiveRow) -> Option<String> {
+    let a = row
+        .agents
+        .iter()
+        .find(|a| a.declared && a.unsettled == Some(Unsettled::Backoff))?;
+    let note = a
+        .note
+        .as_deref()
+        .unwrap_or("waiting out a crash-loop delay");
+    Some(format!("agent {} is crash-looping: {note}", a.name))
+}
+
+/// Exits of the declared agents of `row`, each counted since its spec
+/// last changed.
+fn exits(row: &HiveRow) -> u64 {
+    let declared = row.agents.iter().filter(|a| a.declared);
+    declared
+        .filter_map(|a| a.exits.as_ref())
+        .map(|e| u64::from(e.count))
+        .sum()
+}
+
+/// A converged hive's soak: done once it has held for `soak_ms` with the
+/// same exit count; an exit (a larger or reset count) starts it again.
+fn soak(t: &mut HiveTarget, row: &HiveRow, now_ms: i64, soak_ms: i64) -> HiveJudgement {
+    if soak_ms == 0 {
+        return HiveJudgement::Done;
+    }
+    let count = exits(row);
+    let secs = soak_ms / 1000;
+    match t.soak {
+        Some(s) if s.exits == count => {
+            let held = (now_ms - s.since_ms).max(0);
+            if held >= soak_ms {
+                return HiveJudgement::Done;
+            }
+            HiveJudgement::Soaking(format!(
+                "converged, holding it: {}s of min_converged_secs {secs}",
+                held / 1000
+            ))
+        }
+        seen => {
+            t.soak = Some(Soak {
+                since_ms: now_ms,
+                exits: count,
+            });
+            HiveJudgement::Soaking(match seen {
+                Some(s) => format!(
+                    "an agent exited while it held converged ({} exits, {count} now); \
+                     holding it again: 0s of min_converged_secs {secs}",
+                    s.exits
+                ),
+                None => format!("converged, holding it: 0s of min_converged_secs {secs}"),
+            })
+        }
     }
 }
 

@@ -12,7 +12,7 @@
 //! controller writes part keys of its own, and a reader reads each part at
 //! exactly the key and revision the head names. The parts a head no longer
 //! names are removed after it is written; a loser's, when the next rollout
-//! starts.
+//! starts ([`remove_part`]: the bucket takes no purge).
 //!
 //! The head's server timestamp is the rollout's heartbeat: `resume` takes a
 //! running rollout over only when that is older than the lease, by the
@@ -287,7 +287,7 @@ pub async fn update(store: &kv::Store, stored: &mut Stored) -> Result<(), StoreE
 async fn remove_unnamed(store: &kv::Store, old: &Parts, new: &Parts) {
     let keep: std::collections::BTreeSet<&str> = new.keys().collect();
     for key in old.keys().filter(|k| !keep.contains(k)) {
-        if let Err(e) = store.purge(key).await {
+        if let Err(e) = remove_part(store, key).await {
             tracing::warn!(key, error = %e, "cannot remove an old rollout part; it is never read");
         }
     }
@@ -311,10 +311,31 @@ pub async fn remove_strays(store: &kv::Store, named: &Parts) {
         .iter()
         .filter(|k| k.starts_with(&prefix) && !keep.contains(k.as_str()))
     {
-        if let Err(e) = store.purge(key).await {
+        if let Err(e) = remove_part(store, key).await {
             tracing::warn!(key, error = %e, "cannot remove a stray rollout part; it is never read");
         }
     }
+}
+
+/// Remove the part `key` and its bytes. The bucket refuses purges
+/// (`deny_purge`, `swarm_queue_client::buckets::stream_config`), so empty
+/// puts first push its earlier values out of the key's history (the
+/// bucket keeps that many values a key), and then a delete marker leaves it
+/// out of every listing. A reader that asks for it at a revision the head
+/// named gets [`StoreError::PartGone`], as after a purge.
+pub async fn remove_part(store: &kv::Store, key: &str) -> Result<(), StoreError> {
+    let write_error = |e: &dyn std::fmt::Display| StoreError::Write {
+        key: key.to_string(),
+        reason: e.to_string(),
+    };
+    let history = store.stream.cached_info().config.max_messages_per_subject;
+    for _ in 1..history {
+        store
+            .put(key, Bytes::new())
+            .await
+            .map_err(|e| write_error(&e))?;
+    }
+    store.delete(key).await.map_err(|e| write_error(&e))
 }
 
 /// What another controller wrote, in one line, after a lost compare-and-set.

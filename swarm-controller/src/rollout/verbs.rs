@@ -112,7 +112,9 @@ pub async fn start(
 
 /// `rollout resume`: continue a halted rollout (its failed hives are judged
 /// again and asked to deploy their agents now), or take over a running one
-/// whose driver stopped writing for longer than the lease.
+/// whose driver stopped writing for longer than the lease. Either way, and
+/// also for a completed one, the hives it skipped for maintenance are
+/// written now (those still in maintenance are skipped again).
 pub async fn resume(deps: &Deps<'_>) -> Result<Ended, VerbError> {
     let Some(mut stored) = store::read(&deps.buckets.rollouts).await? else {
         return Err(VerbError::Nothing {
@@ -122,6 +124,7 @@ pub async fn resume(deps: &Deps<'_>) -> Result<Ended, VerbError> {
     };
     let r = &mut stored.rollout;
     let mut retry = Vec::new();
+    let unskipped = unskip(r);
     match &r.outcome {
         Outcome::Halted { .. } => {
             for (hive, t) in r.hives.iter_mut() {
@@ -148,6 +151,12 @@ pub async fn resume(deps: &Deps<'_>) -> Result<Ended, VerbError> {
                 "taking over from controller {} (its last write was {} ago)",
                 r.driver,
                 human_age(age)
+            ));
+        }
+        Outcome::Completed if unskipped > 0 => {
+            (deps.report)(&format!(
+                "writing the {unskipped} hive(s) skipped for maintenance, from wave {}",
+                r.wave + 1
             ));
         }
         Outcome::Completed | Outcome::Aborted => {
@@ -181,6 +190,32 @@ pub async fn resume(deps: &Deps<'_>) -> Result<Ended, VerbError> {
         update_or_back_off(deps, &mut stored).await?;
     }
     Ok(drive(deps, stored).await?)
+}
+
+/// Make every hive skipped for maintenance due again (a written one is
+/// judged again, an unwritten one written when its wave comes, unless it
+/// is still in maintenance), and go back to the first wave holding one.
+/// How many there were.
+fn unskip(r: &mut Rollout) -> usize {
+    let mut count = 0;
+    for (i, wave) in r.waves.iter().enumerate() {
+        for hive in wave {
+            let Some(t) = r.hives.get_mut(hive).filter(|t| t.step == Step::Skipped) else {
+                continue;
+            };
+            t.step = match t.written_revision {
+                Some(_) => Step::Written,
+                None => Step::Waiting,
+            };
+            t.reason = None;
+            if count == 0 && i < r.wave {
+                r.wave = i;
+                r.wave_started_ms = None;
+            }
+            count += 1;
+        }
+    }
+    count
 }
 
 /// `rollout abort`: record the rollout aborted, then declare each hive's

@@ -2,6 +2,9 @@
 //! starts with a snapshot of the page the query asks for, then sends only
 //! the changes that page shows ([`crate::live`] decides), batched; a page
 //! that falls behind the broadcast channel gets a new snapshot.
+//!
+//! Each open stream holds one of `sse_max_clients` permits for as long as
+//! it is open; a request past the cap gets 503 and no stream.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -9,14 +12,15 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use axum::extract::State;
+use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, StreamExt};
 use serde_json::json;
 use time::OffsetDateTime;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, OwnedSemaphorePermit};
 
-use super::{bad_query, Pairs, Shared};
+use super::{bad_query, reply, Pairs, Shared};
 use crate::live::{LiveView, Push};
 use crate::render::{unix_ms, Report};
 use crate::view::{Query, DEFAULT_PAGE};
@@ -33,6 +37,20 @@ pub(super) async fn events(State(shared): State<Arc<Shared>>, pairs: Pairs) -> R
         Err(e) => return bad_query(e),
     };
     query.limit = Some(query.limit.unwrap_or(DEFAULT_PAGE));
+    let Ok(slot) = shared.sse_slots.clone().try_acquire_owned() else {
+        tracing::warn!(
+            cap = shared.sse_max_clients,
+            "refused an event stream: sse_max_clients are open"
+        );
+        return reply(
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({ "error": format!(
+                "{} event streams are open, the most this server holds (sse_max_clients); \
+                 close a dashboard page or try again later",
+                shared.sse_max_clients
+            ) }),
+        );
+    };
     // Subscribe before the snapshot; changes it already holds are skipped
     // by their sequence number.
     let rx = shared.pushes.subscribe();
@@ -42,6 +60,7 @@ pub(super) async fn events(State(shared): State<Arc<Shared>>, pairs: Pairs) -> R
         rx,
         view,
         pending: VecDeque::from([snapshot]),
+        _slot: slot,
     };
     let live = stream::unfold(page, |mut page| async move {
         let event = page.next_event().await?;
@@ -87,6 +106,9 @@ struct Page {
     rx: broadcast::Receiver<Arc<Push>>,
     view: LiveView,
     pending: VecDeque<Sent>,
+    /// This stream's place under `sse_max_clients`, given back when the
+    /// stream is dropped (the page closed, or the server stops).
+    _slot: OwnedSemaphorePermit,
 }
 
 impl Page {

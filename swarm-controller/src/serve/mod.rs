@@ -4,6 +4,10 @@
 //! - **follower**: a KV watch of the status and wanted buckets. Each entry
 //!   updates one hive in the [`Fleet`] and broadcasts that hive's change.
 //!   Never a full re-read.
+//! - **presence** (when the server gives connection events,
+//!   [`crate::presence`]): each hive whose NATS connection opened or
+//!   closed is recomputed and broadcast at once, so a dead hive shows
+//!   `offline` within a moment.
 //! - **expiry**: freshness and attention change with time alone, so this
 //!   task wakes at the next row's deadline (at most a second later) and
 //!   broadcasts the rows that turned stale or slow.
@@ -12,9 +16,15 @@
 //!   [`crate::view::Query`]), `GET /api/events` the server-sent events the
 //!   page listens to, `GET /api/rollout` the staged rollout (its summary,
 //!   or with `?hives=true` the document of `rollout status --json`; the
-//!   page asks every 2 s, [`rollout`]), `POST /hooks/forge` the webhook,
+//!   page asks every 2 s, [`rollout`]), `GET /metrics` the controller's own
+//!   counts ([`metrics`]), `POST /hooks/forge` the webhook,
 //!   `GET /health/live`.
-//!   Every route but the HMAC-checked webhook only reads.
+//!   Every route but the HMAC-checked webhook only reads. At most
+//!   `sse_max_clients` event streams are open at once; past it, 503.
+//! - **webhook http**, when `webhook_listen` is set: a listener that
+//!   answers `POST /hooks/forge` only (everything else 404), so a forge
+//!   can reach the webhook without reaching the dashboard; the dashboard's
+//!   listener then no longer answers the webhook.
 //!
 //! Every change is formatted once and handed to all listeners through a
 //! broadcast channel, under the same lock that changed the fleet, so two
@@ -23,7 +33,8 @@
 //! A page that falls behind the channel gets a new snapshot.
 //!
 //! Everything here is in memory and rebuilt from NATS at start: two `serve`
-//! processes show the same fleet and never write the buckets.
+//! processes show the same fleet and write only `hyperhive-deliveries`,
+//! where the webhook records what it acted on ([`deliveries`]).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,18 +51,21 @@ use axum::{Json, Router};
 use serde_json::json;
 use swarm_queue_client::http_host::HostRule;
 use time::OffsetDateTime;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{broadcast, watch, Semaphore};
 
 use crate::config::Config;
 use crate::fleet::{Change, Fleet, Update};
 use crate::live::Push;
 use crate::nats::{Buckets, Follower, NatsError};
+use crate::presence::watch::Watcher;
 use crate::render::{unix_ms, Report};
 use crate::view::{Query, QueryError};
 use crate::webhook;
 
+mod deliveries;
 mod events;
 mod hook;
+mod metrics;
 mod rollout;
 
 /// Pushes buffered per page before it gets a new snapshot.
@@ -81,9 +95,17 @@ pub struct Shared {
     /// `hyperhive-rollouts`, read by `/api/rollout`.
     rollouts: async_nats::jetstream::kv::Store,
     rollout_cache: rollout::RolloutCache,
+    /// `hyperhive-deliveries`: the webhook's record of what it acted on.
+    deliveries: async_nats::jetstream::kv::Store,
+    /// One permit per open event stream: `sse_max_clients` of them.
+    sse_slots: Arc<Semaphore>,
+    /// The number of those permits, for the 503's message.
+    sse_max_clients: usize,
     webhook_secret: Option<Vec<u8>>,
     knowledge_repo: Option<String>,
     shutdown: watch::Receiver<bool>,
+    /// Requests the dashboard's routes answered (for `/metrics`).
+    requests: AtomicU64,
 }
 
 impl Shared {
@@ -161,6 +183,8 @@ pub enum ServeError {
 /// read the counters), and the task to await.
 pub struct Server {
     pub addr: SocketAddr,
+    /// The webhook's own listener, when `webhook_listen` is set.
+    pub webhook_addr: Option<SocketAddr>,
     pub shared: Arc<Shared>,
     pub task: tokio::task::JoinHandle<Result<(), ServeError>>,
 }
@@ -188,26 +212,99 @@ pub async fn start(
         client,
         rollouts: buckets.rollouts.clone(),
         rollout_cache: Default::default(),
+        deliveries: buckets.deliveries.clone(),
+        sse_slots: Arc::new(Semaphore::new(config.sse_max_clients)),
+        sse_max_clients: config.sse_max_clients,
+        requests: AtomicU64::new(0),
         webhook_secret,
         knowledge_repo: config.knowledge_repo.clone(),
         shutdown: shutdown.clone(),
     });
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .map_err(|source| ServeError::Bind {
-            addr: listen,
-            source,
-        })?;
-    let addr = listener.local_addr().map_err(|source| ServeError::Bind {
-        addr: listen,
-        source,
-    })?;
-    tracing::info!(%addr, "dashboard at http://{addr}/, webhook at POST /hooks/forge");
+    let listener = bind(listen).await?;
+    let addr = local_addr(&listener, listen)?;
+    let webhook = match config.webhook_listen {
+        Some(at) => {
+            let l = bind(at).await?;
+            Some((local_addr(&l, at)?, l))
+        }
+        None => None,
+    };
+    let webhook_addr = webhook.as_ref().map(|(a, _)| *a);
+    match webhook_addr {
+        Some(w) => {
+            tracing::info!(%addr, %w, "dashboard at http://{addr}/, webhook at http://{w}/hooks/forge only")
+        }
+        None => tracing::info!(%addr, "dashboard at http://{addr}/, webhook at POST /hooks/forge"),
+    }
 
     tokio::spawn(follow(shared.clone(), follower, shutdown.clone()));
+    start_presence(&shared, &shutdown).await;
     tokio::spawn(expire(shared.clone(), shutdown.clone()));
     let hosts = HostRule::for_this_machine(config.http_allowed_hosts.clone());
-    let app = router(shared.clone(), hosts);
+    let dashboard = dashboard_router(shared.clone(), hosts);
+    let task = match webhook {
+        Some((_, webhook_listener)) => {
+            let hook = http(
+                webhook_listener,
+                webhook_router(shared.clone()),
+                shutdown.clone(),
+            );
+            let page = http(listener, dashboard, shutdown);
+            tokio::spawn(async move {
+                let (page, hook) = tokio::join!(page, hook);
+                page.and(hook)
+            })
+        }
+        None => tokio::spawn(http(
+            listener,
+            dashboard.merge(webhook_router(shared.clone())),
+            shutdown,
+        )),
+    };
+    Ok(Server {
+        addr,
+        webhook_addr,
+        shared,
+        task,
+    })
+}
+
+/// Learn who is connected and follow the server's connection events, when
+/// the server offers them (else every row keeps the KV-timestamp rule).
+async fn start_presence(shared: &Arc<Shared>, shutdown: &watch::Receiver<bool>) {
+    let linkable = shared
+        .fleet
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .linkable();
+    if let Some(watcher) = Watcher::start(&shared.client, linkable).await {
+        let links = watcher.links();
+        shared.update(|fleet, now| fleet.set_links(links, now));
+        tokio::spawn(presence(shared.clone(), watcher, shutdown.clone()));
+    }
+}
+
+async fn bind(at: SocketAddr) -> Result<tokio::net::TcpListener, ServeError> {
+    tokio::net::TcpListener::bind(at)
+        .await
+        .map_err(|source| ServeError::Bind { addr: at, source })
+}
+
+fn local_addr(
+    listener: &tokio::net::TcpListener,
+    at: SocketAddr,
+) -> Result<SocketAddr, ServeError> {
+    listener
+        .local_addr()
+        .map_err(|source| ServeError::Bind { addr: at, source })
+}
+
+/// Serve `app` on `listener` until `shutdown` turns true.
+async fn http(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), ServeError> {
     // Each pushed row is a small write; without TCP_NODELAY, Nagle's
     // algorithm holds it until the page's delayed ACK (about 40 ms).
     let listener = listener.tap_io(|tcp| {
@@ -215,16 +312,12 @@ pub async fn start(
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
     });
-    let mut stop = shutdown;
-    let task = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stop.wait_for(|s| *s).await;
-            })
-            .await
-            .map_err(ServeError::Http)
-    });
-    Ok(Server { addr, shared, task })
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            let _ = shutdown.wait_for(|s| *s).await;
+        })
+        .await
+        .map_err(ServeError::Http)
 }
 
 /// The follower task (see the module documentation).
@@ -238,6 +331,19 @@ async fn follow(shared: Arc<Shared>, mut follower: Follower, mut shutdown: watch
                 shared.update(|fleet, now| {
                     vec![fleet.apply(Update::from_entry(source, &entry), now)]
                 });
+            }
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// The presence task (see the module documentation).
+async fn presence(shared: Arc<Shared>, mut watcher: Watcher, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            // Cancel-safe: see `Watcher::next`.
+            links = watcher.next() => {
+                shared.update(|fleet, now| fleet.set_links(links, now));
             }
             _ = shutdown.wait_for(|s| *s) => return,
         }
@@ -271,19 +377,36 @@ async fn expire(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
 
 /// The page and its API answer only a `Host` that names this machine: a
 /// page elsewhere that made its name resolve here (DNS rebinding) would
-/// otherwise read the fleet. The webhook is signed and the liveness probe
-/// says nothing, so those two answer any name.
-fn router(shared: Arc<Shared>, hosts: HostRule) -> Router {
+/// otherwise read the fleet. The liveness probe says nothing, so it
+/// answers any name.
+fn dashboard_router(shared: Arc<Shared>, hosts: HostRule) -> Router {
     Router::new()
         .route("/", get(dashboard))
         .route("/api/status", get(api_status))
         .route("/api/events", get(events::events))
         .route("/api/stats", get(api_stats))
         .route("/api/rollout", get(rollout::api_rollout))
+        .route("/metrics", get(metrics::metrics))
+        .route_layer(middleware::from_fn_with_state(
+            shared.clone(),
+            count_request,
+        ))
         .route_layer(middleware::from_fn_with_state(hosts, guard_host))
-        .route("/hooks/forge", post(hook::forge_hook))
         .route("/health/live", get(|| async { "ok\n" }))
         .with_state(shared)
+}
+
+/// The webhook alone. It is signed, so it answers any `Host`; any other
+/// path gets 404.
+fn webhook_router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/hooks/forge", post(hook::forge_hook))
+        .with_state(shared)
+}
+
+async fn count_request(State(shared): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    shared.requests.fetch_add(1, Ordering::Relaxed);
+    next.run(req).await
 }
 
 async fn guard_host(State(hosts): State<HostRule>, req: Request, next: Next) -> Response {

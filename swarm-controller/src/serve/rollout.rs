@@ -55,7 +55,7 @@ pub async fn api_rollout(
 }
 
 /// The stored rollout, read whole only when the head is not the cached one.
-async fn read_cached(shared: &Shared) -> Result<Option<Arc<Stored>>, store::StoreError> {
+pub(super) async fn read_cached(shared: &Shared) -> Result<Option<Arc<Stored>>, store::StoreError> {
     let Some(id) = store::head_id(&shared.rollouts).await? else {
         return Ok(None);
     };

@@ -34,6 +34,8 @@ pub struct BucketOverrides {
     pub history: Option<i64>,
     pub storage: Option<crate::buckets::Storage>,
     pub replicas: Option<usize>,
+    /// Only for `deliveries`: seconds a delivery id is remembered.
+    pub max_age_secs: Option<u64>,
 }
 
 /// Per-bucket creation settings, as written in the config.
@@ -44,6 +46,8 @@ pub struct BucketsConfig {
     pub wanted: BucketOverrides,
     pub credentials: BucketOverrides,
     pub rollouts: BucketOverrides,
+    pub deliveries: BucketOverrides,
+    pub maintenance: BucketOverrides,
 }
 
 impl BucketsConfig {
@@ -54,12 +58,15 @@ impl BucketsConfig {
             Bucket::Wanted => &self.wanted,
             Bucket::Credentials => &self.credentials,
             Bucket::Rollouts => &self.rollouts,
+            Bucket::Deliveries => &self.deliveries,
+            Bucket::Maintenance => &self.maintenance,
         };
         let d = BucketSettings::default_for(bucket);
         BucketSettings {
             history: o.history.unwrap_or(d.history),
             storage: o.storage.unwrap_or(d.storage),
             replicas: o.replicas.unwrap_or(d.replicas),
+            max_age_secs: o.max_age_secs.unwrap_or(d.max_age_secs),
         }
     }
 
@@ -70,6 +77,8 @@ impl BucketsConfig {
             Bucket::Wanted => "wanted",
             Bucket::Credentials => "credentials",
             Bucket::Rollouts => "rollouts",
+            Bucket::Deliveries => "deliveries",
+            Bucket::Maintenance => "maintenance",
         }
     }
 }
@@ -192,9 +201,31 @@ impl NatsConfig {
                     s.replicas
                 ));
             }
+            problems.extend(check_max_age(bucket, s.max_age_secs));
         }
         problems
     }
+}
+
+/// `max_age_secs` is for the deliveries bucket alone, within its bounds:
+/// an age on any other bucket would drop declarations or statuses.
+fn check_max_age(bucket: Bucket, max_age_secs: u64) -> Option<String> {
+    let table = BucketsConfig::table_name(bucket);
+    let (low, high) = crate::buckets::DELIVERIES_MAX_AGE_BOUNDS;
+    if bucket != Bucket::Deliveries {
+        return (max_age_secs != 0).then(|| {
+            format!(
+                "nats.buckets.{table}.max_age_secs = {max_age_secs}: only the deliveries bucket \
+                 expires its entries"
+            )
+        });
+    }
+    (!(low..=high).contains(&max_age_secs)).then(|| {
+        format!(
+            "nats.buckets.deliveries.max_age_secs must be {low} to {high} (a minute to 30 days), \
+             not {max_age_secs}"
+        )
+    })
 }
 
 /// A JetStream domain name that cannot be used as a subject token.

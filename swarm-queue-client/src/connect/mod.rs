@@ -9,6 +9,13 @@
 //! - `seed`: reading an nkey user seed, and telling a plain seed file from
 //!   a decorated `.creds` file, without ever echoing the seed.
 //! - this file: the connection itself, its options and the connect counter.
+//!
+//! The reconnect delay grows with the attempts ([`reconnect_backoff`]) and
+//! is drawn from `[0, backoff]` ([`reconnect_delay`]): a server restart
+//! disconnects a whole fleet at once, and a fixed schedule would bring it
+//! back at once ([`crate::jitter`]). The connection carries the process's
+//! [`Jitter`], so every task that times a read or a put spreads it the same
+//! way.
 
 mod config;
 mod seed;
@@ -20,6 +27,8 @@ use std::time::Duration;
 
 use async_nats::{Client, ConnectOptions};
 use tokio::sync::watch;
+
+use crate::jitter::Jitter;
 
 pub use config::{check_domain, BadDomain, BucketOverrides, BucketsConfig, NatsConfig, TlsConfig};
 pub use seed::read_nkey_seed;
@@ -69,6 +78,9 @@ pub struct Connection {
     pub servers: String,
     /// The JetStream domain of the buckets ([`NatsConfig::jetstream_domain`]).
     pub jetstream_domain: Option<String>,
+    /// How this process spreads its reconnects and its periodic reads and
+    /// puts; the hive's `jitter_percent`.
+    pub jitter: Jitter,
 }
 
 impl Connection {
@@ -90,7 +102,18 @@ impl Connection {
 /// come to the inbox prefix derived from it
 /// ([`crate::subjects::inbox_prefix`]), the only inbox its identity may
 /// read. `config.name` changes what the server shows, never the inbox.
+/// Reconnects are spread with the default [`Jitter`].
 pub async fn connect(config: &NatsConfig, name: &str) -> Result<Connection, ConnectError> {
+    connect_with(config, name, Jitter::default()).await
+}
+
+/// [`connect`], with reconnect delays drawn from `jitter`, which the
+/// connection then carries for its tasks ([`Connection::jitter`]).
+pub async fn connect_with(
+    config: &NatsConfig,
+    name: &str,
+    jitter: Jitter,
+) -> Result<Connection, ConnectError> {
     let addrs = config.server_addrs()?;
     if let Some(domain) = &config.jetstream_domain {
         check_domain(domain)?;
@@ -104,17 +127,14 @@ pub async fn connect(config: &NatsConfig, name: &str) -> Result<Connection, Conn
     let (tx, rx) = watch::channel(0u64);
     let conn_name = config.name.clone().unwrap_or_else(|| name.to_string());
     let log_servers = servers.clone();
+    let reconnect_jitter = jitter.clone();
     opts = opts
         .name(conn_name)
         .custom_inbox_prefix(crate::subjects::inbox_prefix(name))
         .max_reconnects(None)
         .retry_on_initial_connect()
         .connection_timeout(Duration::from_secs(5))
-        .reconnect_delay_callback(|attempts| {
-            // 0, 100 ms, 200 ms … capped at 5 s: quick to come back after a
-            // server restart, gentle on a server that stays down.
-            Duration::from_millis((attempts.saturating_sub(1) as u64 * 100).min(5_000))
-        })
+        .reconnect_delay_callback(move |attempts| reconnect_delay(attempts, &reconnect_jitter))
         .event_callback(move |event| {
             let tx = tx.clone();
             let servers = log_servers.clone();
@@ -148,7 +168,22 @@ pub async fn connect(config: &NatsConfig, name: &str) -> Result<Connection, Conn
         connects: rx,
         servers,
         jetstream_domain: config.jetstream_domain.clone(),
+        jitter,
     })
+}
+
+/// The longest wait before reconnect attempt `attempts` (1-based): 0, then
+/// 100 ms more per attempt, capped at 5 s: quick to come back after a server
+/// restart, gentle on a server that stays down.
+pub fn reconnect_backoff(attempts: usize) -> Duration {
+    let steps = u64::try_from(attempts.saturating_sub(1)).unwrap_or(u64::MAX);
+    Duration::from_millis(steps.saturating_mul(100).min(5_000))
+}
+
+/// The wait before reconnect attempt `attempts`: drawn from `[0,`
+/// [`reconnect_backoff`]`]`, or the backoff itself with the jitter off.
+pub fn reconnect_delay(attempts: usize, jitter: &Jitter) -> Duration {
+    jitter.up_to(reconnect_backoff(attempts))
 }
 
 /// Fail fast when the client is not connected, instead of letting a

@@ -172,6 +172,65 @@ fn toml_shape() {
     assert!(err.to_string().contains("urll"), "{err}");
 }
 
+/// The deliveries bucket keeps its ids a day by default, between a minute
+/// and 30 days; no other bucket may expire entries.
+#[test]
+fn only_the_deliveries_bucket_has_a_bounded_max_age() {
+    let c = NatsConfig::default();
+    assert_eq!(c.buckets.get(Bucket::Deliveries).max_age_secs, 86_400);
+    assert_eq!(c.buckets.get(Bucket::Wanted).max_age_secs, 0);
+    let c = toml_like(r#"{"buckets":{"deliveries":{"max_age_secs":3600}}}"#);
+    assert_eq!(c.buckets.get(Bucket::Deliveries).max_age_secs, 3600);
+    assert!(!c.check().iter().any(|p| p.contains("max_age")));
+    for bad in [0, 59, 30 * 86_400 + 1] {
+        let c = toml_like(&format!(
+            r#"{{"buckets":{{"deliveries":{{"max_age_secs":{bad}}}}}}}"#
+        ));
+        let problems = c.check();
+        assert!(
+            problems.iter().any(|p| p
+                == &format!("nats.buckets.deliveries.max_age_secs must be 60 to 2592000 (a minute to 30 days), not {bad}")),
+            "{problems:?}"
+        );
+    }
+    let problems = toml_like(r#"{"buckets":{"wanted":{"max_age_secs":60}}}"#).check();
+    let wanted = "nats.buckets.wanted.max_age_secs = 60: only the deliveries bucket expires";
+    assert!(
+        problems.iter().any(|p| p.starts_with(wanted)),
+        "{problems:?}"
+    );
+}
+
 fn toml_like(json: &str) -> NatsConfig {
     serde_json::from_str(json).unwrap()
+}
+
+#[test]
+fn reconnect_delays_grow_to_5_s_and_are_drawn_below_the_backoff() {
+    let ms = Duration::from_millis;
+    let backoffs: Vec<Duration> = [0, 1, 2, 3, 11, 51, 52, usize::MAX]
+        .into_iter()
+        .map(reconnect_backoff)
+        .collect();
+    assert_eq!(backoffs, [0, 0, 100, 200, 1000, 5000, 5000, 5000].map(ms));
+    // Off: the backoff itself, the schedule every hive would share.
+    assert_eq!(reconnect_delay(11, &Jitter::none()), ms(1000));
+    // On: from [0, backoff], the same draws for the same seed, and not
+    // one schedule for two hives.
+    let schedule = |seed| {
+        let jitter = Jitter::seeded(20, seed);
+        (1..=60)
+            .map(|n| reconnect_delay(n, &jitter))
+            .collect::<Vec<_>>()
+    };
+    let a = schedule(1);
+    assert_eq!(a, schedule(1));
+    assert_ne!(a, schedule(2));
+    assert_eq!(a[0], Duration::ZERO);
+    for (i, d) in a.iter().enumerate() {
+        assert!(*d <= reconnect_backoff(i + 1), "attempt {}: {d:?}", i + 1);
+    }
+    // Over the 10 attempts at the 5 s cap, the draws spread over it.
+    let capped = &a[50..];
+    assert!(capped.iter().any(|d| *d < ms(2500)) && capped.iter().any(|d| *d > ms(2500)));
 }

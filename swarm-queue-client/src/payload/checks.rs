@@ -5,10 +5,11 @@
 use super::codec::InvalidField;
 use crate::limits::*;
 
-/// Make a free-form message safe to carry: control characters become spaces
-/// and the length is clipped. Use it on every error text put in a payload.
+/// Make a free-form message safe to carry: a URL's userinfo is redacted
+/// ([`crate::redact::userinfo`]), control characters become spaces and the
+/// length is clipped. Use it on every error text put in a payload.
 pub fn sanitize_message(message: &str) -> String {
-    let cleaned: String = message
+    let cleaned: String = crate::redact::userinfo(message)
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();

@@ -105,7 +105,16 @@ pub trait Payload: Serialize + DeserializeOwned {
     fn schema(&self) -> u32;
     /// Check every bound and rule that serde cannot express.
     fn validate(&self) -> Result<(), InvalidField>;
+    /// Where the payload carries fields this build does not know, in the
+    /// places where ignoring one could drop a constraint (an agent spec):
+    /// decoding names them in a warning instead of ignoring them silently.
+    fn ignored_fields(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
+
+/// How many ignored fields one warning names; the rest are counted.
+const IGNORED_NAMED: usize = 8;
 
 /// Decode and validate a payload. Never panics, whatever the bytes.
 pub fn decode<T: Payload>(bytes: &[u8]) -> Result<Decoded<T>, DecodeError> {
@@ -150,6 +159,7 @@ pub fn decode<T: Payload>(bytes: &[u8]) -> Result<Decoded<T>, DecodeError> {
             T::WHAT
         ));
     }
+    warnings.extend(ignored_warning(T::WHAT, &value.ignored_fields()));
     Ok(Decoded { value, warnings })
 }
 
@@ -186,6 +196,27 @@ pub fn encode_pretty<T: Payload>(value: &T) -> Result<Vec<u8>, EncodeError> {
     } else {
         compact
     })
+}
+
+/// One warning naming the fields a payload carried that this build does not
+/// know, clipped to [`IGNORED_NAMED`] names and cleaned of control characters.
+fn ignored_warning(what: &str, fields: &[String]) -> Option<String> {
+    if fields.is_empty() {
+        return None;
+    }
+    let named: Vec<String> = fields
+        .iter()
+        .take(IGNORED_NAMED)
+        .map(|f| super::checks::sanitize_short(f))
+        .collect();
+    let more = match fields.len().saturating_sub(IGNORED_NAMED) {
+        0 => String::new(),
+        n => format!(" and {n} more"),
+    };
+    Some(format!(
+        "{what} has fields this build does not know, which it ignores: {}{more}",
+        named.join(", ")
+    ))
 }
 
 #[derive(Deserialize)]

@@ -70,6 +70,16 @@ pub struct AgentSpec {
     /// HEALTHCHECK (if any) applies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<HealthSpec>,
+    /// How long the agent must run before it counts as up; without it the
+    /// hive's own `min_running_secs` applies. Not in the spec hash: it
+    /// changes how the hive judges the container, not the container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_running_secs: Option<u64>,
+    /// Fields this build does not know (a newer writer's), kept so that a
+    /// reader can say it ignored them ([`Payload`]'s decode warns) and a
+    /// re-write does not drop them. Never in the spec hash.
+    #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub unknown: BTreeMap<String, serde_json::Value>,
 }
 
 /// How Docker checks an agent's health: `command` runs in the container
@@ -133,12 +143,17 @@ impl HealthSpec {
 
 impl AgentSpec {
     /// `sha256:<hex>` over everything that needs a new container when it
-    /// changes. Power is left out: it is a start or a stop, not a rebuild.
-    /// Optional fields are skipped when absent, so adding a field to the
-    /// contract does not change the hash of specs that do not use it.
+    /// changes. Power is left out: it is a start or a stop, not a rebuild;
+    /// so is `min_running_secs`, which only changes when the hive counts the
+    /// container as up; and so are unknown fields, which an older reader
+    /// could not hash the way their writer does. Optional fields are
+    /// skipped when absent, so adding a field to the contract does not
+    /// change the hash of specs that do not use it.
     pub fn spec_hash(&self) -> String {
         let hashed = AgentSpec {
             power: None,
+            min_running_secs: None,
+            unknown: BTreeMap::new(),
             ..self.clone()
         };
         // Serializing a struct of strings, maps and numbers cannot fail.
@@ -187,6 +202,13 @@ impl AgentSpec {
                 });
             }
         }
+        if let Some(secs) = self.min_running_secs.filter(|s| *s > MAX_MIN_RUNNING_SECS) {
+            return Err(InvalidField::OutOfRange {
+                field: f("min_running_secs"),
+                value: secs.to_string(),
+                allowed: format!("0 to {MAX_MIN_RUNNING_SECS}"),
+            });
+        }
         if let Some(cpus) = self.cpus {
             if !(cpus.is_finite() && cpus > 0.0 && cpus <= MAX_CPUS) {
                 return Err(InvalidField::OutOfRange {
@@ -234,6 +256,16 @@ impl Payload for Declaration {
             spec.validate(name)?;
         }
         Ok(())
+    }
+    fn ignored_fields(&self) -> Vec<String> {
+        self.agents
+            .iter()
+            .flat_map(|(name, spec)| {
+                spec.unknown
+                    .keys()
+                    .map(move |k| format!("agents.{name}.{k}"))
+            })
+            .collect()
     }
 }
 

@@ -37,6 +37,6 @@ pub use codec::{
 pub use declaration::{AgentSpec, BuildSpec, Declaration, HealthSpec, Power, MAX_HEALTH_SECS};
 pub use events::{CredentialNotice, DeployReply, DeployRequest};
 pub use readiness::{
-    readiness_matches_key, AgentStatus, HiveState, JobSummary, Level, Observed, Readiness,
-    RetryStatus, Warning,
+    readiness_matches_key, AgentStatus, ExitReport, HiveState, JobSummary, Level, Observed,
+    Readiness, RetryStatus, Unsettled, Warning,
 };

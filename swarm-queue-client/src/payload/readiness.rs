@@ -134,6 +134,109 @@ pub struct AgentStatus {
     /// the hive is backing off before it tries again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetryStatus>,
+    /// How the agent's container has been ending, once it has started or
+    /// exited at least once under the hive's watch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exits: Option<ExitReport>,
+    /// Why the hive does not count this agent as declared although its
+    /// container may match. A reader must not call such an agent converged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unsettled: Option<Unsettled>,
+}
+
+/// Why an agent whose container may match its declaration is not counted
+/// as declared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Unsettled {
+    /// It exited and does not run; the hive starts it again now.
+    Exited,
+    /// It exited again and waits out a crash-loop delay
+    /// (`exits.next_in`).
+    Backoff,
+    /// It has run for less than the hive's `min_running_secs`.
+    Young,
+    /// Docker reports its health check failing.
+    Unhealthy,
+    /// A reason this build does not know (written by a newer hive): still
+    /// not as declared.
+    #[serde(other)]
+    Unknown,
+}
+
+impl fmt::Display for Unsettled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Unsettled::Exited => "exited, starting again",
+            Unsettled::Backoff => "crash loop, waiting to start again",
+            Unsettled::Young => "started too recently to count as up",
+            Unsettled::Unhealthy => "unhealthy (its health check fails)",
+            Unsettled::Unknown => "not settled",
+        })
+    }
+}
+
+/// How an agent's container has been ending, from Docker's events and
+/// inspect, kept by the hive across its own restarts.
+///
+/// Compact on purpose: 128 agents of it must fit a status with every other
+/// field at its bound. No timestamps: `first` and `since` count back
+/// from the moment the status was written, `next_in` forward, as
+/// `RetryStatus` does; each at most [`MAX_EXIT_SECS`] (the hive saturates).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitReport {
+    /// The exit code of the last exit (137 for a kill, -1 unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<i32>,
+    /// Docker killed the last run for memory (the `oom` event or
+    /// `OOMKilled`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub oom: bool,
+    /// Exits since the agent's spec last changed, at most
+    /// [`MAX_EXIT_COUNT`].
+    #[serde(default)]
+    pub count: u32,
+    /// Seconds since the first of those exits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first: Option<u64>,
+    /// Seconds since the last start while the container runs, since the
+    /// last exit while it does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<u64>,
+    /// While the agent waits out a crash-loop delay: seconds until the hive
+    /// starts it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_in: Option<u64>,
+}
+
+impl ExitReport {
+    fn validate(&self, agent: &AgentName) -> Result<(), InvalidField> {
+        let out_of_range = |field: &str, value: String, allowed: String| InvalidField::OutOfRange {
+            field: format!("agents.{agent}.exits.{field}"),
+            value,
+            allowed,
+        };
+        if let Some(c) = self.code {
+            if !(-1..=255).contains(&c) {
+                return Err(out_of_range("code", c.to_string(), "-1 to 255".into()));
+            }
+        }
+        if self.count > MAX_EXIT_COUNT {
+            let allowed = format!("at most {MAX_EXIT_COUNT}");
+            return Err(out_of_range("count", self.count.to_string(), allowed));
+        }
+        for (field, v) in [
+            ("first", self.first),
+            ("since", self.since),
+            ("next_in", self.next_in),
+        ] {
+            if let Some(v) = v.filter(|v| *v > MAX_EXIT_SECS) {
+                let allowed = format!("at most {MAX_EXIT_SECS}");
+                return Err(out_of_range(field, v.to_string(), allowed));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// An agent the hive keeps trying to bring to its declared state.
@@ -218,6 +321,9 @@ impl Payload for Readiness {
                     check_text(&format!("agents.{name}.last_job.error"), e, MAX_MESSAGE_LEN)?;
                 }
             }
+            if let Some(e) = &a.exits {
+                e.validate(name)?;
+            }
             if let Some(r) = &a.retry {
                 if let Some(step) = &r.step {
                     check_text(&format!("agents.{name}.retry.step"), step, MAX_SHORT_LEN)?;
@@ -256,6 +362,8 @@ impl AgentStatus {
             image_digest: None,
             health: None,
             retry: None,
+            exits: None,
+            unsettled: None,
         }
     }
 

@@ -9,6 +9,11 @@
 //! the hive's `Health` (each declared agent running on its declared spec, as
 //! a real hive reports it), which makes the publisher put a new status.
 //!
+//! Each connection carries the hive's jitter (`swarm_queue_client::Jitter`,
+//! seeded with the hive's index so a run can be repeated), which the real
+//! reconnect, publisher and wanted code draw from: the hive's default
+//! `jitter_percent`, or the one [`start_with_jitter`] is given (0: none).
+//!
 //! Hive `i` connects to server `i % servers` of the list, so a cluster's
 //! hives are spread evenly. At most [`CONNECT_PARALLEL`] hives are being set
 //! up at once, as a fleet that boots together would.
@@ -24,8 +29,8 @@ use hive::readiness::Health;
 use hive::shutdown::{Shutdown, ShutdownTrigger};
 use hive::wanted::{self, WantedDeps};
 use swarm_queue_client::{
-    AgentName, AgentStatus, Bucket, BucketSettings, Declaration, HiveName, NatsConfig, Observed,
-    Power,
+    AgentName, AgentStatus, Bucket, BucketSettings, Declaration, HiveName, Jitter, NatsConfig,
+    Observed, Power,
 };
 
 /// Hives set up at the same time.
@@ -45,13 +50,30 @@ impl Drop for Fleet {
 }
 
 /// Start one simulated hive per name; hive `i` on `urls[i % urls.len()]`,
-/// its state under `dir`.
+/// its state under `dir`, with the hive's default jitter.
 pub async fn start(names: &[String], urls: &[String], dir: &Path) -> Fleet {
+    start_with_jitter(
+        names,
+        urls,
+        dir,
+        swarm_queue_client::jitter::DEFAULT_PERCENT,
+    )
+    .await
+}
+
+/// [`start`], each hive's jitter `jitter_percent` (0: none).
+pub async fn start_with_jitter(
+    names: &[String],
+    urls: &[String],
+    dir: &Path,
+    jitter_percent: u8,
+) -> Fleet {
     let (trigger, shutdown) = hive::shutdown::channel();
     futures_util::stream::iter(names.iter().enumerate())
         .map(|(i, name)| {
             let url = urls[i % urls.len()].clone();
-            start_one(name, url, dir, shutdown.clone())
+            let jitter = Jitter::seeded(jitter_percent, i as u64);
+            start_one(name, url, dir, jitter, shutdown.clone())
         })
         .buffer_unordered(CONNECT_PARALLEL)
         .collect::<Vec<()>>()
@@ -59,13 +81,13 @@ pub async fn start(names: &[String], urls: &[String], dir: &Path) -> Fleet {
     Fleet { trigger }
 }
 
-async fn start_one(name: &str, url: String, dir: &Path, shutdown: Shutdown) {
+async fn start_one(name: &str, url: String, dir: &Path, jitter: Jitter, shutdown: Shutdown) {
     let hive = HiveName::new(name).expect("a valid hive name");
     let cfg = NatsConfig {
         url: Some(url),
         ..Default::default()
     };
-    let conn = swarm_queue_client::connect(&cfg, name)
+    let conn = swarm_queue_client::connect_with(&cfg, name, jitter)
         .await
         .expect("connect a simulated hive");
     let health = Arc::new(Health::new(Some(hive.clone()), None));

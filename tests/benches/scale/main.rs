@@ -6,7 +6,12 @@
 //! `-- --cluster` runs N = 2,000 on three servers, the hives spread evenly
 //! over them; `-- --quick` is the short CI form (N = 50, 200).
 //! `-- --rollout` is a staged rollout over N = 10,000 (quick: 200) instead
-//! ([`rollout`]).
+//! ([`rollout`]). `-- --accounts` measures what an account per hive costs
+//! nats-server against the same users in one account, at N = 10,000
+//! (quick: 200) ([`accounts`]). `-- --storm` restarts the server under
+//! N = 10,000 (quick: 200) simulated hives, with and without jitter
+//! ([`storm`]). `-- --presence` measures the controller under the
+//! server's connection events of N = 10,000 hives ([`presence`]).
 //!
 //! The hives ([`fleet`]) hold no JetStream consumer: each watches its key
 //! through a core-NATS doorbell and reads it with direct gets. So the server
@@ -24,10 +29,13 @@
 //! dashboard ([`dashboard`]): serve start, snapshot size, KV update -> SSE
 //! row.
 
+mod accounts;
 mod dashboard;
 mod fleet;
 mod measure;
+mod presence;
 mod rollout;
+mod storm;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -114,14 +122,39 @@ async fn bench(args: &[String]) {
                 .collect()
         });
     let fds = measure::raise_fd_limit().expect("raise RLIMIT_NOFILE");
-    if args.iter().any(|a| a == "--rollout") {
+    if args.iter().any(|a| a == "--storm") {
+        let ns = chosen.unwrap_or_else(|| vec![if quick { 200 } else { 10_000 }]);
+        println!("scale: fd limit {fds}, N = {ns:?}");
+        storm::bench(&ns, quick).await;
+        return;
+    }
+    let rollout = args.iter().any(|a| a == "--rollout");
+    if rollout || args.iter().any(|a| a == "--accounts") {
+        // One N for these modes: 10,000, or 200 in the short form.
+        let ns = chosen
+            .clone()
+            .unwrap_or_else(|| vec![if quick { 200 } else { 10_000 }]);
+        println!("scale: fd limit {fds}, N = {ns:?}");
+        if rollout {
+            rollout::bench(&ns).await;
+        } else {
+            let clients = if quick {
+                accounts::QUICK_CLIENTS
+            } else {
+                accounts::CLIENTS
+            };
+            accounts::bench(&ns, clients).await;
+        }
+        return;
+    }
+    if args.iter().any(|a| a == "--presence") {
         let ns = match chosen {
             Some(ns) => ns,
             None if quick => vec![200],
             None => vec![10_000],
         };
-        println!("scale: fd limit {fds}, N = {ns:?}");
-        rollout::bench(&ns).await;
+        println!("scale: connection events, N = {ns:?}");
+        presence::bench(&ns).await;
         return;
     }
     let ns = match chosen {

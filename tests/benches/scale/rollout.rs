@@ -149,7 +149,9 @@ async fn change(
     waves: Option<&str>,
 ) -> Change {
     let rollout = waves
-        .map(|w| format!("[rollout]\nwaves = {w}\nwait_converged_secs = 600\n"))
+        .map(|w| {
+            format!("[rollout]\nwaves = {w}\nwait_converged_secs = 600\nmin_converged_secs = 0\n")
+        })
         .unwrap_or_default();
     let file = dir.join(format!("swarm-{version}.toml"));
     std::fs::write(

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use bollard::query_parameters::ListContainersOptions;
+use bollard::query_parameters::{InspectContainerOptions, ListContainersOptions};
 use bollard::{Docker, API_DEFAULT_VERSION};
 use serde_json::Value;
 use swarm_queue_client::containers::{LABEL_AGENT, LABEL_HIVE, LABEL_SPEC};
@@ -175,7 +175,8 @@ pub async fn run(shared: Arc<Shared>) {
     }
 }
 
-/// The containers labelled for `hive` in the dockerd at `socket`.
+/// The containers labelled for `hive` in the dockerd at `socket`, each
+/// inspected for how long it has run and whether it was OOM-killed.
 pub async fn docker_view(socket: &std::path::Path, hive: &str) -> DockerView {
     let docker = Docker::connect_with_unix(socket.to_str()?, 3, API_DEFAULT_VERSION).ok()?;
     let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL_HIVE}={hive}")])]);
@@ -185,19 +186,35 @@ pub async fn docker_view(socket: &std::path::Path, hive: &str) -> DockerView {
         ..Default::default()
     };
     let found = docker.list_containers(Some(options)).await.ok()?;
-    Some(
-        found
-            .into_iter()
-            .map(|c| {
-                let labels = c.labels.unwrap_or_default();
-                ContainerFact {
-                    agent: labels.get(LABEL_AGENT).cloned().unwrap_or_default(),
-                    running: c.state.map(|s| s.to_string()).as_deref() == Some("running"),
-                    spec: labels.get(LABEL_SPEC).cloned().unwrap_or_default(),
-                }
-            })
-            .collect(),
-    )
+    let mut facts = Vec::new();
+    for c in found {
+        let labels = c.labels.unwrap_or_default();
+        let running = c.state.map(|s| s.to_string()).as_deref() == Some("running");
+        // A container gone between the list and the look is neither
+        // running for long nor known to be OOM-killed.
+        let state = match c.id {
+            Some(id) => docker
+                .inspect_container(&id, None::<InspectContainerOptions>)
+                .await
+                .ok()
+                .and_then(|i| i.state),
+            None => None,
+        };
+        let started_ms = state
+            .as_ref()
+            .and_then(|s| s.started_at.as_deref())
+            .and_then(hive::runtime::docker_time_ms);
+        facts.push(ContainerFact {
+            agent: labels.get(LABEL_AGENT).cloned().unwrap_or_default(),
+            running,
+            spec: labels.get(LABEL_SPEC).cloned().unwrap_or_default(),
+            running_for: started_ms
+                .filter(|_| running)
+                .map(|s| Duration::from_millis((wall_ms() - s).max(0) as u64)),
+            oom_killed: state.and_then(|s| s.oom_killed).unwrap_or(false),
+        });
+    }
+    Some(facts)
 }
 
 /// Alive and not stopped, by `/proc/<pid>/stat`.

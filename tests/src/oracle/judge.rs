@@ -21,8 +21,11 @@
 //! oracle never declared is false outright.
 //!
 //! **Docker matches a declaration** when every declared agent has exactly
-//! one container labelled for this hive and agent, running (or stopped when
-//! its power is `down`), with the declared spec hash in its spec label; and
+//! one container labelled for this hive and agent, with the declared spec
+//! hash in its spec label, stopped when its power is `down`, and otherwise
+//! running, not OOM-killed, and started at least [`MIN_RUNNING`] before the
+//! look (Docker's own `StartedAt`: an agent in a crash loop that has just
+//! been started again is not yet as declared, whatever the hive says); and
 //! no agent this hive was ever declared but is not now has a container left.
 //! Containers with agent labels the oracle never declared (the hostile one)
 //! are not judged: they are the attack, not the hive's work.
@@ -31,6 +34,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use swarm_queue_client::{Declaration, Power};
+
+use super::MIN_RUNNING;
 
 /// In-flight puts when a hive is killed or stopped.
 pub const FRESH_SLACK: Duration = Duration::from_millis(250);
@@ -49,6 +54,11 @@ pub struct ContainerFact {
     pub agent: String,
     pub running: bool,
     pub spec: String,
+    /// How long it had run when Docker was asked (from its `StartedAt`);
+    /// `None` when it does not run or Docker did not say.
+    pub running_for: Option<Duration>,
+    /// Docker's `OOMKilled`: its last run ended in a memory kill.
+    pub oom_killed: bool,
 }
 
 /// What one dockerd showed: `None` when it could not be asked.
@@ -76,10 +86,16 @@ pub fn disagreement(
                 return Some(format!("{name}: spec {} is not {hash}", short(&c.spec)))
             }
             Some([c]) if c.running != want_running => {
+                let oom = if c.oom_killed { " (OOM-killed)" } else { "" };
                 return Some(format!(
-                    "{name}: running={} wanted {want_running}",
+                    "{name}: running={} wanted {want_running}{oom}",
                     c.running
-                ))
+                ));
+            }
+            Some([c]) if want_running => {
+                if let Some(young) = not_settled(c) {
+                    return Some(format!("{name}: {young}"));
+                }
             }
             Some([_]) => {}
             Some(many) => return Some(format!("{name}: {} containers", many.len())),
@@ -92,6 +108,22 @@ pub fn disagreement(
         }
     }
     None
+}
+
+/// Why a running container is not yet an agent as declared: OOM-killed, or
+/// started less than [`MIN_RUNNING`] ago (or at a time Docker did not say).
+fn not_settled(c: &ContainerFact) -> Option<String> {
+    if c.oom_killed {
+        return Some("OOM-killed".into());
+    }
+    match c.running_for {
+        None => Some("running, start time unknown".into()),
+        Some(d) if d < MIN_RUNNING => Some(format!(
+            "running for {:.1}s, less than min_running {MIN_RUNNING:?}",
+            d.as_secs_f64()
+        )),
+        Some(_) => None,
+    }
 }
 
 /// Whether a `fresh` row is false: the process has been down longer than
@@ -167,6 +199,8 @@ mod tests {
             agent: agent.into(),
             running,
             spec,
+            running_for: running.then_some(Duration::from_secs(60)),
+            oom_killed: false,
         }
     }
 
@@ -180,7 +214,18 @@ mod tests {
             agent: "intruder".into(),
             running: true,
             spec: "\u{1b}x".repeat(3000),
+            running_for: None,
+            oom_killed: true,
         };
+        let a_with = |running_for: Option<Duration>, oom_killed: bool| {
+            let a = ContainerFact {
+                running_for,
+                oom_killed,
+                ..ok[0].clone()
+            };
+            Some(vec![a, ok[1].clone()])
+        };
+        let young = MIN_RUNNING - Duration::from_millis(1);
         let cases: Vec<(&str, DockerView, bool)> = vec![
             ("as declared", Some(ok.clone()), true),
             ("unreachable", None, false),
@@ -215,6 +260,10 @@ mod tests {
                 Some([ok.clone(), vec![hostile]].concat()),
                 true,
             ),
+            ("young", a_with(Some(young), false), false),
+            ("just settled", a_with(Some(MIN_RUNNING), false), true),
+            ("start time unknown", a_with(None, false), false),
+            ("OOM-killed", a_with(Some(MIN_RUNNING * 2), true), false),
         ];
         for (what, view, want) in cases {
             let got = disagreement(&d, &ever, &view);
@@ -274,6 +323,54 @@ mod tests {
         for (what, samples, want) in cases {
             assert_eq!(false_converged(evidence, now, samples), want, "{what}");
         }
+    }
+
+    #[test]
+    fn a_claim_during_a_crash_loop_or_an_oom_kill_is_a_false_converged() {
+        // The oracle's crash loop: each run lasts 3 s, the first exit is
+        // restarted at once, the second waits 10 s; then the healthy
+        // declaration's container runs from 20 s on.
+        let d = decl(&[("a", "1", Power::Up)]);
+        let ever: BTreeSet<String> = ["a".to_string()].into();
+        let runs = [
+            (0, 3_000),
+            (3_100, 6_100),
+            (16_100, 19_100),
+            (20_000, u64::MAX),
+        ];
+        let view = |ms: u64| {
+            let run = runs
+                .iter()
+                .find(|(start, end)| (*start..*end).contains(&ms));
+            let mut a = fact("a", run.is_some(), &d, "a");
+            a.running_for = run.map(|(start, _)| Duration::from_millis(ms - start));
+            Some(vec![a])
+        };
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let samples: Vec<(Instant, bool)> = (0..160)
+            .map(|k| k * 250)
+            .map(|ms| (at(ms), disagreement(&d, &ever, &view(ms)).is_none()))
+            .collect();
+        // Claimed (on the status the hive published just before) while it
+        // loops, and while the healed agent is younger than MIN_RUNNING.
+        let young_until = 20_000 + MIN_RUNNING.as_millis() as u64;
+        for claim in [1_000, 3_050, 5_000, 10_000, 18_000, young_until - 300] {
+            let false_claim = false_converged(at(claim), at(claim + 250), samples.clone());
+            assert!(false_claim, "a converged claim at {claim} ms is not caught");
+        }
+        // Once it has run for MIN_RUNNING, the same claim is honest.
+        let honest = false_converged(at(young_until + 250), at(young_until + 500), samples);
+        assert!(!honest);
+
+        let oom_killed = ContainerFact {
+            oom_killed: true,
+            ..fact("a", false, &d, "a")
+        };
+        assert_eq!(
+            disagreement(&d, &ever, &Some(vec![oom_killed])).as_deref(),
+            Some("a: running=false wanted true (OOM-killed)")
+        );
     }
 
     #[test]

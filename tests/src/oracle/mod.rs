@@ -27,6 +27,10 @@ use std::time::Duration;
 pub const STALE_AFTER: Duration = Duration::from_secs(3);
 /// Each hive's `publish_interval_secs`.
 pub const PUBLISH_INTERVAL: Duration = Duration::from_secs(1);
+/// Each hive's `min_running_secs`: shorter than the shipped 10 s so each
+/// new container counts sooner, and longer than a run of the crash-loop
+/// fault's agent (3 s), so no run of it is ever as declared.
+pub const MIN_RUNNING: Duration = Duration::from_secs(5);
 /// How often the checker asks the controller (a sample that takes longer
 /// starts the next one at once).
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(250);

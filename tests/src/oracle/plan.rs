@@ -27,12 +27,19 @@ pub enum FaultKind {
     /// A container with this hive's labels and a 4 KiB+ spec label full of
     /// control characters, in the hive's own dockerd.
     HostileLabel,
+    /// One hive's agent declared with a command that exits 3 after 3 s,
+    /// until the hive is seen backing off; then declared healthy again.
+    CrashLoop,
+    /// One hive's agent declared with `memory_mb = 8` and a command that
+    /// holds far more, until its dockerd reports it OOM-killed; then
+    /// declared healthy again.
+    Oom,
     /// A new declaration for one hive.
     Declare,
 }
 
 impl FaultKind {
-    pub const FAULTS: [FaultKind; 7] = [
+    pub const FAULTS: [FaultKind; 9] = [
         FaultKind::NatsRestart,
         FaultKind::DockerdOutage,
         FaultKind::HiveKill,
@@ -40,6 +47,8 @@ impl FaultKind {
         FaultKind::ImageLate,
         FaultKind::WantedRecreate,
         FaultKind::HostileLabel,
+        FaultKind::CrashLoop,
+        FaultKind::Oom,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -51,6 +60,8 @@ impl FaultKind {
             FaultKind::ImageLate => "image_late",
             FaultKind::WantedRecreate => "wanted_recreate",
             FaultKind::HostileLabel => "hostile_label",
+            FaultKind::CrashLoop => "crash_loop",
+            FaultKind::Oom => "oom",
             FaultKind::Declare => "declare",
         }
     }

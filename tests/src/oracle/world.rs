@@ -24,8 +24,8 @@ use swarm_queue_client::buckets::WANTED_BUCKET;
 
 use super::checker::{lock, HiveTruth, Shared};
 use super::plan::{FaultKind, Step};
-use super::{PUBLISH_INTERVAL, STALE_AFTER};
-use crate::docker::{PrivateDockerd, TestImage};
+use super::{MIN_RUNNING, PUBLISH_INTERVAL, STALE_AFTER};
+use crate::docker::{PrivateDockerd, TestImage, OOM_COMMAND, OOM_MEMORY_MB};
 use crate::hive::{HiveProc, HiveSpec};
 use crate::kv::Swarm;
 use crate::{unique_name, NatsServer};
@@ -35,6 +35,29 @@ use crate::{unique_name, NatsServer};
 const MAX_HOLD: Duration = Duration::from_secs(150);
 /// A registry nobody listens on: a pull from it fails at once.
 const NO_REGISTRY: &str = "127.0.0.1:9";
+/// The crash-loop fault's agent: exits 3 after 3 s, shorter than
+/// [`MIN_RUNNING`], so no run of it is ever as declared.
+const CRASH_COMMAND: [&str; 3] = ["sh", "-c", "sleep 3; exit 3"];
+/// The agent the crash-loop and OOM faults make misbehave: every hive has it.
+const VICTIM: &str = "a";
+
+/// One declared agent, as the oracle wants it.
+#[derive(Debug, Clone)]
+struct Agent {
+    image: String,
+    command: Vec<String>,
+    memory_mb: Option<u64>,
+}
+
+impl Agent {
+    fn healthy(image: &str) -> Agent {
+        Agent {
+            image: image.to_string(),
+            command: vec!["/bin/sleep".into(), "3600".into()],
+            memory_mb: None,
+        }
+    }
+}
 
 /// What a fault did: when it ended and whom it touched.
 pub struct Injected {
@@ -52,8 +75,8 @@ pub struct World {
     pub shared: Arc<Shared>,
     pub names: Vec<String>,
     versions: Vec<u32>,
-    /// Per hive: agent name → image reference.
-    agents: Vec<BTreeMap<String, String>>,
+    /// Per hive: agent name → what it runs.
+    agents: Vec<BTreeMap<String, Agent>>,
     late: u32,
     _dir: tempfile::TempDir,
 }
@@ -95,7 +118,11 @@ impl World {
         for n in &names {
             let d = blocking(PrivateDockerd::start);
             blocking(|| d.load_image(&image.reference));
-            let extra = format!("docker_host = {:?}\nreconcile_interval_secs = 1", d.host());
+            let extra = format!(
+                "docker_host = {:?}\nreconcile_interval_secs = 1\nmin_running_secs = {}",
+                d.host(),
+                MIN_RUNNING.as_secs()
+            );
             let h = HiveProc::start(HiveSpec {
                 name: Some(n),
                 nats_url: Some(&nats.url()),
@@ -107,7 +134,7 @@ impl World {
             dockerds.push(d);
             hives.push(h);
         }
-        let a = |r: &str| BTreeMap::from([("a".to_string(), r.to_string())]);
+        let a = |r: &str| BTreeMap::from([(VICTIM.to_string(), Agent::healthy(r))]);
         World {
             agents: names.iter().map(|_| a(&image.reference)).collect(),
             versions: vec![0; names.len()],
@@ -126,10 +153,11 @@ impl World {
     fn declaration(&self, i: usize) -> Declaration {
         let agents = self.agents[i]
             .iter()
-            .map(|(name, image)| {
+            .map(|(name, agent)| {
                 let spec = AgentSpec {
-                    image: Some(image.clone()),
-                    command: Some(vec!["/bin/sleep".into(), "3600".into()]),
+                    image: Some(agent.image.clone()),
+                    command: Some(agent.command.clone()),
+                    memory_mb: agent.memory_mb,
                     env: [("V".to_string(), self.versions[i].to_string())].into(),
                     ..Default::default()
                 };
@@ -186,23 +214,23 @@ impl World {
     /// most [`MAX_HOLD`]. A note for the log.
     async fn hold_until_job_failed(&self, i: usize, agent: &str, after: u64) -> String {
         let start = Instant::now();
-        while start.elapsed() < MAX_HOLD {
-            if let Some(j) = self.last_job(i, agent).await {
-                if j["state"] == "failed" && j["id"].as_u64().unwrap_or(0) > after {
-                    // A little past the failure, so a retry that comes at
-                    // once would fail too.
-                    tokio::time::sleep(Duration::from_secs(2)).await;
-                    let error = super::judge::short(j["error"].as_str().unwrap_or(""));
-                    return format!(
-                        "job {} of {agent} failed after {:.1}s ({error})",
-                        j["id"],
-                        start.elapsed().as_secs_f64()
-                    );
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-        format!("no failed job of {agent} within {MAX_HOLD:?}")
+        let failed = hold_until(|| async move {
+            let j = self.last_job(i, agent).await?;
+            (j["state"] == "failed" && j["id"].as_u64().unwrap_or(0) > after).then_some(j)
+        })
+        .await;
+        let Some(j) = failed else {
+            return format!("no failed job of {agent} within {MAX_HOLD:?}");
+        };
+        // A little past the failure, so a retry that comes at once would
+        // fail too.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let error = super::judge::short(j["error"].as_str().unwrap_or(""));
+        format!(
+            "job {} of {agent} failed after {:.1}s ({error})",
+            j["id"],
+            start.elapsed().as_secs_f64()
+        )
     }
 
     fn mark_down(&self, i: usize, pid: Option<u32>) {
@@ -249,12 +277,12 @@ impl World {
             FaultKind::ImageLate => (vec![i], self.image_late(i).await),
             FaultKind::WantedRecreate => (all, self.wanted_recreate().await),
             FaultKind::HostileLabel => (vec![i], self.hostile_label(i)),
+            FaultKind::CrashLoop => (vec![i], self.crash_loop(i).await),
+            FaultKind::Oom => (vec![i], self.oom(i).await),
             FaultKind::Declare => {
-                if step.toggle_b {
-                    let image = self.image.reference.clone();
-                    if self.agents[i].remove("b").is_none() {
-                        self.agents[i].insert("b".into(), image);
-                    }
+                if step.toggle_b && self.agents[i].remove("b").is_none() {
+                    let b = Agent::healthy(&self.image.reference);
+                    self.agents[i].insert("b".into(), b);
                 }
                 let rev = self.declare(i).await;
                 let agents: Vec<&String> = self.agents[i].keys().collect();
@@ -283,7 +311,8 @@ impl World {
         self.late += 1;
         let agent = format!("late{}", self.late);
         let reference = format!("{NO_REGISTRY}/{}:1", unique_name("oracle-late"));
-        self.agents[i].insert(agent.clone(), reference.clone());
+        let late = Agent::healthy(&reference);
+        self.agents[i].insert(agent.clone(), late);
         let rev = self.declare(i).await;
         let held = self.hold_until_job_failed(i, &agent, 0).await;
         let tagged = self.dockerds[i].cli(&["tag", &self.image.reference, &reference]);
@@ -325,6 +354,85 @@ impl World {
         format!("re-declared at revisions {revs:?}")
     }
 
+    /// Agent [`VICTIM`] of hive `i` crash-loops until the hive's status
+    /// shows it backing off, then is declared healthy again.
+    async fn crash_loop(&mut self, i: usize) -> String {
+        let (rev, spec) = self.misbehave(i, &CRASH_COMMAND, None).await;
+        let start = Instant::now();
+        let (kv, hive, spec) = (&self.kv, &self.names[i], &spec);
+        let backoff = hold_until(|| async move {
+            let (_, status) = kv.status(hive).await?;
+            let a = &status["agents"][VICTIM];
+            let count = a["exits"]["count"].as_u64().unwrap_or(0);
+            let backing_off = a["unsettled"] == "backoff" || count >= 2;
+            (a["spec"] == spec.as_str() && backing_off).then_some(count)
+        })
+        .await;
+        let held = match backoff {
+            Some(n) => format!(
+                "backing off after {n} exits, {:.1}s",
+                start.elapsed().as_secs_f64()
+            ),
+            None => format!("not seen backing off within {MAX_HOLD:?}"),
+        };
+        let healed = self.heal_victim(i).await;
+        format!("{VICTIM} crash-looping at revision {rev}, {held}; healthy at revision {healed}")
+    }
+
+    /// Agent [`VICTIM`] of hive `i` holds far more memory than it is
+    /// declared with, until its dockerd reports it OOM-killed; then it is
+    /// declared healthy again.
+    async fn oom(&mut self, i: usize) -> String {
+        let (rev, spec) = self.misbehave(i, &OOM_COMMAND, Some(OOM_MEMORY_MB)).await;
+        let start = Instant::now();
+        let socket = socket_path(&self.dockerds[i]);
+        let (socket, hive, spec) = (&socket, &self.names[i], &spec);
+        let killed = hold_until(|| async move {
+            let view = super::checker::docker_view(socket, hive).await?;
+            view.iter()
+                .any(|c| c.agent == VICTIM && c.spec == *spec && c.oom_killed)
+                .then_some(())
+        })
+        .await;
+        let held = match killed {
+            Some(()) => format!("OOMKilled after {:.1}s", start.elapsed().as_secs_f64()),
+            None => format!("not OOM-killed within {MAX_HOLD:?}"),
+        };
+        let healed = self.heal_victim(i).await;
+        format!("{VICTIM} with memory_mb = {OOM_MEMORY_MB} at revision {rev}, {held}; healthy at revision {healed}")
+    }
+
+    /// Agent [`VICTIM`] of hive `i` declared to run `command`: the
+    /// revision and the spec hash it will carry.
+    async fn misbehave(
+        &mut self,
+        i: usize,
+        command: &[&str],
+        memory_mb: Option<u64>,
+    ) -> (u64, String) {
+        let victim = self.agents[i]
+            .get_mut(VICTIM)
+            .expect("every hive declares its victim agent");
+        victim.command = command.iter().map(|s| s.to_string()).collect();
+        victim.memory_mb = memory_mb;
+        let rev = self.declare(i).await;
+        let decl = self.declaration(i);
+        let spec = decl
+            .agents
+            .iter()
+            .find(|(name, _)| name.as_str() == VICTIM)
+            .map(|(_, s)| s.spec_hash())
+            .unwrap_or_default();
+        (rev, spec)
+    }
+
+    /// Agent [`VICTIM`] of hive `i` declared healthy again; the revision.
+    async fn heal_victim(&mut self, i: usize) -> u64 {
+        let healthy = Agent::healthy(&self.image.reference);
+        self.agents[i].insert(VICTIM.into(), healthy);
+        self.declare(i).await
+    }
+
     /// The name of hive `i`'s hostile container.
     pub fn hostile_name(&self, i: usize) -> String {
         format!("{}-hostile", self.names[i])
@@ -356,4 +464,21 @@ impl World {
     pub fn remove_hostile(&self, i: usize) {
         let _ = self.dockerds[i].cli(&["rm", "-f", &self.hostile_name(i)]);
     }
+}
+
+/// Poll `check` every 250 ms until it finds something, at most
+/// [`MAX_HOLD`]: what it found, or `None` when the fault never showed.
+async fn hold_until<T, F, Fut>(mut check: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    while start.elapsed() < MAX_HOLD {
+        if let Some(found) = check().await {
+            return Some(found);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    None
 }

@@ -14,7 +14,7 @@ async fn hostile_build_contexts_and_api_requests_are_refused_by_name() {
     // Dropped in reverse: the hive, its containers, whatever it built (a
     // hostile context that was wrongly built included), the base image.
     let base = TestImage::busybox("bad-ctx");
-    let _built = BuiltImages(name.clone());
+    let _built = BuiltImages::of_hive(&name);
     let _containers = ContainerGuard::new(&name);
     let ContextTree {
         tmp: _tmp,
@@ -94,14 +94,21 @@ async fn hostile_build_contexts_and_api_requests_are_refused_by_name() {
     wrong_requests_are_refused_and_queue_nothing(&api, &hive.api().await).await;
 }
 
-/// Removes every image a hive named `.0` built, on drop.
-struct BuiltImages(String);
+/// Removes every image `docker images --filter .0` lists, on drop.
+pub(super) struct BuiltImages(pub(super) String);
+
+impl BuiltImages {
+    /// Every image the hive named `hive` built.
+    pub(super) fn of_hive(hive: &str) -> Self {
+        BuiltImages(format!("reference=hyperhive-build/{hive}/*"))
+    }
+}
 
 impl Drop for BuiltImages {
     fn drop(&mut self) {
-        let filter = format!("reference=hyperhive-build/{}/*", self.0);
+        let filter = &self.0;
         let ids = Command::new("docker")
-            .args(["images", "-q", "--filter", &filter])
+            .args(["images", "-q", "--filter", filter])
             .output()
             .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
             .unwrap_or_default();

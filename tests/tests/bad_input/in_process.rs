@@ -111,7 +111,7 @@ async fn the_hive_warns_on_bad_events_and_declarations_and_loses_nothing() {
     ));
     let subjects = HiveSubjects::new(&alpha);
 
-    each_bad_deploy_is_refused_and_a_good_one_queued(&f.ctl, &subjects, &agent).await;
+    each_bad_deploy_is_refused_and_a_good_one_queued(&f.ctl, &agent).await;
 
     let notice = encode(&CredentialNotice::new(agent.clone(), account.clone())).unwrap();
     each_bad_notice_is_logged_and_a_missing_key_warns(&f.ctl, &health, &subjects, &notice).await;
@@ -213,13 +213,9 @@ async fn each_bad_declaration_warns_and_the_good_one_stays(
     }
 }
 
-/// The deploy subject: every bad request is answered with why, and a good
-/// one for `agent` after them is queued.
-async fn each_bad_deploy_is_refused_and_a_good_one_queued(
-    ctl: &Connection,
-    subjects: &HiveSubjects,
-    agent: &AgentName,
-) {
+/// Hive alpha's deploy subject: every bad request is answered with why,
+/// and a good one for `agent` after them is queued.
+async fn each_bad_deploy_is_refused_and_a_good_one_queued(ctl: &Connection, agent: &AgentName) {
     let mut deploy_cases: Vec<(String, Vec<u8>, String)> = vec![
         (
             "oversized".into(),
@@ -251,7 +247,7 @@ async fn each_bad_deploy_is_refused_and_a_good_one_queued(
         ));
     }
     for (case, bytes, why) in &deploy_cases {
-        match deploy_reply(ctl, &subjects.deploy, bytes.clone()).await {
+        match deploy_reply(ctl, "alpha", bytes.clone()).await {
             DeployReply::Refused { error } => {
                 assert!(error.contains(why.as_str()), "{case}: {error}")
             }
@@ -260,7 +256,7 @@ async fn each_bad_deploy_is_refused_and_a_good_one_queued(
     }
     let ok = deploy_reply(
         ctl,
-        &subjects.deploy,
+        "alpha",
         encode(&DeployRequest::new(agent.clone())).unwrap(),
     )
     .await;

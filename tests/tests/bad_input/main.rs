@@ -6,7 +6,8 @@
 //! - the payload decoders (every payload the wire carries);
 //! - the hive's config file, through the real `hive --check-config`;
 //! - build contexts (`..`, a symlink out of its root, the state dir, a
-//!   directory outside every root, one over the size cap) and operator API
+//!   directory outside every root in every spelling of a local path, one
+//!   over the size cap) and operator API
 //!   requests (wrong method, content type or origin), through a running
 //!   `hive` over the real dockerd;
 //! - the nats-server (oversized values and messages);
@@ -22,13 +23,16 @@
 //!
 //! One test binary, a module per boundary: `decoders`, `configs`,
 //! `in_process` (the server's limits and the hive's tasks run in-process),
-//! `running_hive` and `hostile_builds` (a real `hive` process).
+//! `running_hive`, `hostile_builds`, `local_contexts` and
+//! `secrets_in_errors` (a real `hive` process).
 
 mod configs;
 mod decoders;
 mod hostile_builds;
 mod in_process;
+mod local_contexts;
 mod running_hive;
+mod secrets_in_errors;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -122,6 +126,14 @@ async fn fixture() -> Fixture {
     }
 }
 
+/// The status bucket, as the controller opens it.
+async fn status_bucket(ctl: &Connection) -> kv::Store {
+    let js = jetstream::new(ctl.client.clone());
+    open_or_create(&js, Bucket::Status, &BucketSettings::default())
+        .await
+        .unwrap()
+}
+
 fn warning(health: &Health, key: &str) -> Option<String> {
     health
         .snapshot()
@@ -132,11 +144,13 @@ fn warning(health: &Health, key: &str) -> Option<String> {
         .map(|w| w.message.clone())
 }
 
-async fn deploy_reply(ctl: &Connection, subject: &str, payload: Vec<u8>) -> DeployReply {
+/// A deploy request to `hive` as the controller sends it, retried until
+/// the hive's subscription is live.
+async fn deploy_reply(ctl: &Connection, hive: &str, payload: Vec<u8>) -> DeployReply {
     let answer = wait_until(T, "a deploy reply", || {
-        let (client, subject, payload) = (ctl.client.clone(), subject.to_string(), payload.clone());
+        let (client, payload) = (ctl.client.clone(), payload.clone());
         async move {
-            match client.request(subject, payload.into()).await {
+            match hyperhive_tests::identity::ask_deploy(&client, hive, payload.into()).await {
                 Ok(m) => Some(m),
                 Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => None,
                 Err(e) => panic!("deploy request: {e}"),

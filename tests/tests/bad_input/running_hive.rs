@@ -15,13 +15,7 @@ async fn a_running_hive_refuses_bad_input_by_name_and_keeps_running() {
     });
     let alpha = HiveName::new("alpha").unwrap();
     let subjects = HiveSubjects::new(&alpha);
-    let status = open_or_create(
-        &jetstream::new(f.ctl.client.clone()),
-        Bucket::Status,
-        &BucketSettings::default(),
-    )
-    .await
-    .unwrap();
+    let status = status_bucket(&f.ctl).await;
     let converged = |rev: u64| {
         let status = status.clone();
         async move {
@@ -69,7 +63,7 @@ async fn a_running_hive_refuses_bad_input_by_name_and_keeps_running() {
         ));
     }
     for (case, bytes, why) in &cases {
-        match deploy_reply(&f.ctl, &subjects.deploy, bytes.clone()).await {
+        match deploy_reply(&f.ctl, alpha.as_str(), bytes.clone()).await {
             DeployReply::Refused { error } => {
                 assert!(error.contains(why.as_str()), "{case}: {error}")
             }

@@ -238,3 +238,75 @@ async fn a_declaration_progressing_too_long_enters_the_attention_page_with_no_kv
     let doc = get_json(&format!("{base}/api/status?attention=true")).await;
     assert_eq!(doc["summary"]["attention"], 1);
 }
+
+/// `/metrics` in Prometheus' text: `name{labels}` to value.
+async fn scrape(base: &str) -> std::collections::BTreeMap<String, f64> {
+    let text = reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let (k, v) = l.rsplit_once(' ').unwrap();
+            (k.to_string(), v.parse().unwrap())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn metrics_count_the_fleet_by_state_and_the_open_streams_never_one_series_per_hive() {
+    let env = Env::new(&["alpha", "beta", "gamma"], "").await;
+    env.put_status(&readiness("alpha", HiveState::Ok, None, None, vec![]))
+        .await;
+    let (_serve, base) = env.serve("serve.log").await;
+    let api = get_json(&format!("{base}/api/status")).await;
+    let m = scrape(&base).await;
+    println!("metrics: {m:?}");
+    for (f, n) in api["summary"]["freshness"].as_object().unwrap() {
+        let key = format!("hyperhive_controller_hives{{freshness=\"{f}\"}}");
+        assert_eq!(m[&key], n.as_f64().unwrap(), "{key}");
+    }
+    for (c, n) in api["summary"]["convergence"].as_object().unwrap() {
+        let key = format!("hyperhive_controller_hives_by_convergence{{convergence=\"{c}\"}}");
+        assert_eq!(m[&key], n.as_f64().unwrap(), "{key}");
+    }
+    assert_eq!(m["hyperhive_controller_hives{freshness=\"fresh\"}"], 1.0);
+    assert_eq!(m["hyperhive_controller_hives{freshness=\"unknown\"}"], 2.0);
+    assert_eq!(
+        m["hyperhive_controller_hives_attention"],
+        api["summary"]["attention"].as_f64().unwrap()
+    );
+    assert_eq!(m["hyperhive_controller_sse_clients"], 0.0);
+    assert_eq!(m["hyperhive_controller_nats_connected"], 1.0);
+    assert_eq!(m["hyperhive_controller_nats_reconnects_total"], 0.0);
+    // No hive's name in any series, and no rollout stored: no outcome.
+    assert!(m
+        .keys()
+        .all(|k| !k.contains("alpha") && !k.contains("beta")));
+    assert!(m
+        .keys()
+        .all(|k| !k.starts_with("hyperhive_controller_rollout{")));
+    let requests = m["hyperhive_controller_http_requests_total"];
+
+    // An open event stream is counted while it is open.
+    let events = Events::open(&base).await;
+    let m = scrape(&base).await;
+    assert_eq!(m["hyperhive_controller_sse_clients"], 1.0);
+    assert!(m["hyperhive_controller_http_requests_total"] >= requests + 2.0);
+    drop(events);
+    wait_until(T, "the closed stream no longer counted", || async {
+        (scrape(&base).await["hyperhive_controller_sse_clients"] == 0.0).then_some(())
+    })
+    .await;
+    // A page elsewhere that rebinds its name here reads nothing.
+    let resp = reqwest::Client::new()
+        .get(format!("{base}/metrics"))
+        .header("host", "evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 421);
+}

@@ -1,16 +1,21 @@
 //! `swarm-controller serve` over a real nats-server: the JSON API, the
 //! server-sent events (one row per KV update, never a re-read), the forge
-//! webhook (good and bad signatures), and two controllers at once.
+//! webhook (good and bad signatures, replays and what its signature does
+//! not cover), the webhook's own listener, the cap on event streams, and
+//! two controllers at once.
 //!
 //! One test binary, a module per concern: `api` (the JSON API and the
 //! event stream), `webhook` (signatures, and what a cross-origin page can
-//! send), `controllers` (two at once, and following across a server restart).
+//! send), `hardening` (replays, unsigned headers, the webhook listener, the
+//! event-stream cap), `controllers` (two at once, and following across a
+//! server restart).
 
 #[path = "../controller_support/mod.rs"]
 mod controller_support;
 
 mod api;
 mod controllers;
+mod hardening;
 mod webhook;
 
 use std::collections::BTreeSet;

@@ -7,7 +7,7 @@ use super::*;
 /// only writes them out, and the controller publishes on a connection of
 /// its own, which the server may serve first; a request answered on this
 /// connection comes after them.
-async fn server_has_our_subscriptions(client: &async_nats::Client) {
+pub(super) async fn server_has_our_subscriptions(client: &async_nats::Client) {
     tokio::time::timeout(T, client.request("$JS.API.INFO", Bytes::new()))
         .await
         .expect("the server answers within T")
@@ -15,7 +15,7 @@ async fn server_has_our_subscriptions(client: &async_nats::Client) {
 }
 
 /// Records every deploy request on any hive and answers it.
-async fn deploy_recorder(env: &Env) -> Arc<Mutex<Vec<(String, String)>>> {
+pub(super) async fn deploy_recorder(env: &Env) -> Arc<Mutex<Vec<(String, String)>>> {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let mut sub = env.client.subscribe(all_deploy_subjects()).await.unwrap();
     server_has_our_subscriptions(&env.client).await;
@@ -61,26 +61,11 @@ async fn webhook_verifies_signatures_and_publishes_knowledge_or_deploys() {
 
     // A push to the agent's repository: a deploy on every hive that builds it.
     let body = push_body("org/bot");
-    let resp = http
-        .post(&hook)
-        .header("X-Gitea-Signature", sign(body.as_bytes(), b"s3cret-hook"))
-        .header("X-Gitea-Event", "push")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+    let resp = gitea_push(&http, &hook, &body).send().await.unwrap();
     assert_eq!(resp.status(), 200);
     let doc: serde_json::Value = resp.json().await.unwrap();
     println!("agent push: {doc}");
-    let mut got = deploys.lock().unwrap().clone();
-    got.sort();
-    assert_eq!(
-        got,
-        [
-            ("alpha".to_string(), "bot".to_string()),
-            ("beta".to_string(), "bot".to_string())
-        ]
-    );
+    assert_eq!(deployed(&deploys), ["alpha/bot", "beta/bot"]);
     assert!(
         doc["deploys"]
             .as_array()
@@ -98,6 +83,8 @@ async fn webhook_verifies_signatures_and_publishes_knowledge_or_deploys() {
             "X-Hub-Signature-256",
             format!("sha256={}", sign(body.as_bytes(), b"s3cret-hook")),
         )
+        .header("X-GitHub-Event", "push")
+        .header("X-GitHub-Delivery", delivery_id())
         .body(body)
         .send()
         .await
@@ -118,15 +105,58 @@ async fn webhook_verifies_signatures_and_publishes_knowledge_or_deploys() {
         .unwrap();
     assert_eq!(resp.status(), 200);
     // A signed body that is not a push payload: 400, named.
-    let junk = "[1,2]";
-    let resp = http
-        .post(&hook)
-        .header("X-Gitea-Signature", sign(junk.as_bytes(), b"s3cret-hook"))
-        .body(junk)
-        .send()
-        .await
-        .unwrap();
+    let resp = gitea_push(&http, &hook, "[1,2]").send().await.unwrap();
     assert_eq!(resp.status(), 400);
+}
+
+/// The deploy requests recorded so far, as sorted `hive/agent`.
+pub(super) fn deployed(deploys: &Mutex<Vec<(String, String)>>) -> Vec<String> {
+    let mut got: Vec<String> = deploys
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(hive, agent)| format!("{hive}/{agent}"))
+        .collect();
+    got.sort();
+    got
+}
+
+/// A unique delivery id, as a forge sends in `X-*-Delivery`.
+pub(super) fn delivery_id() -> String {
+    hyperhive_tests::unique_name("delivery")
+}
+
+/// A Gitea push delivery of `body`: signed, with its event and a new
+/// delivery id.
+pub(super) fn gitea_push(
+    http: &reqwest::Client,
+    hook: &str,
+    body: &str,
+) -> reqwest::RequestBuilder {
+    gitea_delivery(http, hook, body, &delivery_id())
+}
+
+/// A Gitea push delivery of `body` with the delivery id `id`.
+pub(super) fn gitea_delivery(
+    http: &reqwest::Client,
+    hook: &str,
+    body: &str,
+    id: &str,
+) -> reqwest::RequestBuilder {
+    gitea_signed(http, hook, body)
+        .header("X-Gitea-Event", "push")
+        .header("X-Gitea-Delivery", id)
+}
+
+/// `body` signed the way Gitea signs it, and no other header.
+pub(super) fn gitea_signed(
+    http: &reqwest::Client,
+    hook: &str,
+    body: &str,
+) -> reqwest::RequestBuilder {
+    http.post(hook)
+        .header("X-Gitea-Signature", sign(body.as_bytes(), b"s3cret-hook"))
+        .body(body.to_string())
 }
 
 /// What a web page in any browser can send without a CORS preflight: a
@@ -193,17 +223,34 @@ async fn a_cross_origin_post_to_any_route_changes_nothing() {
     }
 }
 
-/// A GitHub/Gitea/Forgejo push payload for `repo` on `main`.
-fn push_body(repo: &str) -> String {
+/// The commit the pushes of [`push_body`] are of.
+pub(super) const COMMIT_A: &str = "0123456789abcdef0123456789abcdef01234567";
+
+/// A GitHub/Gitea/Forgejo push payload for `repo` on `main`, of [`COMMIT_A`].
+pub(super) fn push_body(repo: &str) -> String {
+    push_body_at(repo, COMMIT_A)
+}
+
+/// A push payload for `repo` on `main` whose `after` is `commit`.
+pub(super) fn push_body_at(repo: &str, commit: &str) -> String {
     format!(
-        r#"{{"ref":"refs/heads/main","repository":{{"full_name":"{repo}","clone_url":"https://forge.example/{repo}.git","default_branch":"main"}}}}"#
+        r#"{{"ref":"refs/heads/main","after":"{commit}","repository":{{"full_name":"{repo}","clone_url":"https://forge.example/{repo}.git","default_branch":"main"}}}}"#
     )
 }
 
 /// `serve` with the webhook secret and three hives declared (two build
 /// the agent from its repository, one runs an image), once its watch has
 /// loaded the declarations.
-async fn serve_with_declarations(env: &Env) -> (hyperhive_tests::Daemon, String) {
+pub(super) async fn serve_with_declarations(env: &Env) -> (hyperhive_tests::Daemon, String) {
+    declare_agents(env).await;
+    let (serve, base) = env.serve("serve.log").await;
+    declarations_loaded(&base).await;
+    (serve, base)
+}
+
+/// The webhook secret, and the three hives' declarations of
+/// [`serve_with_declarations`].
+pub(super) async fn declare_agents(env: &Env) {
     env.write("hook.secret", "s3cret-hook\n");
     let swarm = env.write(
         "swarm.toml",
@@ -212,8 +259,10 @@ async fn serve_with_declarations(env: &Env) -> (hyperhive_tests::Daemon, String)
          [hives.gamma.agents.bot]\nimage = \"org/bot:1\"\n",
     );
     assert_eq!(env.run(&["declare", swarm.to_str().unwrap()]).await.code, 0);
-    let (serve, base) = env.serve("serve.log").await;
-    // The server learns declarations from its watch; wait until it has them.
+}
+
+/// The server learns declarations from its watch; wait until it has them.
+pub(super) async fn declarations_loaded(base: &str) {
     wait_until(T, "declarations loaded", || async {
         let api = get_json(&format!("{base}/api/status")).await;
         api["hives"]
@@ -224,7 +273,6 @@ async fn serve_with_declarations(env: &Env) -> (hyperhive_tests::Daemon, String)
             .then_some(())
     })
     .await;
-    (serve, base)
 }
 
 /// Bad signatures: 401, and nothing at all is published (the next message
@@ -280,19 +328,31 @@ async fn each_forge_signature_publishes_knowledge(
     let mut knowledge = env.client.subscribe("hyperhive.knowledge").await.unwrap();
     server_has_our_subscriptions(&env.client).await;
     let sig = sign(body.as_bytes(), b"s3cret-hook");
-    for (header, value, event) in [
+    for (header, value, event, delivery) in [
         (
             "X-Hub-Signature-256",
             format!("sha256={sig}"),
             "X-GitHub-Event",
+            "X-GitHub-Delivery",
         ),
-        ("X-Gitea-Signature", sig.clone(), "X-Gitea-Event"),
-        ("X-Forgejo-Signature", sig.clone(), "X-Forgejo-Event"),
+        (
+            "X-Gitea-Signature",
+            sig.clone(),
+            "X-Gitea-Event",
+            "X-Gitea-Delivery",
+        ),
+        (
+            "X-Forgejo-Signature",
+            sig.clone(),
+            "X-Forgejo-Event",
+            "X-Forgejo-Delivery",
+        ),
     ] {
         let resp = http
             .post(hook)
             .header(header, value)
             .header(event, "push")
+            .header(delivery, delivery_id())
             .body(body.to_string())
             .send()
             .await

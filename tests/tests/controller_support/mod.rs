@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use async_nats::jetstream::kv;
 use bytes::Bytes;
+use hyperhive_tests::hive::{HiveProc, HiveSpec};
 use hyperhive_tests::{controller_bin, wait_until, Daemon, NatsServer};
+use swarm_queue_client::credentials::XKey;
 // Each test file uses a different part, this one too.
 #[allow(unused_imports)]
 pub use swarm_queue_client::test_support::agent_status;
@@ -148,6 +150,33 @@ impl Env {
             .put(key, Bytes::copy_from_slice(bytes))
             .await
             .unwrap()
+    }
+
+    /// `roster` hives, the controller sealing with a key made here first
+    /// (`controller.xkey`, 0600), so a hive can be told to trust it.
+    pub async fn with_controller_xkey(roster: &[&str]) -> (Env, XKey) {
+        use std::os::unix::fs::PermissionsExt;
+        let env = Env::new(roster, "xkey_seed_file = \"controller.xkey\"").await;
+        let controller = XKey::new();
+        let seed_path = env.path("controller.xkey");
+        std::fs::write(&seed_path, controller.seed().unwrap()).unwrap();
+        std::fs::set_permissions(&seed_path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        (env, controller)
+    }
+
+    /// A real `hive` named `hive` on this server, trusting `controller`.
+    pub fn trusting_hive(&self, hive: &str, controller: &XKey) -> HiveProc {
+        let url = self.nats.url();
+        let extra = format!(
+            "trusted_controller_xkeys = [\"{}\"]",
+            controller.public_key()
+        );
+        HiveProc::start(HiveSpec {
+            name: Some(hive),
+            nats_url: Some(&url),
+            extra: &extra,
+            ..Default::default()
+        })
     }
 
     /// Start `serve` on a free port; returns the daemon and its base URL.

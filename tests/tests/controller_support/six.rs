@@ -17,9 +17,10 @@ use super::{run_controller, Run};
 pub const T: Duration = Duration::from_secs(90);
 
 /// Waves of one hive, then up to half, then the rest (1, 2, 3 of six
-/// changed hives), each given two minutes to converge.
-pub const WAVES: &str =
-    "[rollout]\nwaves = [\"1\", \"50%\", \"100%\"]\nwait_converged_secs = 120\n";
+/// changed hives), each given two minutes to converge and held converged
+/// for 2 s (not the default 30 s: these tests are about the waves).
+pub const WAVES: &str = "[rollout]\nwaves = [\"1\", \"50%\", \"100%\"]\n\
+     wait_converged_secs = 120\nmin_converged_secs = 2\n";
 
 /// Six hives; `web(i)` says whether hive `i` is labelled `role = "web"`.
 pub struct Six {
@@ -30,9 +31,14 @@ pub struct Six {
 
 impl Six {
     pub async fn start(test: &str, web: impl Fn(usize) -> bool) -> Six {
+        Six::start_n(test, 6, web).await
+    }
+
+    /// The same with `hives` hives.
+    pub async fn start_n(test: &str, hives: usize, web: impl Fn(usize) -> bool) -> Six {
         let swarm = TestSwarm::start(SwarmSpec {
             test,
-            hives: 6,
+            hives,
             ..Default::default()
         })
         .await;
@@ -60,10 +66,22 @@ impl Six {
     /// A swarm file named `name` in the test's directory: group `web` runs
     /// agent `a` from `image` with `V=version`. Its path.
     pub fn file(&self, name: &str, image: &str, version: &str, rollout: &str) -> String {
-        // `{image:?}`: a TOML basic string, quotes in it escaped.
+        self.file_running(name, image, version, &["/bin/sleep", "3600"], rollout)
+    }
+
+    /// The same, agent `a` running `command`.
+    pub fn file_running(
+        &self,
+        name: &str,
+        image: &str,
+        version: &str,
+        command: &[&str],
+        rollout: &str,
+    ) -> String {
+        // `{image:?}`, `{command:?}`: TOML basic strings, quotes escaped.
         let text = format!(
             "[groups.web]\nselect = {{ role = \"web\" }}\n\n\
-             [groups.web.agents.a]\nimage = {image:?}\ncommand = [\"/bin/sleep\", \"3600\"]\n\
+             [groups.web.agents.a]\nimage = {image:?}\ncommand = {command:?}\n\
              env = {{ V = \"{version}\" }}\n\n{rollout}"
         );
         let path = self.dir.path().join(name);

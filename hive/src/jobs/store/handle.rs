@@ -17,8 +17,8 @@ use std::time::Duration;
 use swarm_queue_client::{AgentName, Power};
 
 use super::{
-    Claim, CleanupAction, CleanupEntry, DeployRequest, Enqueued, Finished, InstalledAgent,
-    JobFilter, JobView, OwnedImage, Store, StoreError,
+    Claim, CleanupAction, CleanupEntry, DeployRequest, Enqueued, ExitRecord, ExitSeen, Finished,
+    InstalledAgent, JobFilter, JobView, OwnedImage, Store, StoreError,
 };
 use crate::jobs::dag::{Outcome, RetryPolicy};
 use crate::jobs::model::{JobId, JobRequest, JobState, Millis};
@@ -41,6 +41,8 @@ pub struct AgentRecords {
     pub installed: BTreeMap<AgentName, InstalledAgent>,
     pub power: BTreeMap<AgentName, Power>,
     pub last_jobs: BTreeMap<AgentName, JobView>,
+    /// How each agent's container last ended.
+    pub exits: BTreeMap<AgentName, ExitRecord>,
 }
 
 impl std::fmt::Debug for JobStore {
@@ -252,9 +254,49 @@ impl JobStore {
                 installed: s.installed_all()?,
                 power: s.all_power()?,
                 last_jobs: s.last_jobs()?,
+                exits: s.exit_records()?,
             })
         })
         .await
+    }
+
+    // How containers ended: see `exits.rs`.
+
+    pub async fn record_start(
+        &self,
+        agent: &AgentName,
+        spec: Option<String>,
+        at: Millis,
+    ) -> Result<bool, StoreError> {
+        let agent = agent.clone();
+        self.call(move |s| s.record_start(&agent, spec.as_deref(), at))
+            .await
+    }
+
+    pub async fn record_exit(
+        &self,
+        seen: ExitSeen,
+        reset_after: Millis,
+    ) -> Result<bool, StoreError> {
+        self.call(move |s| s.record_exit(&seen, reset_after)).await
+    }
+
+    pub async fn record_oom(&self, agent: &AgentName) -> Result<(), StoreError> {
+        let agent = agent.clone();
+        self.call(move |s| s.record_oom(&agent)).await
+    }
+
+    pub async fn reset_streak(
+        &self,
+        agent: &AgentName,
+        asked_at: Millis,
+    ) -> Result<(), StoreError> {
+        let agent = agent.clone();
+        self.call(move |s| s.reset_streak(&agent, asked_at)).await
+    }
+
+    pub async fn exit_records(&self) -> Result<BTreeMap<AgentName, ExitRecord>, StoreError> {
+        self.call(|s| s.exit_records()).await
     }
 
     // The cleanup journal: see `cleanup.rs`.

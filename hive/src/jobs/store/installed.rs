@@ -77,6 +77,7 @@ impl Store {
         for table in [
             "DELETE FROM installed WHERE agent = ?1",
             "DELETE FROM power WHERE agent = ?1",
+            "DELETE FROM exits WHERE agent = ?1",
         ] {
             tx.execute(table, params![agent.as_str()])
                 .map_err(sql_at(&path, "forget agent"))?;

@@ -18,6 +18,7 @@
 //! - [`installed`]: what the hive put there (`installed`);
 //! - [`cleanup`]: the journal of destructive steps (`cleanup`);
 //! - [`images`]: the images the hive pulled or built (`images`);
+//! - [`exits`]: how each agent's container last ended (`exits`);
 //! - [`handle`]: the async [`JobStore`] with one typed method per call.
 
 use std::path::{Path, PathBuf};
@@ -30,6 +31,7 @@ use super::model::JobId;
 use super::schema::{self, APPLICATION_ID};
 
 mod cleanup;
+mod exits;
 mod handle;
 mod images;
 mod installed;
@@ -40,6 +42,7 @@ mod power;
 mod tests;
 
 pub use cleanup::{CleanupAction, CleanupEntry};
+pub use exits::{ExitRecord, ExitSeen};
 pub use handle::{AgentRecords, JobStore};
 pub use images::{image_cleanup_plan, OwnedImage};
 pub use installed::InstalledAgent;

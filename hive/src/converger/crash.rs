@@ -1,0 +1,66 @@
+//! The converger's part in crash loops: a start of an agent that keeps
+//! exiting waits out its delay ([`crate::crashloop`]), and an operator's
+//! deploy or start, or a new revision, starts the delay again.
+
+use std::collections::BTreeMap;
+
+use swarm_queue_client::AgentName;
+
+use super::Converger;
+use crate::jobs::{now_ms, ExitRecord, JobView, StoreError};
+use crate::plan::{Action, Seen};
+use crate::runtime::ContainerRuntime;
+
+/// What starts a crash-loop delay again.
+#[derive(Clone, Copy)]
+pub(super) enum Asked<'a> {
+    /// A revision written to the bucket at this time (a saved one applied
+    /// again at boot is older than the exits it would otherwise forgive).
+    Revision(crate::jobs::Millis),
+    /// Each agent's newest job, where it is an operator's (not one this
+    /// converger queued): forgives the exits before it was asked for.
+    Jobs(&'a BTreeMap<AgentName, JobView>),
+}
+
+impl<R: ContainerRuntime> Converger<R> {
+    /// Whether `action` starts an exited agent whose crash-loop delay has
+    /// not ended yet; the report wakes the converger when it ends.
+    pub(super) fn crash_waiting(
+        &self,
+        action: &Action,
+        seen: &BTreeMap<AgentName, Seen>,
+        exits: &BTreeMap<AgentName, ExitRecord>,
+    ) -> bool {
+        let Action::Reconcile(agent) = action else {
+            return false;
+        };
+        let exited = seen.get(agent).is_some_and(|s| !s.running);
+        let due = exits
+            .get(agent)
+            .and_then(|r| self.deps.crash.next_start_at(r, now_ms()));
+        if let (true, Some(due)) = (exited, due) {
+            tracing::debug!(hive = %self.deps.hive, %agent, in_ms = due - now_ms(), "crash loop: the start waits");
+            return true;
+        }
+        false
+    }
+
+    /// Start the crash-loop delay again for exits before what was asked.
+    pub(super) async fn reset_crash_streaks(&self, asked: Asked<'_>) -> Result<(), StoreError> {
+        let exits = self.deps.store.exit_records().await?;
+        for (agent, rec) in exits.iter().filter(|(_, r)| r.streak > 0) {
+            let asked_at = match asked {
+                Asked::Revision(at) => at,
+                Asked::Jobs(last) => match last.get(agent) {
+                    Some(job) if self.queued.get(agent) != Some(&job.id) => job.created_at_ms,
+                    _ => continue,
+                },
+            };
+            if rec.finished_at_ms.is_some_and(|f| f <= asked_at) {
+                tracing::info!(hive = %self.deps.hive, %agent, "crash-loop delay starts again");
+                self.deps.store.reset_streak(agent, asked_at).await?;
+            }
+        }
+        Ok(())
+    }
+}

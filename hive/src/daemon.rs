@@ -12,7 +12,7 @@
 //!    converger and the Docker event task. They need no NATS: the converger starts from the
 //!    declaration saved in `wanted.json`.
 //! 4. [`start_nats_side`] (with a name and NATS): publisher, wanted,
-//!    credentials, event listener.
+//!    credentials, event listener, log server.
 //! 5. [`start_local_side`]: knowledge, the HTTP server, the watchdog.
 //! 6. [`wait_and_drain`].
 //!
@@ -39,8 +39,8 @@ use crate::shutdown::Shutdown;
 use crate::supervisor::{Role, Supervisor};
 use crate::wanted::{WantedRx, WantedTx};
 use crate::{
-    api, converger, credentials, docker_events, events, http, knowledge, publisher, systemd,
-    wanted, worker, xkey,
+    agent_logs, api, converger, credentials, docker_events, events, http, knowledge, publisher,
+    systemd, wanted, worker, xkey,
 };
 
 /// File under the state dir holding the HTTP listener's bound address.
@@ -430,6 +430,25 @@ fn start_nats_side(
     };
     tasks.spawn("events", Role::Essential, move |shutdown| {
         events::run(events.clone(), shutdown)
+    });
+    start_log_server(config, side, conn, tasks);
+}
+
+/// The agents' logs over NATS, to the controller (on the same connection).
+fn start_log_server(
+    config: &HiveConfig,
+    side: &ContainerSide,
+    conn: &Connection,
+    tasks: &mut Supervisor,
+) {
+    let logs = agent_logs::serve::LogServerDeps {
+        client: conn.client.clone(),
+        hive: side.hive.clone(),
+        runtime: side.runtime.clone(),
+        state_dir: config.state_dir.clone(),
+    };
+    tasks.spawn("logs", Role::Auxiliary, move |shutdown| {
+        agent_logs::serve::run(logs.clone(), shutdown)
     });
 }
 

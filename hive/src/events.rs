@@ -42,7 +42,7 @@ pub struct SubscribeError {
     source: async_nats::SubscribeError,
 }
 
-async fn subscribe(
+pub(crate) async fn subscribe(
     client: &async_nats::Client,
     subject: String,
 ) -> Result<async_nats::Subscriber, SubscribeError> {
@@ -93,12 +93,17 @@ pub async fn run(deps: EventDeps, mut shutdown: Shutdown) -> Result<(), Subscrib
 /// this hive's subjects. Those carry a `$JS.ACK.` reply; real requests and
 /// notices never do. Dropped with a warning.
 fn is_redirected_stream_message(deps: &EventDeps, msg: &async_nats::Message) -> bool {
+    is_redirected(&deps.hive, msg)
+}
+
+/// [`is_redirected_stream_message`] for any of this hive's subjects.
+pub(crate) fn is_redirected(hive: &HiveName, msg: &async_nats::Message) -> bool {
     let redirected = msg
         .reply
         .as_ref()
         .is_some_and(|r| r.as_str().starts_with("$JS.ACK."));
     if redirected {
-        tracing::warn!(hive = %deps.hive, subject = %msg.subject, "dropped a JetStream message delivered onto an event subject");
+        tracing::warn!(%hive, subject = %msg.subject, "dropped a JetStream message delivered onto an event subject");
     }
     redirected
 }

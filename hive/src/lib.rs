@@ -38,6 +38,7 @@
 //! the hive keeps running its agents when NATS or the controller is away.
 
 pub mod access;
+pub mod agent_logs;
 pub mod api;
 pub mod backoff;
 pub mod cli;

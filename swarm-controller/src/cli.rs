@@ -13,6 +13,7 @@ use tokio::sync::watch;
 
 use crate::cli_declare::{self, DeclareArgs, RollbackArgs, RolloutVerb};
 use crate::cli_events::{self, CredentialPut, DeployArgs};
+use crate::cli_logs::{self, LogsArgs};
 use crate::cli_maintenance::{self, MaintenanceCommand};
 use crate::cli_status;
 use crate::config::Config;
@@ -118,6 +119,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print an agent's output, read from its hive over NATS: stdout lines
+    /// on stdout, stderr lines on stderr. Exit 0 at the log's end, 1 when
+    /// the hive refuses (it says why), 3 when the hive is offline or falls
+    /// silent (the rest is unknown).
+    Logs(LogsArgs),
     /// Sealed credentials for agents.
     Credential {
         #[command(subcommand)]
@@ -333,6 +339,7 @@ async fn run(config: Config, command: Command) -> anyhow::Result<i32> {
             };
             cli_events::deploy_cmd(&config, args).await
         }
+        Command::Logs(args) => cli_logs::logs_cmd(&config, args).await,
         Command::Credential {
             action: CredentialCommand::Xkey,
         } => cli_events::xkey_cmd(&config),

@@ -31,7 +31,8 @@
 //! - [`maintenance`]: maintenance holds in `hyperhive-maintenance`
 //!   (compare-and-set, ended by their TTL from the server's timestamp);
 //!   `cli_maintenance` is the `maintenance` verb.
-//! - [`deploy`], [`credential`], [`knowledge`]: the event verbs.
+//! - [`deploy`], [`credential`], [`knowledge`]: the event verbs; [`logs`]: an
+//!   agent's output from its hive, with flow control.
 //! - [`webhook`]: forge push signatures and what a push means (pure).
 //! - [`serve`]: the dashboard, JSON API and webhook over HTTP; [`live`]
 //!   decides what each open page is sent (pure).
@@ -44,6 +45,7 @@
 pub mod cli;
 pub mod cli_declare;
 mod cli_events;
+mod cli_logs;
 mod cli_maintenance;
 mod cli_status;
 pub mod config;
@@ -55,6 +57,7 @@ pub mod fleet;
 pub mod groups;
 pub mod knowledge;
 pub mod live;
+pub mod logs;
 pub mod maintenance;
 pub mod nats;
 pub mod nats_config;

@@ -59,6 +59,6 @@ pub use names::{AccountName, AgentName, GroupName, HiveName, LeafSiteName, NameE
 pub use payload::{
     decode, encode, encode_pretty, AgentSpec, AgentStatus, BuildSpec, CredentialNotice,
     Declaration, DecodeError, Decoded, DeployReply, DeployRequest, EncodeError, ExitReport,
-    HealthSpec, HiveState, InvalidField, JobSummary, Level, Observed, Payload, Power, Readiness,
-    RetryStatus, Unsettled, Warning,
+    HealthSpec, HiveState, InvalidField, JobSummary, Level, LogFrame, LogLine, LogSource, LogsAck,
+    LogsRequest, Observed, Payload, Power, Readiness, RetryStatus, Unsettled, Warning,
 };

@@ -9,9 +9,9 @@
 //!
 //! - it writes only its own status key, reads only its own wanted key and
 //!   its own credential keys (by direct get), and holds no consumer;
-//! - it subscribes only to its own deploy and credential subjects, its own
+//! - it subscribes only to its own deploy, credential and logs subjects, its own
 //!   key subjects (doorbells), the knowledge subject and its own reply inbox;
-//! - it publishes nothing else but its answers to deploy requests, under
+//! - it publishes nothing else but its answers to deploy and logs requests, under
 //!   its own answer prefix (`hyperhive.hive.<hive>.answer.>`).
 //!
 //! The controller is the only identity that creates buckets, declares,
@@ -51,8 +51,8 @@ use serde::Serialize;
 use crate::buckets::Bucket;
 use crate::names::{HiveName, LeafSiteName};
 use crate::subjects::{
-    all_credential_subjects, all_deploy_answers, all_deploy_subjects, controller_inbox_prefix,
-    deploy_answer_prefix, hive_inbox_prefix, HiveSubjects, KNOWLEDGE,
+    all_credential_subjects, all_deploy_answers, all_deploy_subjects, all_logs_subjects,
+    controller_inbox_prefix, deploy_answer_prefix, hive_inbox_prefix, HiveSubjects, KNOWLEDGE,
 };
 
 pub mod accounts;
@@ -259,13 +259,17 @@ pub fn hive_permissions(hive: &HiveName, api: &JsApi) -> Permissions {
         ),
         grant(
             format!("{}.>", deploy_answer_prefix(hive)),
-            "answer a deploy request (its reply subject is under this prefix)",
+            "answer a deploy or logs request (its reply subject is under this prefix)",
         ),
     ];
     let subscribe = vec![
         grant(KNOWLEDGE, "hear that the knowledge repo changed"),
         grant(subjects.deploy, "its own deploy requests"),
         grant(subjects.credential, "its own credential notices"),
+        grant(
+            subjects.logs,
+            "its own log requests and their readers' acks (the frames go out under its answer prefix)",
+        ),
         grant(
             wanted.key_subject(hive.as_str()),
             "doorbell: a write of its own declaration (then it reads the key)",
@@ -367,6 +371,10 @@ pub fn controller_permissions() -> Permissions {
         ),
         grant(KNOWLEDGE, "announce a knowledge repo change"),
         grant(all_deploy_subjects(), "ask any hive to deploy an agent"),
+        grant(
+            all_logs_subjects(),
+            "ask any hive for an agent's logs, and acknowledge the frames it reads",
+        ),
         grant(
             all_credential_subjects(),
             "tell any hive a credential is waiting",
@@ -606,6 +614,7 @@ mod tests {
             "$JS.API.DIRECT.GET.KV_hyperhive-maintenance.$KV.hyperhive-maintenance.>",
             "hyperhive.knowledge",
             "hyperhive.hive.*.deploy",
+            "hyperhive.hive.*.logs.>",
             "hyperhive.hive.*.credential",
             "$JS.API.STREAM.CREATE.KV_hyperhive-status",
             "$JS.API.STREAM.UPDATE.KV_hyperhive-wanted",

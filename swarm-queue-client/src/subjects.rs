@@ -15,6 +15,12 @@ pub struct HiveSubjects {
     pub deploy: String,
     /// `hyperhive.hive.<hive>.credential`: `CredentialNotice`, names only.
     pub credential: String,
+    /// `hyperhive.hive.<hive>.logs.request`: `LogsRequest`; the frames go
+    /// to its reply subject, under the hive's answer prefix.
+    pub logs_request: String,
+    /// `hyperhive.hive.<hive>.logs.>`: what the hive subscribes to for
+    /// its log streams (the requests and the readers' acks).
+    pub logs: String,
 }
 
 impl HiveSubjects {
@@ -22,6 +28,8 @@ impl HiveSubjects {
         Self {
             deploy: format!("{HIVE_PREFIX}.{hive}.deploy"),
             credential: format!("{HIVE_PREFIX}.{hive}.credential"),
+            logs_request: format!("{HIVE_PREFIX}.{hive}.logs.request"),
+            logs: format!("{HIVE_PREFIX}.{hive}.logs.>"),
         }
     }
 }
@@ -59,6 +67,28 @@ pub fn fresh_deploy_answer(client: &async_nats::Client, hive: &HiveName) -> Stri
 /// `hyperhive.hive.*.answer.>`.
 pub fn all_deploy_answers() -> String {
     format!("{HIVE_PREFIX}.*.answer.>")
+}
+
+/// The token of a reply subject that is exactly `hive`'s answer prefix and
+/// one token more; `None` for any other subject (a hive answers nowhere
+/// else, and names its log stream's acks by this token).
+pub fn answer_token<'a>(hive: &HiveName, reply: &'a str) -> Option<&'a str> {
+    let rest = reply.strip_prefix(&deploy_answer_prefix(hive))?;
+    let token = rest.strip_prefix('.')?;
+    let one = !token.is_empty() && !token.contains(['.', '*', '>', ' ']);
+    one.then_some(token)
+}
+
+/// Where the reader of log stream `token` of `hive` acknowledges frames:
+/// `hyperhive.hive.<hive>.logs.ack.<token>`.
+pub fn logs_ack_subject(hive: &HiveName, token: &str) -> String {
+    format!("{HIVE_PREFIX}.{hive}.logs.ack.{token}")
+}
+
+/// The log subjects of every hive, for the controller's permissions:
+/// `hyperhive.hive.*.logs.>`.
+pub fn all_logs_subjects() -> String {
+    format!("{HIVE_PREFIX}.*.logs.>")
 }
 
 /// The credential subject of every hive: `hyperhive.hive.*.credential`.
@@ -157,6 +187,33 @@ mod tests {
         assert_eq!(s.credential, "hyperhive.hive.alpha.credential");
         assert_eq!(KNOWLEDGE, "hyperhive.knowledge");
         assert_eq!(all_deploy_subjects(), "hyperhive.hive.*.deploy");
+        assert_eq!(s.logs_request, "hyperhive.hive.alpha.logs.request");
+        assert_eq!(s.logs, "hyperhive.hive.alpha.logs.>");
+        assert_eq!(
+            logs_ack_subject(&hive, "t1"),
+            "hyperhive.hive.alpha.logs.ack.t1"
+        );
+        assert_eq!(all_logs_subjects(), "hyperhive.hive.*.logs.>");
+    }
+
+    #[test]
+    fn an_answer_token_is_one_token_under_the_hives_own_prefix() {
+        let alpha = HiveName::new("alpha").unwrap();
+        assert_eq!(
+            answer_token(&alpha, "hyperhive.hive.alpha.answer.x1"),
+            Some("x1")
+        );
+        for bad in [
+            "hyperhive.hive.beta.answer.x1",
+            "hyperhive.hive.alpha.answer",
+            "hyperhive.hive.alpha.answer.",
+            "hyperhive.hive.alpha.answer.a.b",
+            "hyperhive.hive.alpha.answerx.y",
+            "hyperhive.hive.alpha.answer.*",
+            "_INBOX_swarm-controller.x",
+        ] {
+            assert_eq!(answer_token(&alpha, bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //!
 //! - A fenced block tagged ```` ```json <payload> ```` is an example of that
 //!   payload, where `<payload>` is one of `declaration`, `readiness`,
-//!   `deploy-request`, `deploy-reply`, `credential-notice`,
+//!   `deploy-request`, `deploy-reply`, `logs-request`, `log-frame`,
+//!   `logs-ack`, `credential-notice`,
 //!   `credential-envelope`. It must decode through [`decode`] (or
 //!   [`DeployReply::decode`]) with no warning. A third word changes what is
 //!   expected: `newer` means it must decode *with* a warning, `refused`
@@ -50,6 +51,9 @@ const PAYLOADS: &[&str] = &[
     "readiness",
     "deploy-request",
     "deploy-reply",
+    "logs-request",
+    "log-frame",
+    "logs-ack",
     "credential-notice",
     "credential-envelope",
 ];
@@ -190,20 +194,27 @@ fn decode_example(payload: &str, bytes: &[u8]) -> Option<Outcome> {
             },
         }
     }
-    Some(match payload {
-        "declaration" => outcome(decode::<Declaration>(bytes)),
-        "readiness" => outcome(decode::<Readiness>(bytes)),
-        "deploy-request" => outcome(decode::<DeployRequest>(bytes)),
-        "credential-notice" => outcome(decode::<CredentialNotice>(bytes)),
-        "credential-envelope" => outcome(decode::<CredentialEnvelope>(bytes)),
-        "deploy-reply" => match DeployReply::decode(bytes) {
+    /// A payload with no schema, decoded on its own.
+    fn plain<T>(r: Result<T, DecodeError>) -> Outcome {
+        match r {
             Ok(_) => Outcome::Decoded {
                 warnings: Vec::new(),
             },
             Err(e) => Outcome::Refused {
                 error: e.to_string(),
             },
-        },
+        }
+    }
+    Some(match payload {
+        "declaration" => outcome(decode::<Declaration>(bytes)),
+        "readiness" => outcome(decode::<Readiness>(bytes)),
+        "deploy-request" => outcome(decode::<DeployRequest>(bytes)),
+        "credential-notice" => outcome(decode::<CredentialNotice>(bytes)),
+        "credential-envelope" => outcome(decode::<CredentialEnvelope>(bytes)),
+        "deploy-reply" => plain(DeployReply::decode(bytes)),
+        "logs-request" => outcome(decode::<LogsRequest>(bytes)),
+        "log-frame" => plain(LogFrame::decode(bytes)),
+        "logs-ack" => plain(LogsAck::decode(bytes)),
         _ => return None,
     })
 }
@@ -415,6 +426,15 @@ fn built_by(item: &str) -> Option<String> {
         "subjects::KNOWLEDGE" => subjects::KNOWLEDGE.to_string(),
         "HiveSubjects::new(<hive>).deploy" => HiveSubjects::new(&hive).deploy,
         "HiveSubjects::new(<hive>).credential" => HiveSubjects::new(&hive).credential,
+        "HiveSubjects::new(<hive>).logs_request" => HiveSubjects::new(&hive).logs_request,
+        "HiveSubjects::new(<hive>).logs" => HiveSubjects::new(&hive).logs,
+        "subjects::logs_ack_subject" => subjects::logs_ack_subject(&hive, "<token>"),
+        "subjects::answer_token" => {
+            let reply = subjects::deploy_answer_subject(&hive, "t1");
+            assert_eq!(subjects::answer_token(&hive, &reply), Some("t1"));
+            "<token>".to_string()
+        }
+        "subjects::all_logs_subjects()" => subjects::all_logs_subjects(),
         "subjects::all_deploy_subjects()" => subjects::all_deploy_subjects(),
         "subjects::all_credential_subjects()" => subjects::all_credential_subjects(),
         "subjects::all_deploy_answers()" => subjects::all_deploy_answers(),

@@ -3,8 +3,11 @@
 //! stops writing; then the whole log is read, three times each, by
 //! `docker logs` (the baseline: the Docker CLI over dockerd's API), by
 //! `hive logs` (the hive's socket, Docker's stream re-framed as lines) and
-//! by `hive logs --json`, and by curl on the hive's socket (the daemon's
-//! answer without the CLI). The output goes to /dev/null; the time is the
+//! by `hive logs --json`, by curl on the hive's socket (the daemon's
+//! answer without the CLI), and by `swarm-controller logs` over NATS (a
+//! nats-server with the generated accounts, the hive and the controller
+//! under their own nkeys; every frame acknowledged, docs/protocol.md
+//! "Logs"). The output goes to /dev/null; the time is the
 //! reader process's wall time, best of three. `--quick` runs the dev
 //! build (the hive then spends most of its time in unoptimised serde).
 //!
@@ -14,7 +17,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use hyperhive_tests::hive::LocalHive;
-use hyperhive_tests::{hive_bin, wait_until};
+use hyperhive_tests::identity::SecuredNats;
+use hyperhive_tests::{controller_bin, hive_bin, unique_name, wait_until};
 use serde_json::json;
 
 fn main() {
@@ -43,8 +47,19 @@ fn best_of_three(program: &str, args: &[&str]) -> Duration {
 }
 
 async fn bench(mb: u64) {
-    let extra = format!("container_log_max_mb = {}\ncontainer_log_files = 1", mb * 3);
-    let s = LocalHive::start("bench-logs", &extra).await;
+    let name = unique_name("bench-logs");
+    let nats = SecuredNats::start_generated(&[&name]);
+    let _ = nats.controller_with_buckets().await;
+    let url = nats.server.url();
+    let extra = format!(
+        "container_log_max_mb = {}\ncontainer_log_files = 1\n{}",
+        mb * 3,
+        nats.hive(&name).nats_toml(&url)
+    );
+    let s = LocalHive::start_named(name.clone(), "bench-logs", &extra).await;
+    let config = s.hive.state_dir.join("../controller.toml");
+    let text = format!("{}[hives.{name}]\n", nats.controller.nats_toml(&url));
+    std::fs::write(&config, text).expect("write the controller's config");
     let script = format!(
         "i=0; while [ $i -lt {mb} ]; do \
          busybox yes 'a log line of the agent, sixty-four bytes long, or about that' \
@@ -68,6 +83,9 @@ async fn bench(mb: u64) {
     // The daemon alone: its answer read by curl, no `hive` CLI.
     let url = "http://localhost/api/v1/agents/writer/logs";
     let curl = best_of_three("curl", &["-sf", "--unix-socket", &socket, url]);
+    let cfg = config.display().to_string();
+    let ctl = controller_bin().display().to_string();
+    let over_nats = best_of_three(&ctl, &["--config", &cfg, "logs", &name, "writer"]);
     let rate = |d: Duration| mb as f64 / d.as_secs_f64();
     println!("logs: one agent's {mb} MB of output, read whole, best of 3");
     println!("| reader | s | MB/s | vs docker logs |");
@@ -77,6 +95,7 @@ async fn bench(mb: u64) {
         ("hive logs", plain),
         ("hive logs --json", json),
         ("the API's NDJSON, read by curl", curl),
+        ("swarm-controller logs, over NATS", over_nats),
     ] {
         println!(
             "| {name} | {:.2} | {:.0} | {:.2}x |",
@@ -85,13 +104,17 @@ async fn bench(mb: u64) {
             d.as_secs_f64() / docker.as_secs_f64()
         );
     }
+    let ratio = |d: Duration| d.as_secs_f64() / docker.as_secs_f64();
     println!(
-        "FIGURES: logs mb={mb} docker_s={:.2} hive_s={:.2} hive_json_s={:.2} api_curl_s={:.2} ratio={:.2} ratio_json={:.2}",
+        "FIGURES: logs mb={mb} docker_s={:.2} hive_s={:.2} hive_json_s={:.2} api_curl_s={:.2} \
+         nats_s={:.2} ratio={:.2} ratio_json={:.2} ratio_nats={:.2}",
         docker.as_secs_f64(),
         plain.as_secs_f64(),
         json.as_secs_f64(),
         curl.as_secs_f64(),
-        plain.as_secs_f64() / docker.as_secs_f64(),
-        json.as_secs_f64() / docker.as_secs_f64()
+        over_nats.as_secs_f64(),
+        ratio(plain),
+        ratio(json),
+        ratio(over_nats)
     );
 }

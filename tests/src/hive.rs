@@ -191,7 +191,12 @@ pub struct LocalHive {
 impl LocalHive {
     /// A hive named after `test`, `extra` appended to its config.
     pub async fn start(test: &str, extra: &str) -> LocalHive {
-        let hive_name = crate::unique_name(test);
+        Self::start_named(crate::unique_name(test), test, extra).await
+    }
+
+    /// The same with the hive's name given (a roster made before it), the
+    /// image named after `test`.
+    pub async fn start_named(hive_name: String, test: &str, extra: &str) -> LocalHive {
         let containers = crate::docker::ContainerGuard::new(&hive_name);
         let image = crate::docker::TestImage::busybox(test);
         let hive = HiveProc::start(HiveSpec {

@@ -262,3 +262,34 @@ fn built_from(bin: &Path) -> Option<String> {
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
+
+/// The script of a talker agent: it prints `ready`, then each text the
+/// test drops into its state dir as `say` ([`say_markers`]).
+pub const TALKER: &str = "echo ready; while :; do if [ -e /state/say ]; then cat /state/say; \
+                          rm /state/say; fi; sleep 0.05; done";
+
+/// Drop five markers into a talker's `say` file (in its state dir
+/// `agent_dir`) and read each from a follow's `lines` within `within`;
+/// the slowest, from the file's appearance to the line read.
+pub async fn say_markers(
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    agent_dir: &std::path::Path,
+    within: std::time::Duration,
+) -> std::time::Duration {
+    let say = agent_dir.join("say");
+    let mut worst = std::time::Duration::ZERO;
+    for i in 0..5 {
+        let marker = format!("marker {i} {}", crate::unique_name("m"));
+        let tmp = say.with_extension("tmp");
+        std::fs::write(&tmp, format!("{marker}\n")).unwrap();
+        let at = std::time::Instant::now();
+        std::fs::rename(&tmp, &say).unwrap();
+        let got = tokio::time::timeout(within, lines.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("{marker:?} not shown within {within:?}"))
+            .unwrap();
+        worst = worst.max(at.elapsed());
+        assert_eq!(got.as_deref(), Some(marker.as_str()));
+    }
+    worst
+}

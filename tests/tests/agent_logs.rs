@@ -8,7 +8,8 @@
 use std::time::{Duration, Instant};
 
 use hyperhive_tests::hive::LocalHive as Setup;
-use hyperhive_tests::{hive_bin, unique_name, wait_until};
+use hyperhive_tests::process::{say_markers, TALKER};
+use hyperhive_tests::{hive_bin, wait_until};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
@@ -53,13 +54,7 @@ async fn follow_shows_a_printed_line_within_a_second() {
     let _alone = ONE_AT_A_TIME.lock().await;
     let s = setup("logs-follow", "").await;
     // The agent prints what the test drops into its state dir.
-    deploy(
-        &s,
-        "talker",
-        "echo ready; while :; do if [ -e /state/say ]; then cat /state/say; rm /state/say; fi; \
-         sleep 0.05; done",
-    )
-    .await;
+    deploy(&s, "talker", TALKER).await;
     let socket = s.hive.socket().await.display().to_string();
     let mut child = tokio::process::Command::new(hive_bin())
         .args(["--api", &socket, "logs", "talker", "--follow"])
@@ -70,21 +65,12 @@ async fn follow_shows_a_printed_line_within_a_second() {
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let first = tokio::time::timeout(T, lines.next_line()).await;
     assert_eq!(first.unwrap().unwrap().as_deref(), Some("ready"));
-    let say = s.hive.state_dir.join("agents/talker/say");
-    let mut worst = Duration::ZERO;
-    for i in 0..5 {
-        let marker = format!("marker {i} {}", unique_name("m"));
-        let tmp = say.with_extension("tmp");
-        std::fs::write(&tmp, format!("{marker}\n")).unwrap();
-        let at = Instant::now();
-        std::fs::rename(&tmp, &say).unwrap();
-        let got = tokio::time::timeout(FOLLOW_WITHIN, lines.next_line())
-            .await
-            .unwrap_or_else(|_| panic!("{marker:?} not shown within {FOLLOW_WITHIN:?}"))
-            .unwrap();
-        worst = worst.max(at.elapsed());
-        assert_eq!(got.as_deref(), Some(marker.as_str()));
-    }
+    let worst = say_markers(
+        &mut lines,
+        &s.hive.state_dir.join("agents/talker"),
+        FOLLOW_WITHIN,
+    )
+    .await;
     println!(
         "FIGURES logs_follow_line_ms_worst_of_5={}",
         worst.as_millis()
@@ -113,7 +99,7 @@ async fn previous_shows_the_crashed_run_and_then_the_replaced_container() {
     let s = setup("logs-prev", "").await;
     let script = "n=$(cat /state/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /state/n; \
                   echo \"run $n starting\"; \
-                  if [ $n -eq 1 ]; then sleep 0.2; echo 'run 1 last words' >&2; exit 3; fi; \
+                  if [ $n -eq 1 ]; then sleep 0.2; echo 'run 1 last words' >&2; sleep 1; exit 3; fi; \
                   exec sleep 3600";
     deploy(&s, "crasher", script).await;
     // (Stdout and stderr are two pipes: lines on both within a moment may
@@ -214,7 +200,7 @@ async fn a_reader_that_stops_reading_costs_the_hive_no_memory_and_one_that_leave
     println!(
         "FIGURES logs_stalled_reader rss_before_kib={rss_before} rss_after_kib={rss_after} \
          agent_wrote_mb={}",
-        count() - start
+        count().saturating_sub(start)
     );
     assert!(
         rss_after < rss_before + 16 * 1024,

@@ -29,23 +29,7 @@ pub struct LogsArgs {
     pub previous: bool,
 }
 
-/// `90s`, `10m`, `2h`, `1d` (or plain seconds) as seconds.
-pub fn parse_age(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let (digits, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration such as 90s, 10m, 2h or 1d"))?;
-    let scale = match unit {
-        "" | "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        _ => return Err(format!("{text:?}: the unit must be s, m, h or d")),
-    };
-    n.checked_mul(scale)
-        .ok_or_else(|| format!("{text:?} is too long ago"))
-}
+pub use swarm_queue_client::payload::parse_age;
 
 pub(super) async fn show(client: &Client, args: LogsArgs, json: bool) -> Result<i32, OpsError> {
     let mut query = vec![format!("follow={}", args.follow)];
@@ -115,21 +99,5 @@ fn format_line(raw: &[u8], json: bool, out: &mut Vec<u8>, err: &mut Vec<u8>) {
             err.extend_from_slice(raw);
             err.push(b'\n');
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_age;
-
-    #[test]
-    fn ages_parse_with_their_units_and_bad_ones_are_named() {
-        assert_eq!(parse_age("90"), Ok(90));
-        assert_eq!(parse_age("90s"), Ok(90));
-        assert_eq!(parse_age("10m"), Ok(600));
-        assert_eq!(parse_age("2h"), Ok(7200));
-        assert_eq!(parse_age("1d"), Ok(86_400));
-        assert!(parse_age("10w").unwrap_err().contains("\"10w\""));
-        assert!(parse_age("soon").unwrap_err().contains("\"soon\""));
     }
 }

@@ -12,11 +12,10 @@ use serde::{Deserialize, Serialize};
 
 use super::RuntimeError;
 
-/// The most lines one request may ask back from the end of a log.
-pub const MAX_TAIL: u64 = 100_000;
-/// The longest line passed on; a longer one is cut there (Docker itself
-/// splits its log entries at 16 KiB).
-pub const MAX_LINE_BYTES: usize = 16 * 1024;
+pub use swarm_queue_client::payload::{
+    LogLine, LogSource, MAX_LOG_LINE_BYTES as MAX_LINE_BYTES, MAX_LOG_TAIL as MAX_TAIL,
+};
+
 /// What the hive keeps of a container it removes (`--previous` once the
 /// container is gone): its last lines, at most this many bytes.
 pub const PREVIOUS_MAX_BYTES: usize = 256 * 1024;
@@ -37,50 +36,6 @@ pub struct LogRequest {
     /// the container last started (see [`super::ContainerRuntime::logs`]).
     #[serde(default)]
     pub previous: bool,
-}
-
-/// Which of the container's outputs a line came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogSource {
-    Stdout,
-    Stderr,
-}
-
-/// One line of an agent's output.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LogLine {
-    pub source: LogSource,
-    /// Docker's RFC 3339 time of the line (when it was written).
-    pub time: String,
-    /// The line without its newline, invalid UTF-8 replaced, clipped.
-    pub line: String,
-}
-
-impl LogLine {
-    /// A line as Docker sends it with timestamps on: `<RFC 3339> <text>`.
-    pub fn parse(source: LogSource, raw: &[u8]) -> LogLine {
-        let text = String::from_utf8_lossy(raw);
-        let text = text.strip_suffix('\n').unwrap_or(&text);
-        let (time, line) = text.split_once(' ').unwrap_or(("", text));
-        LogLine {
-            source,
-            time: time.to_string(),
-            line: clip(line).to_string(),
-        }
-    }
-}
-
-/// `text` cut to at most [`MAX_LINE_BYTES`] on a character boundary.
-fn clip(text: &str) -> &str {
-    if text.len() <= MAX_LINE_BYTES {
-        return text;
-    }
-    let mut end = MAX_LINE_BYTES;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }
 
 /// A container's lines, as they are read.
@@ -123,21 +78,4 @@ pub async fn keep(path: &std::path::Path, mut lines: LogStream) -> std::io::Resu
     std::io::Write::write_all(&mut file, &body)?;
     std::fs::rename(&tmp, path)?;
     Ok(body.len())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn docker_lines_split_into_time_and_text_and_are_clipped() {
-        let l = LogLine::parse(LogSource::Stdout, b"2026-12-01T10:00:00.5Z hello world\n");
-        assert_eq!(l.time, "2026-12-01T10:00:00.5Z");
-        assert_eq!(l.line, "hello world");
-        let long = format!("2026-12-01T10:00:00Z {}\n", "é".repeat(MAX_LINE_BYTES));
-        let l = LogLine::parse(LogSource::Stderr, long.as_bytes());
-        assert!(l.line.len() <= MAX_LINE_BYTES && l.line.len() > MAX_LINE_BYTES - 2);
-        let l = LogLine::parse(LogSource::Stdout, b"\xff\xfe no time");
-        assert_eq!(l.line, "no time");
-    }
 }

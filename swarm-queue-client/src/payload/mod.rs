@@ -18,6 +18,7 @@
 //!   (`hyperhive-wanted/<hive>`).
 //! - `readiness`: what a hive says of itself (`hyperhive-status/<hive>`).
 //! - `events`: the core-NATS requests and notices (deploy, credential).
+//! - `logs`: an agent's output over NATS, its frames and flow control.
 //! - `checks`: the bounds checks the validators share, and the sanitizers
 //!   that make text from outside safe to carry.
 //!
@@ -28,6 +29,7 @@ mod checks;
 mod codec;
 mod declaration;
 mod events;
+mod logs;
 mod readiness;
 
 pub use checks::{sanitize_message, sanitize_short};
@@ -36,6 +38,11 @@ pub use codec::{
 };
 pub use declaration::{AgentSpec, BuildSpec, Declaration, HealthSpec, Power, MAX_HEALTH_SECS};
 pub use events::{CredentialNotice, DeployReply, DeployRequest};
+pub use logs::{
+    parse_age, LogFrame, LogLine, LogSource, LogsAck, LogsRequest, LOG_ACK_TIMEOUT_SECS,
+    LOG_FRAME_OVERHEAD, LOG_HEARTBEAT_SECS, LOG_WINDOW, MAX_LOG_FRAME_BYTES, MAX_LOG_LINE_BYTES,
+    MAX_LOG_LINE_COST, MAX_LOG_TAIL,
+};
 pub use readiness::{
     readiness_matches_key, AgentStatus, ExitReport, HiveState, JobSummary, Level, Observed,
     Readiness, RetryStatus, Unsettled, Warning,

@@ -169,9 +169,14 @@ fn bucket_exports() -> Vec<Export> {
             "a hive's deploy requests, to that hive (the reply subject is under its answer prefix)",
         ),
         per_hive(
+            Flow::Stream,
+            crate::subjects::all_logs_subjects(),
+            "a hive's log requests and the readers' acks, to that hive",
+        ),
+        per_hive(
             Flow::Service,
             crate::subjects::all_deploy_answers(),
-            "each hive answers a deploy request under its own answer prefix only",
+            "each hive answers a deploy or logs request under its own answer prefix only",
         ),
         Export {
             flow: Flow::Stream,
@@ -317,9 +322,13 @@ pub fn hive_account(hive: &HiveName, user: User) -> Account {
         ),
         stream(subjects.credential.clone(), "its own credential notices"),
         stream(subjects.deploy.clone(), "its own deploy requests"),
+        stream(
+            subjects.logs.clone(),
+            "its own log requests and their readers' acks",
+        ),
         service(
             format!("{}.>", deploy_answer_prefix(hive)),
-            "answer a deploy request, under its own answer prefix",
+            "answer a deploy or logs request (its frames), under its own answer prefix",
         ),
         stream(KNOWLEDGE.to_string(), "the knowledge repo changed"),
     ];
@@ -438,6 +447,7 @@ mod tests {
             assert!(alpha.exports.is_empty(), "{:?}", alpha.exports);
             let subjects: Vec<&str> = alpha.imports.iter().map(|i| i.subject.as_str()).collect();
             assert!(subjects.contains(&"hyperhive.hive.alpha.deploy"));
+            assert!(subjects.contains(&"hyperhive.hive.alpha.logs.>"));
             assert!(subjects.contains(&"hyperhive.hive.alpha.answer.>"));
         }
     }

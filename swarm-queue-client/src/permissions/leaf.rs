@@ -42,8 +42,8 @@ pub struct RosterLeafSite {
 /// What hive `hive`'s link may carry (`api`: the hub's domain, where its
 /// JetStream requests go). To send: what the hive itself may send, its
 /// three JetStream requests in the form the site sends them and its
-/// answers to deploy requests under its own answer prefix. To hear: its deploy requests and credential
-/// notices, the knowledge event and its own reply inbox (the hub's answers
+/// answers to deploy and logs requests under its own answer prefix. To hear: its deploy requests,
+/// credential notices, log requests and acks, the knowledge event and its own reply inbox (the hub's answers
 /// to its JetStream requests). No doorbell: nats-server carries no `$KV.>`
 /// across a link between JetStream domains, and site hives read their
 /// declaration on a timer instead.
@@ -53,6 +53,7 @@ pub fn link_permissions(hive: &HiveName, api: &JsApi) -> Permissions {
     let subscribe = vec![
         grant(subjects.deploy, "its deploy requests"),
         grant(subjects.credential, "its credential notices"),
+        grant(subjects.logs, "its log requests and their readers' acks"),
         grant(KNOWLEDGE, "the knowledge repo changed"),
         grant(
             format!("{}.>", hive_inbox_prefix(hive)),
@@ -142,6 +143,7 @@ mod tests {
             [
                 "hyperhive.hive.alpha.deploy",
                 "hyperhive.hive.alpha.credential",
+                "hyperhive.hive.alpha.logs.>",
                 "hyperhive.knowledge",
                 "_INBOX_hive-alpha.>",
             ]

@@ -39,8 +39,8 @@ use crate::shutdown::Shutdown;
 use crate::supervisor::{Role, Supervisor};
 use crate::wanted::{WantedRx, WantedTx};
 use crate::{
-    agent_logs, api, converger, credentials, docker_events, events, http, knowledge, publisher,
-    systemd, wanted, worker, xkey,
+    agent_logs, api, converger, credentials, docker_events, events, fleet_events, http, knowledge,
+    publisher, systemd, wanted, worker, xkey,
 };
 
 /// File under the state dir holding the HTTP listener's bound address.
@@ -214,6 +214,9 @@ struct ContainerSide {
     wake: Arc<Notify>,
     /// Wakes the converger when Docker reports a container event.
     docker_changed: Arc<Notify>,
+    /// Agents' lifecycle events, published by the NATS side when it runs.
+    events: fleet_events::EventSink,
+    event_queue: fleet_events::EventQueue,
 }
 
 impl ContainerSide {
@@ -251,11 +254,14 @@ fn start_container_side(
     hive: HiveName,
     tasks: &mut Supervisor,
 ) -> ContainerSide {
+    let (events, event_queue) = fleet_events::EventSink::new(hive.clone());
     let side = ContainerSide {
         runtime: Arc::new(docker_runtime(config, &hive)),
         wake: Arc::default(),
         docker_changed: Arc::default(),
         hive,
+        events,
+        event_queue,
     };
     let extra_binds = match &config.knowledge_repo {
         Some(_) => vec![crate::runtime::Bind {
@@ -272,6 +278,7 @@ fn start_container_side(
             side.wake.clone(),
             state.health.clone(),
         );
+        let events = side.events.clone();
         let config = worker::WorkerConfig::for_hive(config);
         move || worker::WorkerDeps {
             store: store.clone(),
@@ -282,6 +289,7 @@ fn start_container_side(
             health: Some(health.clone()),
             extra_binds: extra_binds.clone(),
             config: config.clone(),
+            events: Some(events.clone()),
         }
     };
     tasks.spawn("worker", Role::Essential, move |shutdown| {
@@ -345,12 +353,14 @@ fn start_docker_events(
     let event_deps = {
         let (store, runtime, hive) = (state.store.clone(), side.runtime.clone(), side.hive.clone());
         let (docker_changed, crash) = (side.docker_changed.clone(), config.crash);
+        let events = side.events.clone();
         move || docker_events::DockerEventDeps {
             store: store.clone(),
             runtime: runtime.clone(),
             hive: hive.clone(),
             docker_changed: docker_changed.clone(),
             crash,
+            events: Some(events.clone()),
         }
     };
     tasks.spawn("docker_events", Role::Auxiliary, move |shutdown| {
@@ -434,7 +444,8 @@ fn start_nats_side(
     start_log_server(config, side, conn, tasks);
 }
 
-/// The agents' logs over NATS, to the controller (on the same connection).
+/// The agents' logs over NATS, to the controller, and the agents' events
+/// into hyperhive-events (on the same connection).
 fn start_log_server(
     config: &HiveConfig,
     side: &ContainerSide,
@@ -449,6 +460,10 @@ fn start_log_server(
     };
     tasks.spawn("logs", Role::Auxiliary, move |shutdown| {
         agent_logs::serve::run(logs.clone(), shutdown)
+    });
+    let (client, queue) = (conn.client.clone(), side.event_queue.clone());
+    tasks.spawn("fleet_events", Role::Auxiliary, move |shutdown| {
+        fleet_events::run(client.clone(), queue.clone(), shutdown)
     });
 }
 

@@ -42,6 +42,9 @@ pub struct DockerEventDeps {
     /// Wakes the converger for an immediate observe, publish and repair.
     pub docker_changed: Arc<Notify>,
     pub crash: CrashPolicy,
+    /// Where what Docker reported is told (hyperhive-events); `None` in
+    /// tests.
+    pub events: Option<crate::fleet_events::EventSink>,
 }
 
 /// Follow the events until shutdown. Never ends otherwise: a broken stream
@@ -135,6 +138,7 @@ async fn on_event(deps: &DockerEventDeps, event: ContainerEvent) {
     // What Docker shows now is enough to see the change and repair it;
     // the recorded evidence follows with a second wake.
     deps.docker_changed.notify_one();
+    tell(deps, &agent, &event);
     let recorded = match event.action {
         EventAction::Start => deps
             .store
@@ -149,6 +153,25 @@ async fn on_event(deps: &DockerEventDeps, event: ContainerEvent) {
         tracing::warn!(hive = %deps.hive, %agent, error = %crate::error_chain(&e), "cannot record what Docker reported");
     }
     deps.docker_changed.notify_one();
+}
+
+/// Tell the event stream what Docker reported of `agent`'s container. A
+/// `die` is told with its code as Docker's event carries it.
+fn tell(deps: &DockerEventDeps, agent: &AgentName, event: &ContainerEvent) {
+    let Some(events) = &deps.events else {
+        return;
+    };
+    let kind = match event.action {
+        EventAction::Start => "started",
+        EventAction::Die => "exited",
+        EventAction::Oom => "oom",
+        EventAction::Health => "health",
+        EventAction::Destroy => "removed",
+        EventAction::Rename => return,
+    };
+    let mut e = swarm_queue_client::event_stream::Event::new(kind);
+    e.exit_code = event.exit_code.filter(|_| event.action == EventAction::Die);
+    events.emit(agent, e);
 }
 
 /// A `die`: inspect says whether it was an OOM kill and when the run

@@ -51,6 +51,7 @@ pub mod daemon;
 pub mod deploy;
 pub mod docker_events;
 pub mod events;
+pub mod fleet_events;
 pub mod git;
 pub mod http;
 pub mod images;

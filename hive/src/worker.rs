@@ -131,6 +131,8 @@ pub struct WorkerDeps<R> {
     /// directory, read-only, once the hive has one).
     pub extra_binds: Vec<Bind>,
     pub config: WorkerConfig,
+    /// Where a job's end is told (hyperhive-events); `None` in tests.
+    pub events: Option<crate::fleet_events::EventSink>,
 }
 
 /// Run the worker until shutdown.
@@ -497,6 +499,9 @@ fn job_finished<R: ContainerRuntime>(
 ) {
     let kind = claim.request.kind();
     tracing::info!(state = %state, kind = %kind, "job finished");
+    if let Some(events) = &deps.events {
+        job_event(events, claim, kind, state);
+    }
     if let Some(h) = &deps.health {
         h.record_job_outcome(kind.as_str(), state.as_str());
     }
@@ -510,6 +515,28 @@ fn job_finished<R: ContainerRuntime>(
     {
         images.want();
     }
+}
+
+/// The event of a job's end: `job_failed`, or what a job that was done did
+/// to the agent (`created`, `rebuilt`, `retired`, `purged`).
+fn job_event(
+    events: &crate::fleet_events::EventSink,
+    claim: &Claim,
+    kind: crate::jobs::JobKind,
+    state: crate::jobs::JobState,
+) {
+    use crate::jobs::{JobKind, JobState};
+    let what = match (state, kind) {
+        (JobState::Failed, _) => "job_failed",
+        (JobState::Done, JobKind::FirstDeploy) => "created",
+        (JobState::Done, JobKind::Rebuild) => "rebuilt",
+        (JobState::Done, JobKind::Retire) => "retired",
+        (JobState::Done, JobKind::Purge) => "purged",
+        _ => return,
+    };
+    let event = swarm_queue_client::event_stream::Event::new(what)
+        .said(format!("{kind} job {} {state}", claim.job.0));
+    events.emit(&claim.agent, event);
 }
 
 /// What the worker loop hands each node task besides the deps.

@@ -13,6 +13,7 @@ use tokio::sync::watch;
 
 use crate::cli_declare::{self, DeclareArgs, RollbackArgs, RolloutVerb};
 use crate::cli_events::{self, CredentialPut, DeployArgs};
+use crate::cli_history::{self, EventsArgs};
 use crate::cli_logs::{self, LogsArgs};
 use crate::cli_maintenance::{self, MaintenanceCommand};
 use crate::cli_status;
@@ -124,6 +125,10 @@ enum Command {
     /// the hive refuses (it says why), 3 when the hive is offline or falls
     /// silent (the rest is unknown).
     Logs(LogsArgs),
+    /// Read hyperhive-events: agents' lifecycle (started, exited with its
+    /// code, OOM, created, rebuilt, retired, job failed, credential
+    /// delivered) and every operator action with who ran it, oldest first.
+    Events(EventsArgs),
     /// Sealed credentials for agents.
     Credential {
         #[command(subcommand)]
@@ -340,6 +345,7 @@ async fn run(config: Config, command: Command) -> anyhow::Result<i32> {
             cli_events::deploy_cmd(&config, args).await
         }
         Command::Logs(args) => cli_logs::logs_cmd(&config, args).await,
+        Command::Events(args) => cli_history::events_cmd(&config, args).await,
         Command::Credential {
             action: CredentialCommand::Xkey,
         } => cli_events::xkey_cmd(&config),

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::bail;
+use swarm_queue_client::event_stream::Event;
 use swarm_queue_client::HiveName;
 use time::OffsetDateTime;
 
@@ -18,7 +19,7 @@ use crate::rollout::drive::{Deps, Ended};
 use crate::rollout::state::Rollout;
 use crate::rollout::{store, verbs};
 use crate::swarm_file::SwarmFile;
-use crate::{declare, nats};
+use crate::{audit, declare, nats};
 
 /// `roster [--json]`: every rostered hive, its labels and the groups of the
 /// swarm file that select it (when the config names one or `--swarm-file`).
@@ -106,11 +107,21 @@ pub async fn declare_cmd(config: &Config, args: DeclareArgs) -> anyhow::Result<i
         let deps = deps(config, &conn.client, &buckets, &me);
         print!("{}", declare::describe(&plans));
         let settings = swarm.rollout.clone().unwrap_or_default();
-        let ended = verbs::start(&deps, path.display().to_string(), settings, &plans).await?;
-        return Ok(ended_code(&ended));
+        let ended = verbs::start(&deps, path.display().to_string(), settings, &plans).await;
+        let event = declared_event("rollout_start", &plans, &path);
+        audit::record(&conn.client, &config.events, event.said(outcome_of(&ended))).await;
+        return Ok(ended_code(&ended?));
     }
     if !args.dry_run {
-        declare::publish(&conn.client, &buckets.wanted, &mut plans).await?;
+        let published = declare::publish(&conn.client, &buckets.wanted, &mut plans).await;
+        let event = declared_event("declare", &plans, &path);
+        audit::record(
+            &conn.client,
+            &config.events,
+            event.said(outcome_of(&published)),
+        )
+        .await;
+        published?;
     }
     if args.json {
         print_json(&serde_json::json!({ "dry_run": args.dry_run, "hives": plans }))?;
@@ -150,7 +161,20 @@ pub async fn rollback_cmd(config: &Config, args: RollbackArgs) -> anyhow::Result
     let (restored, plan) = crate::rollback::plan(&conn.client, &buckets.wanted, &hive, to).await?;
     let mut plans = vec![plan];
     if !dry_run {
-        declare::publish(&conn.client, &buckets.wanted, &mut plans).await?;
+        let published = declare::publish(&conn.client, &buckets.wanted, &mut plans).await;
+        let mut event = Event::new("rollback").touching(std::slice::from_ref(&hive));
+        event.revision = Some(restored);
+        let said = format!(
+            "to the declaration of revision {restored}: {}",
+            plans[0].outcome
+        );
+        let said = if published.is_ok() {
+            said
+        } else {
+            outcome_of(&published)
+        };
+        audit::record(&conn.client, &config.events, event.said(said)).await;
+        published?;
     }
     if json {
         print_json(&serde_json::json!({
@@ -190,16 +214,31 @@ pub async fn rollout_cmd(config: &Config, verb: RolloutVerb) -> anyhow::Result<i
             }
             Ok(EXIT_OK)
         }
-        RolloutVerb::Resume => match verbs::resume(&deps).await {
-            Ok(ended) => Ok(ended_code(&ended)),
-            Err(e) => {
-                eprintln!("swarm-controller: {e}");
-                Ok(EXIT_FAILURE)
+        RolloutVerb::Resume => {
+            let ended = verbs::resume(&deps).await;
+            let event = Event::new("rollout_resume").said(outcome_of(&ended));
+            audit::record(&conn.client, &config.events, event).await;
+            match ended {
+                Ok(ended) => Ok(ended_code(&ended)),
+                Err(e) => {
+                    eprintln!("swarm-controller: {e}");
+                    Ok(EXIT_FAILURE)
+                }
             }
-        },
+        }
         RolloutVerb::Abort => {
-            let rollout = verbs::abort(&deps).await?;
-            println!("{}", rollout.line());
+            let aborted = verbs::abort(&deps).await;
+            let said = match &aborted {
+                Ok(r) => r.line(),
+                Err(e) => format!("failed: {e}"),
+            };
+            audit::record(
+                &conn.client,
+                &config.events,
+                Event::new("rollout_abort").said(said),
+            )
+            .await;
+            println!("{}", aborted?.line());
             Ok(EXIT_OK)
         }
     }
@@ -342,5 +381,36 @@ fn ended_code(ended: &Ended) -> i32 {
             println!("stopped driving: another controller holds the rollout now: {line}");
             EXIT_FAILURE
         }
+    }
+}
+
+/// The audit event of a declare (or a rollout's start): the hives whose
+/// declaration it changes, the swarm file.
+fn declared_event(kind: &str, plans: &[declare::HivePlan], path: &std::path::Path) -> Event {
+    let changed: Vec<HiveName> = plans
+        .iter()
+        .filter(|p| p.changed)
+        .map(|p| p.hive.clone())
+        .collect();
+    let outcomes: Vec<String> = plans
+        .iter()
+        .filter(|p| p.changed)
+        .take(8)
+        .map(|p| format!("{}: {}", p.hive, p.outcome))
+        .collect();
+    Event::new(kind).touching(&changed).said(format!(
+        "{}: {} of {} hives changed; {}",
+        path.display(),
+        changed.len(),
+        plans.len(),
+        outcomes.join("; ")
+    ))
+}
+
+/// How a verb ended, for its audit event.
+fn outcome_of<T, E: std::fmt::Display>(r: &Result<T, E>) -> String {
+    match r {
+        Ok(_) => "done".to_string(),
+        Err(e) => format!("failed: {e}"),
     }
 }

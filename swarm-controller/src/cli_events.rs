@@ -8,12 +8,13 @@ use std::time::Duration;
 
 use anyhow::bail;
 use swarm_queue_client::credentials::XKey;
+use swarm_queue_client::event_stream::Event;
 use swarm_queue_client::{AccountName, AgentName, HiveName};
 
 use crate::cli::{print_json, CONNECT_WAIT, EXIT_FAILURE, EXIT_OK};
 use crate::config::Config;
 use crate::credential::{self, CredentialPutError};
-use crate::{deploy, knowledge, nats};
+use crate::{audit, deploy, knowledge, nats};
 
 /// The arguments of `credential put`.
 #[derive(Debug, clap::Args)]
@@ -53,6 +54,14 @@ pub(crate) async fn deploy_cmd(config: &Config, args: DeployArgs) -> anyhow::Res
     }
     let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
     let outcome = deploy::request(&conn.client, hive, agent, timeout).await;
+    let mut event = Event::new("deploy").touching(std::slice::from_ref(hive));
+    event.agent = Some(agent.clone());
+    audit::record(
+        &conn.client,
+        &config.events,
+        event.said(outcome.to_string()),
+    )
+    .await;
     if json {
         print_json(&outcome)?;
     } else {
@@ -100,7 +109,18 @@ pub(crate) async fn credential_put_cmd(config: &Config, put: CredentialPut) -> a
         agent: &agent,
         account: &account,
     };
-    let stored = credential::put(&cx, owner, secret).await?;
+    let stored = credential::put(&cx, owner, secret).await;
+    let mut event = Event::new("credential_put").touching(std::slice::from_ref(&hive));
+    event.agent = Some(agent.clone());
+    let said = match &stored {
+        Ok(s) => format!(
+            "account {account}: stored {} (revision {})",
+            s.key, s.revision
+        ),
+        Err(e) => format!("account {account}: failed: {e}"),
+    };
+    audit::record(&conn.client, &config.events, event.said(said)).await;
+    let stored = stored?;
     if json {
         print_json(&stored)?;
     } else {
@@ -118,7 +138,18 @@ pub(crate) async fn credential_put_cmd(config: &Config, put: CredentialPut) -> a
 /// `knowledge-changed`: tell every hive the knowledge repository moved.
 pub(crate) async fn knowledge_cmd(config: &Config) -> anyhow::Result<i32> {
     let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
-    knowledge::publish(&conn.client).await?;
+    let published = knowledge::publish(&conn.client).await;
+    let said = match &published {
+        Ok(()) => "published".to_string(),
+        Err(e) => format!("failed: {e}"),
+    };
+    audit::record(
+        &conn.client,
+        &config.events,
+        Event::new("knowledge_changed").said(said),
+    )
+    .await;
+    published?;
     println!("published {}", swarm_queue_client::subjects::KNOWLEDGE);
     Ok(EXIT_OK)
 }

@@ -6,13 +6,14 @@
 use std::collections::BTreeMap;
 
 use clap::{Args, Subcommand};
+use swarm_queue_client::event_stream::Event;
 use swarm_queue_client::HiveName;
 use time::OffsetDateTime;
 
 use crate::cli::{print_json, CONNECT_WAIT, EXIT_OK, EXIT_USAGE};
 use crate::config::Config;
 use crate::maintenance::{self, store, Hold, HOLD_SCHEMA};
-use crate::nats;
+use crate::{audit, nats};
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum MaintenanceCommand {
@@ -76,7 +77,7 @@ pub(crate) async fn maintenance_cmd(
                 schema: HOLD_SCHEMA,
                 reason: a.reason.clone(),
                 ttl_secs: ttl.as_secs(),
-                by: identity(),
+                by: crate::audit::identity(),
             };
             (targets(config, &a.target), Some(hold))
         }
@@ -90,6 +91,16 @@ pub(crate) async fn maintenance_cmd(
     let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
     let buckets = nats::open_buckets(&conn, &config.nats).await?;
     let bucket = &buckets.maintenance;
+    let event = match (&command, &hold) {
+        (MaintenanceCommand::On(_), Some(hold)) => Some(
+            Event::new("maintenance_on").said(format!("for {} s: {}", hold.ttl_secs, hold.reason)),
+        ),
+        (MaintenanceCommand::Off(_), _) => Some(Event::new("maintenance_off")),
+        _ => None,
+    };
+    if let Some(event) = event {
+        audit::record(&conn.client, &config.events, event.touching(&hives)).await;
+    }
     match (command, hold) {
         (MaintenanceCommand::On(_), Some(hold)) => {
             for hive in &hives {
@@ -185,19 +196,4 @@ fn targets(config: &Config, t: &Target) -> Result<Vec<HiveName>, String> {
         ));
     }
     Ok(hives)
-}
-
-/// Who sets a hold: the user and host this controller runs as, and its
-/// instance id.
-fn identity() -> String {
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| "unknown".into());
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "unknown-host".into());
-    format!(
-        "{user}@{host} (controller {})",
-        crate::rollout::verbs::instance_id()
-    )
 }

@@ -31,6 +31,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use swarm_queue_client::event_stream::EventsSettings;
 
 use serde::{Deserialize, Serialize};
 use swarm_queue_client::{HiveName, LeafSiteName, NatsConfig};
@@ -140,6 +141,8 @@ pub struct Config {
     pub controller: ControllerEntry,
     pub hives: Roster,
     pub leaf_sites: LeafSites,
+    /// The `hyperhive-events` stream's limits (`[events]`).
+    pub events: EventsSettings,
 }
 
 /// The config file could not be used. `problems` lists every one found.
@@ -221,6 +224,7 @@ impl Config {
         ));
         let hives = parse_roster(text, raw.hives, &mut problems);
         problems.extend(check_leaf_sites(&raw.leaf_sites, &hives));
+        problems.extend(raw.events.problems());
         let swarm_file = resolve(raw.swarm_file);
         if let Some(p) = &swarm_file {
             problems.extend(check_swarm_file(p, &hives));
@@ -246,6 +250,7 @@ impl Config {
             controller: raw.controller,
             hives,
             leaf_sites: raw.leaf_sites,
+            events: raw.events,
         })
     }
 }
@@ -284,6 +289,8 @@ struct RawConfig {
     hives: BTreeMap<String, Spanned<toml::Value>>,
     #[serde(default)]
     leaf_sites: LeafSites,
+    #[serde(default)]
+    events: EventsSettings,
 }
 
 fn default_stale_after() -> u64 {

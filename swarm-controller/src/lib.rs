@@ -42,9 +42,11 @@
 //!   [`cli_declare`] holds the declaring verbs, `cli_events` the event
 //!   verbs and `cli_status` the `status` verb.
 
+pub mod audit;
 pub mod cli;
 pub mod cli_declare;
 mod cli_events;
+mod cli_history;
 mod cli_logs;
 mod cli_maintenance;
 mod cli_status;

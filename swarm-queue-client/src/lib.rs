@@ -37,6 +37,7 @@ pub mod containers;
 pub mod credentials;
 #[cfg(feature = "nats")]
 pub mod direct;
+pub mod event_stream;
 pub mod http_host;
 pub mod jitter;
 pub mod limits;

@@ -261,6 +261,10 @@ pub fn hive_permissions(hive: &HiveName, api: &JsApi) -> Permissions {
             format!("{}.>", deploy_answer_prefix(hive)),
             "answer a deploy or logs request (its reply subject is under this prefix)",
         ),
+        grant(
+            crate::event_stream::hive_events(hive),
+            "publish its own agents' lifecycle events into hyperhive-events, under its own prefix only",
+        ),
     ];
     let subscribe = vec![
         grant(KNOWLEDGE, "hear that the knowledge repo changed"),
@@ -336,6 +340,44 @@ fn bucket_api_grants(b: Bucket) -> Vec<Grant> {
     ]
 }
 
+/// What the controller may ask of the events stream: open and create it
+/// with its limits (and update them), publish its audit events, and read
+/// it (`events`, the dashboard) with consumers of its own.
+fn events_grants() -> Vec<Grant> {
+    let s = crate::event_stream::EVENTS_STREAM;
+    vec![
+        grant(format!("$JS.API.STREAM.INFO.{s}"), format!("open {s}")),
+        grant(
+            format!("$JS.API.STREAM.CREATE.{s}"),
+            format!("create {s} with its limits (only the controller does)"),
+        ),
+        grant(
+            format!("$JS.API.STREAM.UPDATE.{s}"),
+            format!("apply changed [events] limits to {s}"),
+        ),
+        grant(
+            format!("$JS.API.CONSUMER.CREATE.{s}"),
+            format!("read {s} (`events`, the dashboard)"),
+        ),
+        grant(
+            format!("$JS.API.CONSUMER.CREATE.{s}.>"),
+            format!("read {s} with a filter"),
+        ),
+        grant(
+            format!("$JS.API.CONSUMER.INFO.{s}.*"),
+            format!("follow a read of {s}"),
+        ),
+        grant(
+            format!("$JS.API.CONSUMER.DELETE.{s}.*"),
+            format!("clean up its own consumers on {s}"),
+        ),
+        grant(
+            crate::event_stream::all_audit_events(),
+            "record every operator action, with who did it",
+        ),
+    ]
+}
+
 /// The permissions of the controller: everything hyperhive needs of the
 /// buckets (the hives' three and its own rollouts, deliveries and
 /// maintenance buckets) and the event
@@ -348,6 +390,7 @@ pub fn controller_permissions() -> Permissions {
     for b in Bucket::ALL {
         publish.extend(bucket_api_grants(b));
     }
+    publish.extend(events_grants());
     publish.extend([
         grant(
             Bucket::Wanted.key_subject(">"),
@@ -564,13 +607,16 @@ mod tests {
             assert!(!g.subject.contains("hyperhive-deliveries"), "{g:?}");
             assert!(!g.subject.contains("hyperhive-maintenance"), "{g:?}");
         }
-        // Of the event subjects, only its own answer prefix.
+        // Of the core subjects, only its own answer prefix and events.
         assert_eq!(
             publish
                 .iter()
                 .filter(|s| s.starts_with("hyperhive."))
                 .collect::<Vec<_>>(),
-            [&"hyperhive.hive.alpha.answer.>"]
+            [
+                &"hyperhive.hive.alpha.answer.>",
+                &"hyperhive.events.hive.alpha.>"
+            ]
         );
         assert!(!publish.iter().any(|s| s.contains("STREAM.CREATE")));
         // No stream info (it lists key names), no consumer of any kind.
@@ -584,6 +630,7 @@ mod tests {
                 "$JS.API.DIRECT.GET.KV_hyperhive-wanted.$KV.hyperhive-wanted.alpha",
                 "$JS.API.DIRECT.GET.KV_hyperhive-credentials.$KV.hyperhive-credentials.alpha.>",
                 "hyperhive.hive.alpha.answer.>",
+                "hyperhive.events.hive.alpha.>",
             ]
         );
         let subscribe: Vec<&str> = p.subscribe.iter().map(|g| g.subject.as_str()).collect();
@@ -727,6 +774,7 @@ mod tests {
                 "$JS.hub.API.DIRECT.GET.KV_hyperhive-wanted.$KV.hyperhive-wanted.alpha",
                 "$JS.hub.API.DIRECT.GET.KV_hyperhive-credentials.$KV.hyperhive-credentials.alpha.>",
                 "hyperhive.hive.alpha.answer.>",
+                "hyperhive.events.hive.alpha.>",
             ]
         );
         for g in hub.publish.iter().chain(&hub.subscribe) {

@@ -7,7 +7,7 @@
 //! - A fenced block tagged ```` ```json <payload> ```` is an example of that
 //!   payload, where `<payload>` is one of `declaration`, `readiness`,
 //!   `deploy-request`, `deploy-reply`, `logs-request`, `log-frame`,
-//!   `logs-ack`, `credential-notice`,
+//!   `logs-ack`, `event`, `credential-notice`,
 //!   `credential-envelope`. It must decode through [`decode`] (or
 //!   [`DeployReply::decode`]) with no warning. A third word changes what is
 //!   expected: `newer` means it must decode *with* a warning, `refused`
@@ -54,6 +54,7 @@ const PAYLOADS: &[&str] = &[
     "logs-request",
     "log-frame",
     "logs-ack",
+    "event",
     "credential-notice",
     "credential-envelope",
 ];
@@ -215,6 +216,7 @@ fn decode_example(payload: &str, bytes: &[u8]) -> Option<Outcome> {
         "logs-request" => outcome(decode::<LogsRequest>(bytes)),
         "log-frame" => plain(LogFrame::decode(bytes)),
         "logs-ack" => plain(LogsAck::decode(bytes)),
+        "event" => plain(swarm_queue_client::event_stream::Event::decode(bytes)),
         _ => return None,
     })
 }

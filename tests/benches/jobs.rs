@@ -208,6 +208,7 @@ async fn first_deploy_vs_bollard(mode: &Mode) {
             health: None,
             extra_binds: vec![],
             config: WorkerConfig::default(),
+            events: None,
         },
         shutdown,
     ));

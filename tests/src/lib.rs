@@ -40,6 +40,7 @@ pub mod oracle;
 pub mod process;
 pub mod registry;
 pub mod reply_probes;
+pub mod secured;
 pub mod sse;
 pub mod swarm;
 pub mod trace_log;

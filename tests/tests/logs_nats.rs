@@ -16,14 +16,13 @@
 //!   publish; a container of the agent's name that the hive did not make
 //!   is refused, its output never sent.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use hyperhive_tests::hive::LocalHive;
-use hyperhive_tests::identity::{SecuredNats, Violation};
+use hyperhive_tests::identity::Violation;
 use hyperhive_tests::process::{say_markers, TALKER};
-use hyperhive_tests::{controller_bin, unique_name, wait_until};
+use hyperhive_tests::secured::SecuredHive;
+use hyperhive_tests::{unique_name, wait_until};
 use serde_json::{json, Value};
 use swarm_queue_client::payload::{LogFrame, LogsRequest, LOG_WINDOW, MAX_LOG_FRAME_BYTES};
 use swarm_queue_client::subjects::{fresh_deploy_answer, logs_ack_subject, HiveSubjects};
@@ -39,76 +38,38 @@ const FOLLOW_WITHIN: Duration = Duration::from_secs(1);
 /// second, runs beside neither.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// A secured server with the hive and `beta` on its roster, the hive, and
-/// the controller's config. Drops the hive (and its containers) before
-/// the server.
-struct Setup {
-    local: LocalHive,
-    name: String,
-    config: PathBuf,
-    _dir: tempfile::TempDir,
-    s: SecuredNats,
+/// A secured hive, and `swarm-controller logs` against it.
+struct Setup(SecuredHive);
+
+impl std::ops::Deref for Setup {
+    type Target = SecuredHive;
+    fn deref(&self) -> &SecuredHive {
+        &self.0
+    }
 }
 
 impl Setup {
     async fn start(test: &str, extra: &str) -> Setup {
-        let name = unique_name(test);
-        let s = SecuredNats::start_generated(&[&name, "beta"]);
-        let _ = s.controller_with_buckets().await;
-        let url = s.server.url();
-        let extra = format!("{extra}\n{}", s.hive(&name).nats_toml(&url));
-        let local = LocalHive::start_named(name.clone(), test, &extra).await;
-        let dir = tempfile::Builder::new()
-            .prefix("hhtest-lognats-")
-            .tempdir()
-            .unwrap();
-        let config = dir.path().join("controller.toml");
-        let text = format!(
-            "{}[hives.{name}]\n[hives.beta]\n",
-            s.controller.nats_toml(&url)
-        );
-        std::fs::write(&config, text).unwrap();
-        Setup {
-            local,
-            name,
-            config,
-            _dir: dir,
-            s,
-        }
-    }
-
-    /// Deploy `agent` running `sh -c script`, until its job is done.
-    async fn deploy(&self, agent: &str, script: &str) {
-        let spec = json!({ "image": self.local.image.reference, "command": ["sh", "-c", script] });
-        let job = self.local.api.deploy(agent, spec).await;
-        self.local.api.done(job, T).await;
-    }
-
-    fn controller(&self, args: &[&str]) -> tokio::process::Command {
-        self.controller_for(&self.name, args)
+        Setup(SecuredHive::start(test, extra, "").await)
     }
 
     /// `swarm-controller logs <hive> <args>`, to spawn.
     fn controller_for(&self, hive: &str, args: &[&str]) -> tokio::process::Command {
-        let mut cmd = tokio::process::Command::new(controller_bin());
-        cmd.arg("--config")
-            .arg(&self.config)
-            .arg("logs")
-            .arg(hive)
-            .args(args)
-            .env_remove("HYPERHIVE_NATS_URL")
-            .env("RUST_LOG", "warn");
-        cmd
+        let mut all = vec!["logs", hive];
+        all.extend(args);
+        self.0.controller(&all)
     }
 
     /// `swarm-controller logs HIVE <args>`: (exit code, stdout, stderr).
     async fn logs(&self, args: &[&str]) -> (i32, String, String) {
-        let out = self.controller(args).output().await.unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        let mut all = vec!["logs", self.name.as_str()];
+        all.extend(args);
+        self.0.run(&all).await
+    }
+
+    /// `swarm-controller logs HIVE <args>`, to spawn.
+    fn follow(&self, args: &[&str]) -> tokio::process::Command {
+        self.controller_for(&self.name, args)
     }
 
     fn hive_name(&self) -> HiveName {
@@ -130,7 +91,7 @@ async fn follow_over_nats_shows_a_printed_line_within_a_second_and_previous_the_
     let s = Setup::start("lognats-follow", "").await;
     s.deploy("talker", TALKER).await;
     let mut child = s
-        .controller(&["talker", "--follow"])
+        .follow(&["talker", "--follow"])
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()

@@ -57,6 +57,7 @@ async fn serve(with_worker: bool) -> Server {
             health: None,
             extra_binds: vec![],
             config: WorkerConfig::default(),
+            events: None,
         };
         tokio::spawn(worker::run(deps, shutdown.clone()));
     }

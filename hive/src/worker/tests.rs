@@ -78,6 +78,7 @@ impl Harness {
             health: None,
             extra_binds: vec![],
             config,
+            events: None,
         };
         self.worker = Some((trigger, tokio::spawn(run(deps, shutdown))));
     }

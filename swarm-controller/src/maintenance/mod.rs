@@ -23,6 +23,7 @@ use time::OffsetDateTime;
 
 use crate::evaluate::human_age;
 
+pub mod expiry;
 pub mod store;
 
 /// The hold's own schema version.

@@ -239,7 +239,7 @@ pub async fn start(
 
     tokio::spawn(follow(shared.clone(), follower, shutdown.clone()));
     start_presence(&shared, &shutdown).await;
-    tokio::spawn(expire(shared.clone(), shutdown.clone()));
+    start_timers(&shared, config, buckets, &shutdown);
     let hosts = HostRule::for_this_machine(config.http_allowed_hosts.clone());
     let dashboard = dashboard_router(shared.clone(), hosts);
     let task = match webhook {
@@ -351,6 +351,23 @@ async fn presence(shared: Arc<Shared>, mut watcher: Watcher, mut shutdown: watch
 }
 
 /// The expiry task (see the module documentation).
+/// The tasks that act on time: rows turning stale, maintenance holds
+/// ending (and saying so in hyperhive-events).
+fn start_timers(
+    shared: &Arc<Shared>,
+    config: &Config,
+    buckets: &Buckets,
+    shutdown: &watch::Receiver<bool>,
+) {
+    tokio::spawn(expire(shared.clone(), shutdown.clone()));
+    tokio::spawn(crate::maintenance::expiry::run(
+        shared.client.clone(),
+        buckets.maintenance.clone(),
+        config.events.clone(),
+        shutdown.clone(),
+    ));
+}
+
 async fn expire(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
     loop {
         shared.update(|fleet, now| fleet.expire(now));

@@ -175,6 +175,11 @@ fn bucket_exports() -> Vec<Export> {
         ),
         per_hive(
             Flow::Service,
+            crate::event_stream::all_hive_events(),
+            "each hive publishes its own agents' events, under its own prefix only",
+        ),
+        per_hive(
+            Flow::Service,
             crate::subjects::all_deploy_answers(),
             "each hive answers a deploy or logs request under its own answer prefix only",
         ),
@@ -331,6 +336,10 @@ pub fn hive_account(hive: &HiveName, user: User) -> Account {
             "answer a deploy or logs request (its frames), under its own answer prefix",
         ),
         stream(KNOWLEDGE.to_string(), "the knowledge repo changed"),
+        service(
+            crate::event_stream::hive_events(hive),
+            "publish its own agents' events",
+        ),
     ];
     let exports = Vec::new();
     Account {

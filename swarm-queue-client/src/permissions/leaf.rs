@@ -131,8 +131,9 @@ mod tests {
         let alpha = HiveName::new("alpha").unwrap();
         let p = link_permissions(&alpha, &hub);
         let publish: Vec<&str> = p.publish.iter().map(|g| g.subject.as_str()).collect();
-        assert_eq!(publish.len(), 4);
+        assert_eq!(publish.len(), 5);
         assert_eq!(publish[3], "hyperhive.hive.alpha.answer.>");
+        assert_eq!(publish[4], "hyperhive.events.hive.alpha.>");
         for s in &publish[..3] {
             assert!(s.starts_with("$JS.hub.API."), "{s}");
             assert!(s.contains(".alpha"), "{s}");

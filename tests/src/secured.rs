@@ -67,7 +67,10 @@ impl SecuredHive {
             "command": ["sh", "-c", script],
         });
         let job = self.local.api.deploy(agent, spec).await;
-        self.local.api.done(job, std::time::Duration::from_secs(60)).await;
+        self.local
+            .api
+            .done(job, std::time::Duration::from_secs(60))
+            .await;
     }
 
     /// `swarm-controller --config … <args>`, to run or spawn.

@@ -64,6 +64,19 @@ impl EventSink {
     }
 }
 
+impl EventQueue {
+    /// The events queued now and not yet published, taken off the queue
+    /// (for tests, and a look without NATS).
+    pub async fn take_queued(&self) -> Vec<Event> {
+        let mut rx = self.0.lock().await;
+        let mut out = Vec::new();
+        while let Ok((_, payload)) = rx.try_recv() {
+            out.extend(Event::decode(&payload).ok());
+        }
+        out
+    }
+}
+
 /// Publish the queued events, in order, until shutdown.
 pub async fn run(client: async_nats::Client, queue: EventQueue, mut shutdown: Shutdown) {
     let mut rx = queue.0.lock().await;

@@ -11,7 +11,7 @@
 //! reader process's wall time, best of three. `--quick` runs the dev
 //! build (the hive then spends most of its time in unoptimised serde).
 //!
-//! `cargo bench -p hyperhive-tests --bench logs [-- --quick]`
+//! `cargo bench -p hyperhive-tests --bench logs [-- --quick] [-- --mb N]`
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -22,8 +22,15 @@ use hyperhive_tests::{controller_bin, hive_bin, unique_name, wait_until};
 use serde_json::json;
 
 fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
-    let mb: u64 = if quick { 20 } else { 200 };
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    // `--mb N` picks the size.
+    let chosen = args
+        .iter()
+        .position(|a| a == "--mb")
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.parse().expect("--mb takes a number of MB"));
+    let mb: u64 = chosen.unwrap_or(if quick { 20 } else { 200 });
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     runtime.block_on(bench(mb));
 }

@@ -131,7 +131,14 @@ async fn pull_image<R: ContainerRuntime>(
     progress: &(dyn Fn(&str) + Send + Sync),
 ) -> Result<String, NodeError> {
     match deps.runtime.pull(image, progress).await {
-        Ok(()) => Ok(format!("pulled {image}")),
+        Ok(()) => {
+            if let Some(events) = &deps.events {
+                let said = swarm_queue_client::payload::sanitize_message(image);
+                let event = swarm_queue_client::event_stream::Event::new("image_pulled");
+                events.emit(agent, event.said(said));
+            }
+            Ok(format!("pulled {image}"))
+        }
         // Re-resolving a tag the hive already has: when the registry
         // cannot be reached (an air-gapped hive, an outage), the local
         // image is still a valid answer, and failing the deploy would

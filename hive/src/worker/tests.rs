@@ -27,6 +27,8 @@ struct Harness {
     runtime: Arc<FakeRuntime>,
     wake: Arc<Notify>,
     worker: Option<(ShutdownTrigger, tokio::task::JoinHandle<()>)>,
+    events: crate::fleet_events::EventSink,
+    queue: crate::fleet_events::EventQueue,
 }
 
 fn agent(name: &str) -> AgentName {
@@ -56,7 +58,10 @@ impl Harness {
         let dir = tempfile::tempdir().unwrap();
         let state_dir = dir.path().to_path_buf();
         let store = JobStore::open(&db_path(&state_dir)).unwrap();
+        let (events, queue) = crate::fleet_events::EventSink::new(HiveName::new(HIVE).unwrap());
         Harness {
+            events,
+            queue,
             _dir: dir,
             state_dir,
             store,
@@ -78,7 +83,7 @@ impl Harness {
             health: None,
             extra_binds: vec![],
             config,
-            events: None,
+            events: Some(self.events.clone()),
         };
         self.worker = Some((trigger, tokio::spawn(run(deps, shutdown))));
     }
@@ -168,6 +173,24 @@ async fn first_deploy_pulls_creates_and_starts_exactly_one_container() {
         h.state_dir.join("agents").join("mail")
     );
     assert!(h.state_dir.join("agents/mail").is_dir());
+    // What the event stream is told: the pull, then the agent created.
+    let told: Vec<(String, String)> = h
+        .queue
+        .take_queued()
+        .await
+        .into_iter()
+        .map(|e| (e.kind, e.message))
+        .collect();
+    assert_eq!(
+        told,
+        [
+            ("image_pulled".to_string(), IMAGE.to_string()),
+            (
+                "created".to_string(),
+                format!("first_deploy job {} done", job.0)
+            ),
+        ]
+    );
 
     let a = agent("mail");
     let installed = h.store.installed(&a).await.unwrap().unwrap();

@@ -12,6 +12,8 @@
 //! N = 10,000 (quick: 200) simulated hives, with and without jitter
 //! ([`storm`]). `-- --presence` measures the controller under the
 //! server's connection events of N = 10,000 hives ([`presence`]).
+//! `-- --events` measures `hyperhive-events` under N = 10,000 hives'
+//! lifecycle events, against floors in the same run ([`events`]).
 //!
 //! The hives ([`fleet`]) hold no JetStream consumer: each watches its key
 //! through a core-NATS doorbell and reads it with direct gets. So the server
@@ -31,6 +33,7 @@
 
 mod accounts;
 mod dashboard;
+mod events;
 mod fleet;
 mod measure;
 mod presence;
@@ -145,6 +148,12 @@ async fn bench(args: &[String]) {
             };
             accounts::bench(&ns, clients).await;
         }
+        return;
+    }
+    if args.iter().any(|a| a == "--events") {
+        let ns = chosen.unwrap_or_else(|| vec![if quick { 200 } else { 10_000 }]);
+        println!("scale: the event stream, N = {ns:?}");
+        events::bench(&ns).await;
         return;
     }
     if args.iter().any(|a| a == "--presence") {

@@ -171,12 +171,7 @@ async fn stream_logs<R: ContainerRuntime>(
     reply: async_nats::Subject,
     acks: watch::Receiver<u64>,
 ) -> String {
-    let wanted = LogRequest {
-        follow: request.follow,
-        tail: request.tail,
-        since_unix: request.since_unix,
-        previous: request.previous,
-    };
+    let wanted = LogRequest::from(&request);
     let mut out = Sender {
         client: deps.client.clone(),
         reply,

@@ -38,6 +38,18 @@ pub struct LogRequest {
     pub previous: bool,
 }
 
+impl From<&swarm_queue_client::LogsRequest> for LogRequest {
+    /// What a request over NATS asks of the agent's log (its agent aside).
+    fn from(r: &swarm_queue_client::LogsRequest) -> Self {
+        LogRequest {
+            follow: r.follow,
+            tail: r.tail,
+            since_unix: r.since_unix,
+            previous: r.previous,
+        }
+    }
+}
+
 /// A container's lines, as they are read.
 pub type LogStream = BoxStream<'static, Result<LogLine, RuntimeError>>;
 

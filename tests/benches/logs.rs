@@ -8,8 +8,10 @@
 //! nats-server with the generated accounts, the hive and the controller
 //! under their own nkeys; every frame acknowledged, docs/protocol.md
 //! "Logs"). The output goes to /dev/null; the time is the
-//! reader process's wall time, best of three. `--quick` runs the dev
-//! build (the hive then spends most of its time in unoptimised serde).
+//! reader process's wall time, best of three. Then a talker agent: the
+//! latency from a line printed to its showing, in `docker logs --follow`
+//! (the floor), `hive logs --follow` and `swarm-controller logs --follow`.
+//! `--quick` runs the dev build (the hive then spends most of its time in unoptimised serde).
 //!
 //! `cargo bench -p hyperhive-tests --bench logs [-- --quick] [-- --mb N]`
 
@@ -18,8 +20,10 @@ use std::time::{Duration, Instant};
 
 use hyperhive_tests::hive::LocalHive;
 use hyperhive_tests::identity::SecuredNats;
+use hyperhive_tests::process::{marker_latencies, TALKER};
 use hyperhive_tests::{controller_bin, hive_bin, unique_name, wait_until};
 use serde_json::json;
+use tokio::io::{AsyncBufReadExt, BufReader};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -111,6 +115,7 @@ async fn bench(mb: u64) {
             d.as_secs_f64() / docker.as_secs_f64()
         );
     }
+    follow_latency(&s, &hive, &socket, &ctl, &cfg, &name).await;
     let ratio = |d: Duration| d.as_secs_f64() / docker.as_secs_f64();
     println!(
         "FIGURES: logs mb={mb} docker_s={:.2} hive_s={:.2} hive_json_s={:.2} api_curl_s={:.2} \
@@ -123,5 +128,118 @@ async fn bench(mb: u64) {
         ratio(plain),
         ratio(json),
         ratio(over_nats)
+    );
+}
+
+/// How many lines each follower is timed on.
+const MARKERS: usize = 20;
+
+/// A line the agent prints, until each follower shows it: `docker logs
+/// --follow` on the container (the floor: Docker's own stream), `hive logs
+/// --follow` on the socket and `swarm-controller logs --follow` over NATS,
+/// [`MARKERS`] lines each, one follower at a time.
+async fn follow_latency(s: &LocalHive, hive: &str, socket: &str, ctl: &str, cfg: &str, name: &str) {
+    let job = s
+        .api
+        .deploy(
+            "talker",
+            json!({
+                "image": s.image.reference, "command": ["sh", "-c", TALKER]
+            }),
+        )
+        .await;
+    s.api.done(job, Duration::from_secs(60)).await;
+    let container = s.container("talker");
+    let dir = s.hive.state_dir.join("agents/talker");
+    let followers: [(&str, &str, Vec<&str>); 3] = [
+        (
+            "docker logs --follow (floor)",
+            "docker",
+            vec!["logs", "--follow", &container],
+        ),
+        (
+            "hive logs --follow",
+            hive,
+            vec!["--api", socket, "logs", "talker", "--follow"],
+        ),
+        (
+            "swarm-controller logs --follow, over NATS",
+            ctl,
+            vec!["--config", cfg, "logs", name, "talker", "--follow"],
+        ),
+    ];
+    println!();
+    println!("follow: a printed line until the follower shows it, {MARKERS} lines each");
+    println!("| follower | median ms | worst ms | within 1 s | median vs floor |");
+    println!("|---|---:|---:|---:|---:|");
+    let mut figures = Vec::new();
+    let mut floor = Duration::ZERO;
+    for (label, program, args) in followers {
+        let mut child = tokio::process::Command::new(program)
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start the follower");
+        let mut lines = BufReader::new(child.stdout.take().expect("its stdout")).lines();
+        // Each starts from the whole log, earlier followers' markers in it:
+        // read up to a line of its own first.
+        let sync = unique_name("sync");
+        std::fs::write(dir.join("say"), format!("{sync}\n")).expect("drop the sync line");
+        let seen = tokio::time::timeout(Duration::from_secs(60), async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if line == sync {
+                    return true;
+                }
+            }
+            false
+        });
+        assert!(
+            seen.await.unwrap_or(false),
+            "{label}: the sync line never came"
+        );
+        wait_until(
+            Duration::from_secs(30),
+            "the talker took the sync line",
+            || {
+                let say = dir.join("say");
+                async move { (!say.exists()).then_some(()) }
+            },
+        )
+        .await;
+        let mut took = marker_latencies(&mut lines, &dir, MARKERS, Duration::from_secs(30)).await;
+        let _ = child.kill().await;
+        took.sort();
+        let median = took[took.len() / 2];
+        let worst = took[took.len() - 1];
+        let within = took
+            .iter()
+            .filter(|d| **d <= Duration::from_secs(1))
+            .count();
+        if floor.is_zero() {
+            floor = median;
+        }
+        println!(
+            "| {label} | {} | {} | {within}/{MARKERS} | {:.2}x |",
+            median.as_millis(),
+            worst.as_millis(),
+            median.as_secs_f64() / floor.as_secs_f64()
+        );
+        figures.push((median, worst, within));
+    }
+    let [(d_med, d_worst, _), (h_med, h_worst, h_in), (n_med, n_worst, n_in)] = figures[..] else {
+        unreachable!("three followers")
+    };
+    println!(
+        "FIGURES: follow markers={MARKERS} docker_median_ms={} docker_worst_ms={} \
+         hive_median_ms={} hive_worst_ms={} hive_within_1s={h_in} \
+         nats_median_ms={} nats_worst_ms={} nats_within_1s={n_in}",
+        d_med.as_millis(),
+        d_worst.as_millis(),
+        h_med.as_millis(),
+        h_worst.as_millis(),
+        n_med.as_millis(),
+        n_worst.as_millis()
     );
 }

@@ -63,7 +63,7 @@ pub(super) async fn logs<R: ContainerRuntime>(
     )
     .await;
     match opened {
-        Ok(lines) => Ok(ndjson(lines, request.follow)),
+        Ok(lines) => Ok(ndjson(lines, request.follow, Ended(agent.to_string()))),
         Err(e) => {
             let status = match &e {
                 OpenError::Bad(_) => StatusCode::BAD_REQUEST,
@@ -79,7 +79,7 @@ pub(super) async fn logs<R: ContainerRuntime>(
 
 /// The answer: each line as JSON and a newline, pulled from `lines` only as
 /// the body is written; with `follow`, a blank line every [`KEEPALIVE`].
-fn ndjson(lines: LogStream, follow: bool) -> Response {
+fn ndjson(lines: LogStream, follow: bool, ended: Ended) -> Response {
     let lines = lines
         .map(|item| {
             let mut bytes = match item {
@@ -108,10 +108,25 @@ fn ndjson(lines: LogStream, follow: bool) -> Response {
         lines.boxed()
     }
     .take_while(|b| std::future::ready(b.is_some()))
-    .filter_map(|b| std::future::ready(b.map(Ok::<_, std::io::Error>)));
+    .filter_map(|b| std::future::ready(b.map(Ok::<_, std::io::Error>)))
+    // Dropped with the body: at its end, or when the reader went away.
+    .map(move |b| {
+        let _ = &ended;
+        b
+    });
     (
         [(header::CONTENT_TYPE, "application/x-ndjson")],
         Body::from_stream(body),
     )
         .into_response()
+}
+
+/// Says, once the answer (and the Docker stream behind it) is dropped,
+/// that the agent's log stream on the socket ended.
+struct Ended(String);
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        tracing::info!(agent = %self.0, reader = "socket", "log stream ended");
+    }
 }

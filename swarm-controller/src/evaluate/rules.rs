@@ -197,6 +197,16 @@ impl AgentFindings {
             // Restarting, in a crash-loop delay or not up long enough: the
             // hive does not count it as declared, and neither does this.
             let unsettled = unsettled_text(a, age);
+            // A first start still inside `min_running_secs` is on its way,
+            // like a pending health check: not converged, not a fault. With
+            // exits behind it, it is a crash loop between two crashes.
+            if spec_ok && power_ok == Some(true) && just_started(a) {
+                found
+                    .starting
+                    .push(format!("{agent} (up for less than min_running_secs)"));
+                found.add_job(agent.as_str(), hash, a, false, age);
+                continue;
+            }
             let in_place = spec_ok && power_ok == Some(true) && unsettled.is_none();
             found.add_job(agent.as_str(), hash, a, in_place, age);
             if power_ok.is_none() {
@@ -260,6 +270,13 @@ impl AgentFindings {
             self.working.push(job_text(agent, job));
         }
     }
+}
+
+/// Running, but not yet for `min_running_secs`, and never exited before.
+fn just_started(a: &swarm_queue_client::AgentStatus) -> bool {
+    a.unsettled == Some(swarm_queue_client::Unsettled::Young)
+        && a.health.as_deref() != Some("unhealthy")
+        && a.exits.as_ref().is_none_or(|e| e.count == 0)
 }
 
 /// "bot stopped (wanted up), crash loop: exited 3 (5 times in 4m00s), next
@@ -423,7 +440,7 @@ fn health_starting(e: &Evidence<'_>) -> Option<Verdict> {
     Some((
         Convergence::Progressing,
         format!(
-            "the hive runs revision {}; waiting for health checks to pass: {}",
+            "the hive runs revision {}; waiting for agents to come up: {}",
             e.rev,
             e.agents.starting.join(", ")
         ),

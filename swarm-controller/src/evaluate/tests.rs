@@ -485,7 +485,7 @@ fn convergence_table() {
             Some(status_at(1, with_health("starting"))),
             Some(wanted(5, decl())),
             C::Progressing,
-            "waiting for health checks to pass: bot (health: starting)",
+            "waiting for agents to come up: bot (health: starting)",
         ),
         (
             "converged, health check failing",
@@ -754,6 +754,51 @@ fn restarting_agents_are_never_converged_and_the_reason_names_the_crash() {
         let agent = &row.agents[0];
         assert!(agent.note.is_some(), "{agent:?}");
     }
+}
+
+#[test]
+fn a_first_start_inside_min_running_secs_is_progressing_not_degraded() {
+    use swarm_queue_client::{ExitReport, Unsettled};
+    let decl = || declaration(&[("bot", "img:1")]);
+    let young = |exits: Option<ExitReport>| AgentStatus {
+        unsettled: Some(Unsettled::Young),
+        exits,
+        ..agent("img:1", Observed::Running, Some(("done", None)))
+    };
+    // Never exited: on its way up.
+    for exits in [None, Some(ExitReport::default())] {
+        let row = run(
+            true,
+            Some(&claimed_with(young(exits))),
+            Some(&wanted(5, decl())),
+        );
+        assert_eq!(row.convergence, Convergence::Progressing, "{}", row.reason);
+        assert!(
+            row.reason
+                .contains("waiting for agents to come up: bot (up for less than min_running_secs)"),
+            "{}",
+            row.reason
+        );
+    }
+    // Exited once before: still a fault, never progressing.
+    let once = ExitReport {
+        code: Some(1),
+        count: 1,
+        ..ExitReport::default()
+    };
+    let row = run(
+        true,
+        Some(&claimed_with(young(Some(once)))),
+        Some(&wanted(5, decl())),
+    );
+    assert_eq!(row.convergence, Convergence::Degraded, "{}", row.reason);
+    // Young on a spec that is not the declared one: drift, not starting.
+    let other = AgentStatus {
+        unsettled: Some(Unsettled::Young),
+        ..agent("img:0", Observed::Running, Some(("done", None)))
+    };
+    let row = run(true, Some(&claimed_with(other)), Some(&wanted(5, decl())));
+    assert_eq!(row.convergence, Convergence::Degraded, "{}", row.reason);
 }
 
 fn hold_at(age_secs: i64, ttl_secs: u64) -> crate::maintenance::HoldEntry {

@@ -10,7 +10,8 @@
 //! - **sources**: every subject the hive may publish, each with the
 //!   payloads and headers that make each kind of answer ([`sources`]);
 //! - **targets**: other hives' keys and a key of no hive in every bucket,
-//!   the JetStream API of every bucket (purge, delete, message delete,
+//!   their event subjects and the audit's, the JetStream API of every
+//!   bucket and of the event stream (purge, delete, message delete,
 //!   update, in the local and the hub's domain form), and the controller's
 //!   reply inbox ([`targets`]).
 //!
@@ -24,6 +25,7 @@ use std::time::Duration;
 
 use async_nats::{jetstream, HeaderMap};
 use futures_util::StreamExt;
+use swarm_queue_client::event_stream::{audit_subject, hive_event_subject, EVENTS_STREAM};
 use swarm_queue_client::permissions::JsApi;
 use swarm_queue_client::subjects::{controller_inbox_prefix, credential_key};
 use swarm_queue_client::{AccountName, AgentName, Bucket, Connection, HiveName};
@@ -40,6 +42,15 @@ pub fn cred_key(hive: &str) -> String {
         &HiveName::new(hive).expect("a hive name"),
         &AgentName::new("mail-bot").expect("an agent name"),
         &AccountName::new("smtp").expect("an account name"),
+    )
+}
+
+/// An event subject of `hive`'s agent `mail-bot`.
+pub fn event_subject(hive: &str) -> String {
+    hive_event_subject(
+        &HiveName::new(hive).expect("a hive name"),
+        Some(&AgentName::new("mail-bot").expect("an agent name")),
+        "exited",
     )
 }
 
@@ -84,6 +95,7 @@ pub fn sources(hive: &str, api: &JsApi) -> Vec<Source> {
         Bucket::Credentials,
         &format!("{hive}.no-such-agent.no-such-account"),
     );
+    let own_event = event_subject(hive);
     vec![
         source("status put: PubAck", status.clone(), &[], b"probe"),
         source(
@@ -108,6 +120,19 @@ pub fn sources(hive: &str, api: &JsApi) -> Vec<Source> {
         ),
         source("credential direct get: 408", own_cred, &[], br#"{"seq":1}"#),
         source("credential direct get: 404", missing_cred, &[], b""),
+        source("event publish: PubAck", own_event.clone(), &[], b"probe"),
+        source(
+            "event publish: wrong last sequence (error reply)",
+            own_event.clone(),
+            &[("Nats-Expected-Last-Sequence", "999999")],
+            b"probe",
+        ),
+        source(
+            "event publish: wrong stream (error reply)",
+            own_event,
+            &[("Nats-Expected-Stream", "not-this-one")],
+            b"probe",
+        ),
         // No JetStream answer, but a subject it may publish: its answer to
         // a deploy request, seen by the controller with the reply on it.
         Source {
@@ -126,8 +151,9 @@ pub fn sources(hive: &str, api: &JsApi) -> Vec<Source> {
 }
 
 /// Everything `hive` must not reach with an answer: `others`' keys and a
-/// key of no hive in every bucket, every bucket's JetStream API in the
-/// local and the `hub` domain's form, and the controller's inbox.
+/// key of no hive in every bucket, their event subjects and the audit's,
+/// every bucket's and the event stream's JetStream API in the local and
+/// the `hub` domain's form, and the controller's inbox.
 pub fn targets(others: &[&str], hub: &str) -> Vec<String> {
     let mut out = Vec::new();
     for other in others.iter().copied().chain(["ghost"]) {
@@ -135,10 +161,12 @@ pub fn targets(others: &[&str], hub: &str) -> Vec<String> {
         out.push(Bucket::Status.key_subject(other));
         out.push(Bucket::Credentials.key_subject(&cred_key(other)));
         out.push(Bucket::Maintenance.key_subject(other));
+        out.push(event_subject(other));
     }
     out.push(Bucket::Rollouts.key_subject("current"));
-    for b in Bucket::ALL {
-        let stream = b.stream_name();
+    out.push(audit_subject("declare"));
+    let streams = Bucket::ALL.iter().map(|b| b.stream_name());
+    for stream in streams.chain([EVENTS_STREAM.to_string()]) {
         for prefix in ["$JS.API".to_string(), format!("$JS.{hub}.API")] {
             for op in [
                 "STREAM.PURGE",
@@ -154,6 +182,9 @@ pub fn targets(others: &[&str], hub: &str) -> Vec<String> {
     out
 }
 
+/// Every subject of the event stream, counted.
+const EVENTS_SUBJECT_FILTER: &str = "hyperhive.events.>";
+
 /// One stream as the probes could change it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamState {
@@ -165,7 +196,8 @@ pub struct StreamState {
     pub max_messages_per_subject: i64,
 }
 
-/// Every stream and every key of every bucket, read as the controller.
+/// Every stream and every key of every bucket, and the event stream's
+/// count of each subject, read as the controller.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FleetState {
     /// `None`: the stream is gone.
@@ -206,21 +238,53 @@ impl FleetState {
             }
             streams.insert(b.stream_name(), state);
         }
+        let events = match js.get_stream(EVENTS_STREAM).await {
+            Ok(s) => {
+                let mut subjects = s
+                    .info_with_subjects(EVENTS_SUBJECT_FILTER)
+                    .await
+                    .expect("the event stream's info as the controller");
+                let info = subjects.info.clone();
+                let config = &info.config;
+                let state = StreamState {
+                    messages: info.state.messages,
+                    first_sequence: info.state.first_sequence,
+                    last_sequence: info.state.last_sequence,
+                    deny_delete: config.deny_delete,
+                    deny_purge: config.deny_purge,
+                    max_messages_per_subject: config.max_messages_per_subject,
+                };
+                let mut counts = BTreeMap::new();
+                while let Some(Ok((subject, n))) = subjects.next().await {
+                    counts.insert(subject, n);
+                }
+                for (subject, n) in counts {
+                    keys.insert(format!("{EVENTS_STREAM}/{subject}"), (n as u64, Vec::new()));
+                }
+                Some(state)
+            }
+            Err(_) => None,
+        };
+        streams.insert(EVENTS_STREAM.to_string(), events);
         FleetState { streams, keys }
     }
 
     /// Each difference from `before`, in words, leaving out what the hive
-    /// may change: its own status key and the status stream's counts.
+    /// may change: its own status key and events, and the counts of the
+    /// status and event streams.
     pub fn changes_since(&self, before: &FleetState, hive: &str) -> Vec<String> {
         let own = format!("{}/{hive}", Bucket::Status.name());
+        let own_events = format!("{EVENTS_STREAM}/hyperhive.events.hive.{hive}.");
+        let own = |key: &str| key == own || key.starts_with(&own_events);
         let status = Bucket::Status.stream_name();
         let mut out = Vec::new();
         for (name, was) in &before.streams {
             let now = self.streams.get(name).cloned().flatten();
-            // The hive's own puts add to the status stream's counts; its
-            // settings and first sequence must not move.
+            // The hive's own puts add to the status stream's counts, its
+            // events to the event stream's; their settings and first
+            // sequence must not move.
             let same = |w: &StreamState, n: &StreamState| {
-                if name == &status {
+                if name == &status || name == EVENTS_STREAM {
                     (
                         w.deny_delete,
                         w.deny_purge,
@@ -245,7 +309,7 @@ impl FleetState {
             }
         }
         for (key, was) in &before.keys {
-            if key == &own {
+            if own(key) {
                 continue;
             }
             match self.keys.get(key) {
@@ -262,7 +326,7 @@ impl FleetState {
         for key in self
             .keys
             .keys()
-            .filter(|k| !before.keys.contains_key(*k) && **k != own)
+            .filter(|k| !before.keys.contains_key(*k) && !own(k))
         {
             out.push(format!("new key {key}"));
         }
@@ -305,8 +369,9 @@ impl Outcome {
 }
 
 /// What the probes could change, written as the controller (the buckets
-/// already made): alpha's and beta's declaration and credential, and a
-/// rollout head.
+/// already made): alpha's and beta's declaration and credential, a
+/// rollout head, and the event stream with an audit event
+/// ([`seed_events`]).
 pub async fn seed_keys(js: &jetstream::Context) {
     let open = |b: Bucket| async move {
         js.get_key_value(b.name())
@@ -329,6 +394,30 @@ pub async fn seed_keys(js: &jetstream::Context) {
         .put("current", "head".into())
         .await
         .expect("put the rollout head");
+    seed_events(js).await;
+}
+
+/// Make the event stream (as the controller does) and put an audit event
+/// in it (the controller may publish no hive's events; one of beta's that
+/// a probe made would show as a new subject).
+pub async fn seed_events(js: &jetstream::Context) {
+    let settings = swarm_queue_client::event_stream::EventsSettings::default();
+    swarm_controller::audit::open(js, &settings)
+        .await
+        .expect("make the event stream");
+    // A stream just made in a cluster may not take a message yet.
+    crate::wait_until(
+        Duration::from_secs(30),
+        "a seeded audit event stored",
+        || async {
+            let ack = js
+                .publish(audit_subject("declare"), "seeded".into())
+                .await
+                .ok()?;
+            ack.await.ok().map(|_| ())
+        },
+    )
+    .await;
 }
 
 /// Send every source with every target as its reply subject, as `hive` on

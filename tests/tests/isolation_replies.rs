@@ -35,8 +35,8 @@ use swarm_queue_client::{Bucket, Connection, HiveName};
 const T: Duration = Duration::from_secs(30);
 
 /// The controller makes every bucket with the project's settings and
-/// writes alpha's and beta's declaration and credential and a rollout
-/// head; beta puts its status.
+/// writes alpha's and beta's declaration and credential, a rollout head
+/// and the event stream with an audit event; beta puts its status.
 async fn seed(s: &SecuredNats) -> (Connection, jetstream::Context) {
     let (ctl, cjs) = s.controller_with_buckets().await;
     let wanted = cjs.get_key_value(Bucket::Wanted.name()).await.unwrap();
@@ -48,6 +48,7 @@ async fn seed(s: &SecuredNats) -> (Connection, jetstream::Context) {
         creds.put(cred_key(h), "sealed".into()).await.unwrap();
     }
     rollouts.put("current", "head".into()).await.unwrap();
+    reply_probes::seed_events(&cjs).await;
     s.put_status("beta", "beta-up").await;
     (ctl, cjs)
 }
@@ -70,6 +71,55 @@ async fn no_answer_a_hive_can_cause_reaches_beyond_its_own_keys() {
         .expect("alpha's declaration");
     assert_eq!(&own.value[..], b"alpha-declaration");
     drop(ctl);
+}
+
+/// The control: the same probes on a server of one account and no
+/// permissions (what the permissions alone gave before accounts) find what
+/// they were made to find, the event stream's deletion among it. A run
+/// that changed nothing there would prove nothing above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_probes_find_the_damage_on_a_server_of_one_account() {
+    let server = hyperhive_tests::nats::NatsServer::start();
+    let plain = hyperhive_tests::kv::Swarm::connect(&server.url()).await;
+    for b in Bucket::ALL {
+        plain.bucket(b.name()).await;
+    }
+    reply_probes::seed_keys(&plain.js).await;
+    let connect = |name: &'static str| {
+        let config = swarm_queue_client::NatsConfig {
+            url: Some(server.url()),
+            ..Default::default()
+        };
+        async move {
+            swarm_queue_client::connect(&config, name)
+                .await
+                .expect("connect")
+        }
+    };
+    let (alpha, spy) = (connect("hive-alpha").await, connect("controller").await);
+    let outcome =
+        reply_probes::run(&alpha, &spy, &plain.js, "alpha", &JsApi::local(), &["beta"]).await;
+    let changes = outcome.changes.join("\n");
+    println!(
+        "FIGURES: reply_probes where=one-account probes={} changes={} at_controller={}",
+        outcome.probes,
+        outcome.changes.len(),
+        outcome.at_controller.len()
+    );
+    for gone in [
+        "hyperhive-events",
+        "KV_hyperhive-wanted",
+        "KV_hyperhive-credentials",
+    ] {
+        assert!(
+            changes.contains(&format!("stream {gone} is gone")),
+            "{gone} survived the probes:\n{changes}"
+        );
+    }
+    assert!(
+        !outcome.at_controller.is_empty(),
+        "nothing reached the inbox"
+    );
 }
 
 /// The doorbell alpha hears is the controller's own put, reply subject

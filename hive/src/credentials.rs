@@ -162,6 +162,9 @@ pub struct Deliverer {
     /// The deliveries refused last time, with what was found where, until
     /// one of the same key is written.
     pub refusals: Arc<Mutex<Refusals>>,
+    /// Where a delivery is told to the fleet (`credential_delivered`,
+    /// names only), when the daemon publishes events.
+    pub events: Option<crate::fleet_events::EventSink>,
 }
 
 /// What [`Deliverer::new`] takes.
@@ -200,7 +203,14 @@ impl Deliverer {
             agents_dir: parts.agents_dir,
             book: Arc::default(),
             refusals: Arc::default(),
+            events: None,
         }
+    }
+
+    /// The same, telling each new delivery to `events`.
+    pub fn with_events(mut self, events: Option<crate::fleet_events::EventSink>) -> Self {
+        self.events = events;
+        self
     }
 
     /// Open the envelope and write the secret, off the async workers.
@@ -284,6 +294,15 @@ impl Deliverer {
         let written = self.write(&key, agent, account, &entry.value).await;
         let path = self.note_refusal(agent, account, written)?;
         tracing::info!(hive = %self.hive, %agent, %account, revision = entry.revision, path = %path.display(), "credential delivered");
+        if let Some(events) = self.events.as_ref().filter(|_| fresh) {
+            let said = format!(
+                "credential {account} (revision {}) delivered",
+                entry.revision
+            );
+            let event =
+                swarm_queue_client::event_stream::Event::new("credential_delivered").said(said);
+            events.emit(agent, event);
+        }
         Ok(Delivered::Written {
             path,
             reset_from,
@@ -412,6 +431,8 @@ pub struct Opener {
     pub xkey: Arc<XKey>,
     pub trusted: Arc<Vec<String>>,
     pub agents_dir: PathBuf,
+    /// Where deliveries are told to the fleet.
+    pub events: Option<crate::fleet_events::EventSink>,
 }
 
 impl Credentials {
@@ -450,7 +471,7 @@ impl Credentials {
             trusted: o.trusted.clone(),
             agents_dir: o.agents_dir.clone(),
         };
-        let d = Deliverer::on_context(parts, &o.js);
+        let d = Deliverer::on_context(parts, &o.js).with_events(o.events.clone());
         *opened = Some(d.clone());
         d
     }

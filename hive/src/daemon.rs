@@ -419,6 +419,7 @@ fn start_nats_side(
         xkey: state.xkey.clone(),
         trusted: Arc::new(config.trusted_controller_xkeys.clone()),
         agents_dir: config.agents_dir(),
+        events: Some(side.events.clone()),
     });
     let boot = credentials::BootDeps {
         nats: conn.clone(),

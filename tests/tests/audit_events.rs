@@ -5,7 +5,8 @@
 //! - every operator verb (declare, deploy, credential put, maintenance on
 //!   and off, rollback, knowledge-changed, rollout abort) leaves exactly one
 //!   audit event, naming who ran it, read back by `events --json`;
-//! - the hive's agents' lifecycle (created, started, exited with its code)
+//! - the hive's agents' lifecycle (created, started, exited with its code,
+//!   the credential delivered, by name only)
 //!   is in the stream under the hive's name, and `--hive`/`--agent` select;
 //! - another hive's identity cannot publish into this hive's events or the
 //!   audit trail (the server refuses, nothing is stored), and the stream
@@ -179,9 +180,30 @@ async fn every_operator_verb_leaves_one_audit_event_and_agents_their_lifecycle()
         let exited = rows
             .iter()
             .any(|r| r["event"]["kind"] == "exited" && r["event"]["exit_code"] == 7);
-        (k.contains_key("created") && k.contains_key("started") && exited).then_some(rows)
+        let delivered = k.contains_key("credential_delivered");
+        (k.contains_key("created") && k.contains_key("started") && exited && delivered)
+            .then_some(rows)
     })
     .await;
+    // The credential's delivery, by name only.
+    let delivered: Vec<&Value> = lifecycle
+        .iter()
+        .filter(|r| r["event"]["kind"] == "credential_delivered")
+        .collect();
+    assert_eq!(delivered.len(), 1, "{delivered:#?}");
+    let said = delivered[0]["event"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        said.starts_with("credential smtp (revision "),
+        "{}",
+        delivered[0]
+    );
+    assert!(
+        !delivered[0].to_string().contains("hunter2"),
+        "{}",
+        delivered[0]
+    );
     for r in &lifecycle {
         let e = &r["event"];
         if e["hive"].is_string() {

@@ -43,12 +43,13 @@ pub fn stream_config(settings: &EventsSettings) -> stream::Config {
         storage: stream::StorageType::File,
         max_message_size: swarm_queue_client::event_stream::MAX_EVENT_BYTES as i32,
         duplicate_window: Duration::from_secs(120),
+        num_replicas: settings.replicas,
         ..Default::default()
     }
 }
 
-/// Open the events stream, creating it or bringing its limits to
-/// `settings`.
+/// Open the events stream, creating it or bringing its limits and
+/// replicas to `settings`.
 pub async fn open(
     js: &jetstream::Context,
     settings: &EventsSettings,
@@ -57,10 +58,12 @@ pub async fn open(
     match js.get_stream(EVENTS_STREAM).await {
         Ok(mut s) => {
             let have = s.info().await.map_err(|e| e.to_string())?.config.clone();
-            if have.max_age != wanted.max_age || have.max_bytes != wanted.max_bytes {
+            let limits = (wanted.max_age, wanted.max_bytes, wanted.num_replicas);
+            if (have.max_age, have.max_bytes, have.num_replicas) != limits {
                 let mut changed = have;
                 changed.max_age = wanted.max_age;
                 changed.max_bytes = wanted.max_bytes;
+                changed.num_replicas = wanted.num_replicas;
                 js.update_stream(changed)
                     .await
                     .map_err(|e| format!("cannot update {EVENTS_STREAM}'s limits: {e}"))?;

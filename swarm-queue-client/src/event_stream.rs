@@ -71,6 +71,14 @@ pub struct EventsSettings {
     pub max_age_secs: u64,
     #[serde(default = "default_max_bytes")]
     pub max_bytes: u64,
+    /// Copies of the stream in a cluster (1 to 5): like the buckets', so
+    /// that a server down loses no event.
+    #[serde(default = "default_replicas")]
+    pub replicas: usize,
+}
+
+fn default_replicas() -> usize {
+    1
 }
 
 fn default_max_age() -> u64 {
@@ -86,6 +94,7 @@ impl Default for EventsSettings {
         Self {
             max_age_secs: DEFAULT_EVENTS_MAX_AGE_SECS,
             max_bytes: DEFAULT_EVENTS_MAX_BYTES,
+            replicas: default_replicas(),
         }
     }
 }
@@ -104,6 +113,12 @@ impl EventsSettings {
             out.push(format!(
                 "[events] max_bytes = {}: give the stream at least 1 MiB (1048576)",
                 self.max_bytes
+            ));
+        }
+        if !(1..=5).contains(&self.replicas) {
+            out.push(format!(
+                "[events] replicas = {}: must be 1 to 5 (a cluster's size at most)",
+                self.replicas
             ));
         }
         out
@@ -242,11 +257,19 @@ mod tests {
         let bad = EventsSettings {
             max_age_secs: 5,
             max_bytes: 10,
+            replicas: 7,
         };
         let p = bad.problems().join("\n");
         assert!(
-            p.contains("max_age_secs = 5") && p.contains("max_bytes = 10"),
+            p.contains("max_age_secs = 5")
+                && p.contains("max_bytes = 10")
+                && p.contains("replicas = 7"),
             "{p}"
         );
+        let none = EventsSettings {
+            replicas: 0,
+            ..EventsSettings::default()
+        };
+        assert!(none.problems().join("").contains("replicas = 0"));
     }
 }

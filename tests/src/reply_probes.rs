@@ -401,7 +401,15 @@ pub async fn seed_keys(js: &jetstream::Context) {
 /// in it (the controller may publish no hive's events; one of beta's that
 /// a probe made would show as a new subject).
 pub async fn seed_events(js: &jetstream::Context) {
-    let settings = swarm_queue_client::event_stream::EventsSettings::default();
+    seed_events_with(js, 1).await
+}
+
+/// [`seed_events`] with the stream in `replicas` copies.
+pub async fn seed_events_with(js: &jetstream::Context, replicas: usize) {
+    let settings = swarm_queue_client::event_stream::EventsSettings {
+        replicas,
+        ..Default::default()
+    };
     swarm_controller::audit::open(js, &settings)
         .await
         .expect("make the event stream");

@@ -24,6 +24,7 @@ use hyperhive_tests::reply_probes;
 use hyperhive_tests::swarm::start_cluster_with;
 use hyperhive_tests::{unique_name, wait_until, NatsServer};
 use swarm_queue_client::direct::{put_own, KeyReader};
+use swarm_queue_client::event_stream::EVENTS_STREAM;
 use swarm_queue_client::permissions::JsApi;
 use swarm_queue_client::subjects::{hive_connection_name, CONTROLLER_CONNECTION_NAME};
 use swarm_queue_client::{
@@ -186,6 +187,13 @@ async fn no_answer_a_hive_can_cause_reaches_beyond_its_own_keys_in_a_cluster() {
     let cluster = Cluster::start("alpha");
     let (_ctl, kv) = cluster.controller().await;
     reply_probes::seed_keys(&kv.js).await;
+    // The event stream, made with one copy, is brought to three by the
+    // next open with `[events] replicas = 3`, its events kept.
+    reply_probes::seed_events_with(&kv.js, 3).await;
+    let mut events = kv.js.get_stream(EVENTS_STREAM).await.unwrap();
+    let info = events.info().await.unwrap();
+    assert_eq!(info.config.num_replicas, 3, "{:?}", info.config);
+    assert_eq!(info.state.messages, 2, "{:?}", info.state);
     let beta = cluster.hive_conn(2, &cluster.beta, "beta").await;
     put_own(&beta.jetstream(), Bucket::Status, "beta", "beta-up".into())
         .await

@@ -32,6 +32,16 @@ pub enum DeployError {
         agent: AgentName,
         revision: u64,
     },
+    #[error(
+        "agent {agent} on hive {hive} declares fields this hive (version {version}) does not \
+         know: {fields}; it is left as it is: upgrade the hive, or declare it without them"
+    )]
+    NotUnderstood {
+        hive: HiveName,
+        agent: AgentName,
+        version: &'static str,
+        fields: String,
+    },
     #[error("cannot queue the deploy of {agent} on hive {hive}")]
     Store {
         hive: HiveName,
@@ -66,6 +76,15 @@ impl Deployer {
                 revision: current.revision,
             });
         };
+        if !crate::plan::understood(&spec) {
+            let fields: Vec<&str> = spec.unknown.keys().map(String::as_str).collect();
+            return Err(DeployError::NotUnderstood {
+                hive,
+                agent,
+                version: env!("CARGO_PKG_VERSION"),
+                fields: fields.join(", "),
+            });
+        }
         let deploy = DeployRequest {
             spec,
             revision: Some(current.revision),
@@ -135,5 +154,26 @@ mod tests {
         let jobs = store.jobs(Default::default()).await.unwrap();
         assert_eq!(jobs.len(), 1);
         assert_eq!((jobs[0].id.0 as u64, jobs[0].agent.as_str()), (job, "mail"));
+        // A field this hive does not know: refused by name, nothing queued.
+        let mut newer = AgentSpec {
+            image: Some("local/mail:2".into()),
+            ..Default::default()
+        };
+        newer.unknown.insert("user".into(), "1000:1000".into());
+        tx.send_replace(Some(Arc::new(Wanted {
+            revision: 8,
+            declaration: Declaration {
+                schema: 1,
+                agents: BTreeMap::from([(name("mail"), newer)]),
+            },
+            created_ns: None,
+        })));
+        let e = d.deploy(name("mail")).await.unwrap_err().to_string();
+        assert!(
+            e.contains("agent mail on hive alpha declares fields this hive")
+                && e.contains("does not know: user; it is left as it is"),
+            "{e}"
+        );
+        assert_eq!(store.jobs(Default::default()).await.unwrap().len(), 1);
     }
 }

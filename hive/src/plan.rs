@@ -79,17 +79,26 @@ impl Action {
     }
 }
 
+/// Whether this build knows every field of `spec`. One it does not know
+/// may be a constraint it cannot honour (a user, a network): the agent is
+/// then left as it is, neither created nor rebuilt, and never counted as
+/// declared ([`convergence_gap`]).
+pub fn understood(spec: &AgentSpec) -> bool {
+    spec.unknown.is_empty()
+}
+
 /// What a new declaration asks for, against the installed record.
 ///
 /// - declared, not installed: first deploy;
 /// - declared, installed with another spec: rebuild;
-/// - installed, not declared: retire.
+/// - installed, not declared: retire;
+/// - declared with a field this build does not know: nothing.
 pub fn plan_declaration(
     declared: &BTreeMap<AgentName, AgentSpec>,
     installed: &BTreeMap<AgentName, Installed>,
 ) -> Vec<Action> {
     let mut out = Vec::new();
-    for (agent, spec) in declared {
+    for (agent, spec) in declared.iter().filter(|(_, s)| understood(s)) {
         match installed.get(agent) {
             None => out.push(Action::FirstDeploy(agent.clone())),
             Some(i) if i.spec != spec.spec_hash() => out.push(Action::Rebuild {
@@ -143,6 +152,13 @@ pub fn plan_round(input: &RoundInput<'_>) -> Vec<Action> {
                     agent: agent.clone(),
                     relock: false,
                 };
+                if !understood(spec) {
+                    // Left as it is: what is installed is kept running.
+                    if let Some(i) = input.installed.get(agent) {
+                        out.extend(repair(input, agent, i));
+                    }
+                    continue;
+                }
                 match input.installed.get(agent) {
                     None => out.push(Action::FirstDeploy(agent.clone())),
                     Some(i) if i.spec != spec.spec_hash() => out.push(rebuild),
@@ -212,6 +228,13 @@ pub fn convergence_gap(
         }
     }
     for (agent, spec) in declared {
+        if !understood(spec) {
+            let fields: Vec<&str> = spec.unknown.keys().map(String::as_str).collect();
+            return Some(format!(
+                "{agent} declares fields this hive does not know ({}): left as it is",
+                fields.join(", ")
+            ));
+        }
         let want_spec = spec.spec_hash();
         let Some(s) = seen.get(agent) else {
             return Some(format!("{agent} has no container"));
@@ -589,6 +612,50 @@ mod tests {
             orphans_past_grace: &o,
         });
         assert_eq!(got, vec![Action::ReapOrphan(a("stray"))]);
+    }
+
+    #[test]
+    fn an_agent_with_a_field_this_build_does_not_know_is_left_as_it_is() {
+        let old = spec("img:1");
+        let mut newer = spec("img:2");
+        newer.unknown.insert("user".into(), "1000:1000".into());
+        let mut fresh = spec("img:3");
+        fresh.unknown.insert("network".into(), "none".into());
+        let declared: BTreeMap<_, _> = [(a("web"), newer.clone()), (a("new"), fresh)].into();
+        let installed: BTreeMap<_, _> = [(a("web"), inst(&old))].into();
+        // Neither rebuilt (web runs img:1) nor created (new), nor retired.
+        assert_eq!(plan_declaration(&declared, &installed), vec![]);
+        let running = |up: bool| Seen {
+            running: up,
+            spec: Some(old.spec_hash()),
+            ids: vec!["c1".into()],
+            health: None,
+        };
+        let round = |seen: BTreeMap<AgentName, Seen>| {
+            plan_round(&RoundInput {
+                declared: Some(&declared),
+                installed: &installed,
+                power: &BTreeMap::new(),
+                seen: &seen,
+                busy: &BTreeSet::new(),
+                orphans_past_grace: &BTreeSet::new(),
+            })
+        };
+        assert_eq!(round([(a("web"), running(true))].into()), vec![]);
+        // What is installed is still kept up: a stopped web is started.
+        assert_eq!(
+            round([(a("web"), running(false))].into()),
+            vec![Action::Reconcile(a("web"))]
+        );
+        // Never converged, and the reason names the field.
+        let seen: BTreeMap<_, _> = [(a("web"), running(true))].into();
+        let gap = convergence_gap(&declared, &BTreeMap::new(), &seen, &installed, &[]);
+        let gap = gap.expect("not converged");
+        assert!(
+            gap.contains("declares fields this hive does not know (network)")
+                || gap.contains("declares fields this hive does not know (user)"),
+            "{gap}"
+        );
     }
 
     #[test]

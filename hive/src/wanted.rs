@@ -403,9 +403,10 @@ impl Session<'_> {
     }
 
     /// A declaration this build reads only in part is used, but never
-    /// silently: a field it does not know (a newer controller's
-    /// `min_running_secs` on an older hive) may be a constraint it cannot
-    /// honour, so the status says so until a declaration without one.
+    /// silently: a field it does not know (a newer controller's `user` on
+    /// an older hive) may be a constraint it cannot honour, so the agent
+    /// that has it is left as it is ([`crate::plan::understood`]) and the
+    /// status says so until a declaration without one.
     fn report_ignored(&self, revision: u64, warnings: &[String]) {
         if warnings.is_empty() {
             self.deps.health.clear(keys::WANTED_IGNORED);
@@ -416,7 +417,8 @@ impl Session<'_> {
             Level::Warn,
             format!(
                 "declaration revision {revision} is in force, but: {} (this hive is version {}; \
-                 a hive that knows them honours them)",
+                 each agent with such a field is left as it is, neither created nor rebuilt, \
+                 until a hive that knows them or a declaration without them)",
                 warnings.join("; "),
                 env!("CARGO_PKG_VERSION"),
             ),

@@ -331,3 +331,85 @@ async fn no_reaping_when_the_installed_record_is_unreadable() {
     let (_, r) = h.ready().await;
     assert!(warning_keys(&r).contains(&"reconciler".to_string()), "{r}");
 }
+
+/// A declaration with agent fields this hive does not know (a newer
+/// controller's `user`, `network`, a made-up one): the hive leaves those
+/// agents as they are (no rebuild of the running one, no create of the new
+/// one), says which fields, and never claims the revision converged; the
+/// same agents without the fields converge.
+#[tokio::test]
+async fn agent_fields_this_hive_does_not_know_leave_the_agent_alone_and_never_converge() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let hive = unique_name("cv-unknown");
+    let img = TestImage::busybox("cv-unknown");
+    let _guard = ContainerGuard::new(&hive);
+    let swarm = Swarm::connect(&url).await;
+    let _h = start_hive(&hive, &url, "");
+    let r1 = swarm
+        .declare(
+            &hive,
+            &decl(json!({ "web": agent(&img.reference, json!({})) })),
+        )
+        .await;
+    swarm.converged(&hive, r1, T).await;
+    let (web_id, _, _) = container(&hive, "web").expect("web runs");
+
+    let newer = json!({
+        "web": agent(&img.reference, json!({ "user": "1000:1000", "future_field_xyz": 1 })),
+        "cache": agent(&img.reference, json!({ "network": "none" })),
+    });
+    let r2 = swarm.declare(&hive, &decl(newer)).await;
+    let seen = swarm
+        .status_until(
+            &hive,
+            "the hive to read revision 2 and name the fields",
+            T,
+            |s| {
+                s["seen_revision"].as_u64() >= Some(r2)
+                    && warning_keys(s).contains(&"wanted_fields_ignored".to_string())
+            },
+        )
+        .await;
+    let said = seen["warnings"].to_string();
+    for field in [
+        "agents.web.user",
+        "agents.web.future_field_xyz",
+        "agents.cache.network",
+    ] {
+        assert!(said.contains(field), "{field} not named: {said}");
+    }
+    // Three more status puts: each one without a claim on revision 2, web
+    // not rebuilt, cache not created.
+    let (mut last, _) = swarm.status(&hive).await.expect("a status");
+    for _ in 0..3 {
+        let (rev, s) = wait_until(T, "the next status put", || async {
+            let (rev, s) = swarm.status(&hive).await?;
+            (rev > last).then_some((rev, s))
+        })
+        .await;
+        assert!(s["converged_revision"].as_u64() < Some(r2), "claimed: {s}");
+        last = rev;
+    }
+    assert_eq!(container(&hive, "web").map(|c| c.0), Some(web_id.clone()));
+    assert!(container(&hive, "cache").is_none(), "cache was created");
+
+    // Without the fields: cache is made, web rebuilt only if its spec
+    // changed (it did not), and revision 3 converges.
+    let r3 = swarm
+        .declare(
+            &hive,
+            &decl(json!({
+                "web": agent(&img.reference, json!({})),
+                "cache": agent(&img.reference, json!({})),
+            })),
+        )
+        .await;
+    let s = swarm.converged(&hive, r3, T).await;
+    assert!(
+        !warning_keys(&s).contains(&"wanted_fields_ignored".to_string()),
+        "{s}"
+    );
+    assert_eq!(container(&hive, "web").map(|c| c.0), Some(web_id));
+    assert!(container(&hive, "cache").is_some());
+}

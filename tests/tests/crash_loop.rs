@@ -434,15 +434,17 @@ async fn an_agents_own_min_running_secs_overrides_the_hives() {
         "web's container was recreated for a min_running_secs change"
     );
 
-    // A field this hive does not know is used without, but reported.
+    // A field this hive does not know: the agent is left as it is, the
+    // field reported, the revision never claimed.
     let rev3 =
         a.kv.declare(&a.hive, &decl(json!({ "min_running_secs": 2, "gpus": 1 })))
             .await;
     let s =
         a.kv.status_until(&a.hive, "the ignored field reported", T, |s| {
-            s["converged_revision"].as_u64() >= Some(rev3) && s["state"] == "degraded"
+            s["seen_revision"].as_u64() >= Some(rev3) && s["state"] == "degraded"
         })
         .await;
+    assert!(s["converged_revision"].as_u64() < Some(rev3), "{s:#}");
     let w = &s["warnings"];
     println!("a declaration with a field this hive does not know: {w}");
     let ignored = w

@@ -432,6 +432,7 @@ fn compute(
         agents: agents(inner),
         xkey,
         version: env!("CARGO_PKG_VERSION").to_string(),
+        agent_spec: Some(swarm_queue_client::AGENT_SPEC),
     }
 }
 

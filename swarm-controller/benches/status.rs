@@ -210,6 +210,7 @@ fn readiness_for(i: usize, rev: u64, generation: u64) -> Readiness {
         agents: statuses,
         xkey: Some("XAT3B2C5HOTUSD4RQ3TLNMEEGEBKUGBZUR2P6UXWYOVGSB6U6AYX4YSP".into()),
         version: format!("0.1.{generation}"),
+        agent_spec: None,
     }
 }
 

@@ -12,6 +12,7 @@ use swarm_queue_client::event_stream::Event;
 use swarm_queue_client::HiveName;
 use time::OffsetDateTime;
 
+use crate::capability;
 use crate::cli::{print_json, CONNECT_WAIT, EXIT_FAILURE, EXIT_OK, EXIT_USAGE};
 use crate::config::Config;
 use crate::groups::{self, Resolved};
@@ -77,6 +78,10 @@ pub struct DeclareArgs {
     pub rollout: bool,
     #[arg(long)]
     pub json: bool,
+    /// Write agent fields even to hives whose status says their build does
+    /// not know them (such a hive leaves the agent as it is, and says so).
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// How `rollback` was asked to run (its command-line arguments).
@@ -102,6 +107,27 @@ pub async fn declare_cmd(config: &Config, args: DeclareArgs) -> anyhow::Result<i
     let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
     let buckets = nats::open_buckets(&conn, &config.nats).await?;
     let mut plans = declare::plan(&conn.client, &buckets.wanted, &hives).await?;
+    let checked = capability::check_plans(&buckets.status, &plans).await;
+    for hive in &checked.unchecked {
+        eprintln!(
+            "swarm-controller declare: hive {hive} has not reported: its agent fields were not checked"
+        );
+    }
+    if !checked.refusals.is_empty() {
+        for r in &checked.refusals {
+            eprintln!("swarm-controller declare: {r}");
+        }
+        if !args.force && !args.dry_run {
+            let event = declared_event("declare", &plans, &path);
+            let said = format!(
+                "refused: {} agent(s) with fields their hive does not know",
+                checked.refusals.len()
+            );
+            audit::record(&conn.client, &config.events, event.said(said)).await;
+            eprintln!("swarm-controller declare: nothing published");
+            return Ok(EXIT_FAILURE);
+        }
+    }
     if args.rollout && !args.dry_run {
         let me = verbs::instance_id();
         let deps = deps(config, &conn.client, &buckets, &me);

@@ -43,6 +43,7 @@
 //!   verbs and `cli_status` the `status` verb.
 
 pub mod audit;
+pub mod capability;
 pub mod cli;
 pub mod cli_declare;
 mod cli_events;

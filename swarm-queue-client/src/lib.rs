@@ -58,8 +58,9 @@ pub use connect::{connect, connect_with, ensure_connected, Connection, NatsConfi
 pub use jitter::Jitter;
 pub use names::{AccountName, AgentName, GroupName, HiveName, LeafSiteName, NameError};
 pub use payload::{
-    decode, encode, encode_pretty, AgentSpec, AgentStatus, BuildSpec, CredentialNotice,
-    Declaration, DecodeError, Decoded, DeployReply, DeployRequest, EncodeError, ExitReport,
-    HealthSpec, HiveState, InvalidField, JobSummary, Level, LogFrame, LogLine, LogSource, LogsAck,
-    LogsRequest, Observed, Payload, Power, Readiness, RetryStatus, Unsettled, Warning,
+    agent_fields_of, decode, encode, encode_pretty, AgentSpec, AgentStatus, BuildSpec,
+    CredentialNotice, Declaration, DecodeError, Decoded, DeployReply, DeployRequest, EncodeError,
+    ExitReport, HealthSpec, HiveState, InvalidField, JobSummary, Level, LogFrame, LogLine,
+    LogSource, LogsAck, LogsRequest, Observed, Payload, Power, Readiness, RetryStatus, Unsettled,
+    Warning, AGENT_FIELDS, AGENT_SPEC, BASELINE_AGENT_FIELDS,
 };

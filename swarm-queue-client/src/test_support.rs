@@ -36,6 +36,7 @@ impl ReadinessBuilder {
                 agents: Default::default(),
                 xkey: None,
                 version: "0.1.0".into(),
+                agent_spec: None,
             },
         }
     }

@@ -411,6 +411,7 @@ fn largest_readiness() -> Readiness {
         agents,
         xkey: Some(worst(MAX_SHORT_LEN)),
         version: worst(MAX_SHORT_LEN),
+        agent_spec: Some(u32::MAX),
     }
 }
 
@@ -626,4 +627,55 @@ proptest! {
             && b[0] != b'-' && b[b.len() - 1] != b'-';
         prop_assert_eq!(ok, expect);
     }
+}
+
+#[test]
+fn agent_fields_name_every_field_of_the_spec_and_only_those() {
+    // Every field set: what it writes is exactly AGENT_FIELDS. A field
+    // added to AgentSpec without its name there (and AGENT_SPEC raised)
+    // fails here: controllers would refuse it to every hive, or worse,
+    // write it to hives that drop it.
+    let full = AgentSpec {
+        image: Some("i".into()),
+        build: Some(swarm_queue_client::BuildSpec {
+            context: "/srv/ctx".into(),
+            git_ref: None,
+            dockerfile: None,
+        }),
+        command: Some(vec!["run".into()]),
+        env: [("A".to_string(), "1".to_string())].into(),
+        power: Some(swarm_queue_client::Power::Up),
+        memory_mb: Some(64),
+        cpus: Some(0.5),
+        credentials: vec![swarm_queue_client::AccountName::new("smtp").unwrap()],
+        health: Some(swarm_queue_client::HealthSpec {
+            command: vec!["true".into()],
+            ..Default::default()
+        }),
+        min_running_secs: Some(3),
+        unknown: Default::default(),
+    };
+    let mut set = full.set_fields();
+    set.sort();
+    let mut known: Vec<String> = swarm_queue_client::AGENT_FIELDS
+        .iter()
+        .map(|f| f.to_string())
+        .collect();
+    known.sort();
+    assert_eq!(set, known);
+    assert!(AgentSpec::default().set_fields().is_empty());
+    // A hive that says nothing, or 1: the baseline; this build's or newer:
+    // all of this build's fields.
+    use swarm_queue_client::{agent_fields_of, AGENT_SPEC, BASELINE_AGENT_FIELDS};
+    assert_eq!(agent_fields_of(None), BASELINE_AGENT_FIELDS);
+    assert_eq!(agent_fields_of(Some(1)), BASELINE_AGENT_FIELDS);
+    assert_eq!(
+        agent_fields_of(Some(AGENT_SPEC)),
+        swarm_queue_client::AGENT_FIELDS
+    );
+    assert_eq!(
+        agent_fields_of(Some(AGENT_SPEC + 7)),
+        swarm_queue_client::AGENT_FIELDS
+    );
+    assert!(!BASELINE_AGENT_FIELDS.contains(&"min_running_secs"));
 }

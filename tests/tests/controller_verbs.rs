@@ -13,7 +13,7 @@ use hyperhive_tests::hive::{HiveProc, HiveSpec};
 use swarm_queue_client::credentials::{open, CredentialEnvelope, XKey};
 use swarm_queue_client::subjects::{HiveSubjects, KNOWLEDGE};
 use swarm_queue_client::{
-    decode, CredentialNotice, Declaration, DeployReply, DeployRequest, HiveName,
+    decode, CredentialNotice, Declaration, DeployReply, DeployRequest, HiveName, HiveState,
 };
 
 const SWARM_V1: &str = "\
@@ -127,6 +127,76 @@ async fn declare_shows_the_diff_publishes_changes_only_and_is_idempotent() {
         Some(beta_rev),
         "beta not in v2: untouched"
     );
+}
+
+/// A hive built before `agent_spec` (alpha, whose status does not say
+/// it) is taken to know the first spec's fields only; beta says it knows
+/// this build's; gamma never reported. `min_running_secs` for all three:
+/// refused for alpha by name, nothing written anywhere; `--force` writes it.
+#[tokio::test]
+async fn declare_refuses_a_field_a_hive_does_not_know_unless_forced() {
+    let env = Env::new(&["alpha", "beta", "gamma"], "").await;
+    env.put_status(&readiness("alpha", HiveState::Ok, None, None, vec![]))
+        .await;
+    let mut beta = readiness("beta", HiveState::Ok, None, None, vec![]);
+    beta.agent_spec = Some(swarm_queue_client::AGENT_SPEC);
+    env.put_status(&beta).await;
+    let file = env.write(
+        "soak.toml",
+        "[hives.alpha.agents.bot]\nimage = \"local/bot:1\"\nmin_running_secs = 30\n\n\
+         [hives.beta.agents.bot]\nimage = \"local/bot:1\"\nmin_running_secs = 30\n\n\
+         [hives.gamma.agents.bot]\nimage = \"local/bot:1\"\nmin_running_secs = 30\n",
+    );
+    let file = file.to_str().unwrap();
+    let refused = env.run(&["declare", file]).await;
+    assert_eq!(refused.code, 1, "{refused:?}");
+    assert!(
+        refused.stderr.contains(
+            "hive alpha (version 0.1.0) does not know the agent field min_running_secs of bot"
+        ),
+        "{}",
+        refused.stderr
+    );
+    assert!(
+        !refused.stderr.contains("hive beta ("),
+        "{}",
+        refused.stderr
+    );
+    assert!(
+        refused
+            .stderr
+            .contains("hive gamma has not reported: its agent fields were not checked"),
+        "{}",
+        refused.stderr
+    );
+    assert!(
+        refused.stderr.contains("nothing published"),
+        "{}",
+        refused.stderr
+    );
+    for h in ["alpha", "beta", "gamma"] {
+        assert_eq!(wanted_revision(&env, h).await, None, "{h} written");
+    }
+    // A dry run shows the same, and exits 0.
+    let dry = env.run(&["declare", file, "--dry-run"]).await;
+    assert_eq!(dry.code, 0, "{dry:?}");
+    assert!(
+        dry.stderr.contains("hive alpha (version 0.1.0)"),
+        "{}",
+        dry.stderr
+    );
+    let forced = env.run(&["declare", file, "--force"]).await;
+    assert_eq!(forced.code, 0, "{forced:?}");
+    assert!(
+        forced.stderr.contains("hive alpha (version 0.1.0)"),
+        "{}",
+        forced.stderr
+    );
+    for h in ["alpha", "beta", "gamma"] {
+        let d = env.wanted.get(h).await.unwrap().expect("written");
+        let d = decode::<Declaration>(&d).unwrap().value;
+        assert_eq!(d.agents.values().next().unwrap().min_running_secs, Some(30));
+    }
 }
 
 #[tokio::test]

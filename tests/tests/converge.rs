@@ -371,6 +371,8 @@ async fn agent_fields_this_hive_does_not_know_leave_the_agent_alone_and_never_co
             },
         )
         .await;
+    // It says which agent spec its build knows, for the controller.
+    assert_eq!(seen["agent_spec"], swarm_queue_client::AGENT_SPEC, "{seen}");
     let said = seen["warnings"].to_string();
     for field in [
         "agents.web.user",

@@ -141,7 +141,64 @@ impl HealthSpec {
     }
 }
 
+/// The version of the agent spec this build knows: each release that adds
+/// an agent field raises it and adds the field to [`AGENT_FIELDS`]. A hive
+/// publishes it in its status ([`super::Readiness::agent_spec`]), so that
+/// a controller can refuse to write a field a hive would not honour.
+///
+/// 2: [`BASELINE_AGENT_FIELDS`] and `min_running_secs`.
+pub const AGENT_SPEC: u32 = 2;
+
+/// Every agent field this build knows, as the declaration spells it.
+pub const AGENT_FIELDS: &[&str] = &[
+    "image",
+    "build",
+    "command",
+    "env",
+    "power",
+    "memory_mb",
+    "cpus",
+    "credentials",
+    "health",
+    "min_running_secs",
+];
+
+/// What a hive that publishes no [`AGENT_FIELDS`] (one built before it did)
+/// is taken to know: the fields of the first agent spec. `min_running_secs`
+/// is not among them: such a hive may be older than it.
+pub const BASELINE_AGENT_FIELDS: &[&str] = &[
+    "image",
+    "build",
+    "command",
+    "env",
+    "power",
+    "memory_mb",
+    "cpus",
+    "credentials",
+    "health",
+];
+
+/// The agent fields a hive publishing `agent_spec` knows, as far as this
+/// build can tell: none published (a hive built before it said) or 1, the
+/// baseline; this build's or newer, every field this build knows.
+pub fn agent_fields_of(agent_spec: Option<u32>) -> &'static [&'static str] {
+    match agent_spec {
+        None | Some(0..=1) => BASELINE_AGENT_FIELDS,
+        Some(_) => AGENT_FIELDS,
+    }
+}
+
 impl AgentSpec {
+    /// The fields this spec sets, as the declaration spells them (unset
+    /// optional fields are not written, so they are not counted), unknown
+    /// ones included.
+    pub fn set_fields(&self) -> Vec<String> {
+        match serde_json::to_value(self) {
+            Ok(serde_json::Value::Object(m)) => m.keys().cloned().collect(),
+            _ => Vec::new(),
+        }
+    }
+
     /// `sha256:<hex>` over everything that needs a new container when it
     /// changes. Power is left out: it is a start or a stop, not a rebuild;
     /// so is `min_running_secs`, which only changes when the hive counts the

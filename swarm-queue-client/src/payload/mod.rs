@@ -36,7 +36,10 @@ pub use checks::{sanitize_message, sanitize_short};
 pub use codec::{
     decode, encode, encode_pretty, DecodeError, Decoded, EncodeError, InvalidField, Payload,
 };
-pub use declaration::{AgentSpec, BuildSpec, Declaration, HealthSpec, Power, MAX_HEALTH_SECS};
+pub use declaration::{
+    agent_fields_of, AgentSpec, BuildSpec, Declaration, HealthSpec, Power, AGENT_FIELDS,
+    AGENT_SPEC, BASELINE_AGENT_FIELDS, MAX_HEALTH_SECS,
+};
 pub use events::{CredentialNotice, DeployReply, DeployRequest};
 pub use logs::{
     parse_age, LogFrame, LogLine, LogSource, LogsAck, LogsRequest, LOG_ACK_TIMEOUT_SECS,

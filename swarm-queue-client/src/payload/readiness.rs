@@ -280,6 +280,20 @@ pub struct Readiness {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub xkey: Option<String>,
     pub version: String,
+    /// Which agent spec this hive's build knows ([`super::AGENT_SPEC`]);
+    /// absent from a hive built before it said (then
+    /// [`super::BASELINE_AGENT_FIELDS`] is what it is taken to know). A
+    /// number, not a list of names: a status has no room to spare.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_spec: Option<u32>,
+}
+
+impl Readiness {
+    /// The agent fields this hive is known to honour, as far as this build
+    /// can tell (a newer hive knows at least what this build can write).
+    pub fn known_agent_fields(&self) -> &'static [&'static str] {
+        super::agent_fields_of(self.agent_spec)
+    }
 }
 
 impl Payload for Readiness {

@@ -15,6 +15,7 @@
 //! http_listen = "127.0.0.1:7380"
 //! webhook_listen = "0.0.0.0:7381"
 //! sse_max_clients = 64
+//! log_tails_max = 8
 //! xkey_seed_file = "controller.xkey"
 //! webhook_secret_file = "webhook.secret"
 //! knowledge_repo = "org/knowledge"
@@ -54,6 +55,11 @@ pub const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:7380";
 pub const DEFAULT_SSE_MAX_CLIENTS: usize = 64;
 /// The largest `sse_max_clients`.
 pub const MAX_SSE_MAX_CLIENTS: usize = 10_000;
+/// Default `log_tails_max`: agents' logs followed from the hive page at
+/// once; each holds a NATS subscription and a stream on its hive.
+pub const DEFAULT_LOG_TAILS_MAX: usize = 8;
+/// The largest `log_tails_max`.
+pub const MAX_LOG_TAILS_MAX: usize = 1000;
 /// Longest label key or value, so a roster cannot bloat every status row.
 const MAX_LABEL_LEN: usize = 63;
 
@@ -123,6 +129,9 @@ pub struct Config {
     pub webhook_listen: Option<SocketAddr>,
     /// Most event streams (`/api/events`) open at once; past it, 503.
     pub sse_max_clients: usize,
+    /// Most log tails (`/api/hive/{name}/agents/{agent}/logs`) open at
+    /// once, over all hives; past it, 503.
+    pub log_tails_max: usize,
     /// Names besides IP literals, `localhost` and this machine's own name
     /// that the dashboard answers to (the DNS-rebinding guard,
     /// [`swarm_queue_client::http_host`]), for a proxy that keeps its own
@@ -241,6 +250,7 @@ impl Config {
             http_listen: http_listen.unwrap_or_else(|| ([127, 0, 0, 1], 7380).into()),
             webhook_listen,
             sse_max_clients: raw.sse_max_clients,
+            log_tails_max: raw.log_tails_max,
             http_allowed_hosts: raw.http_allowed_hosts,
             xkey_seed_file,
             webhook_secret_file,
@@ -271,6 +281,8 @@ struct RawConfig {
     webhook_listen: Option<String>,
     #[serde(default = "default_sse_max_clients")]
     sse_max_clients: usize,
+    #[serde(default = "default_log_tails_max")]
+    log_tails_max: usize,
     #[serde(default)]
     xkey_seed_file: Option<PathBuf>,
     #[serde(default)]
@@ -299,6 +311,10 @@ fn default_stale_after() -> u64 {
 
 fn default_sse_max_clients() -> usize {
     DEFAULT_SSE_MAX_CLIENTS
+}
+
+fn default_log_tails_max() -> usize {
+    DEFAULT_LOG_TAILS_MAX
 }
 
 fn default_attention_progressing() -> u64 {
@@ -350,6 +366,12 @@ fn check_http(raw: &RawConfig, problems: &mut Vec<String>) -> Option<SocketAddr>
         problems.push(format!(
             "sse_max_clients = {}: it must be between 1 and {MAX_SSE_MAX_CLIENTS}",
             raw.sse_max_clients
+        ));
+    }
+    if !(1..=MAX_LOG_TAILS_MAX).contains(&raw.log_tails_max) {
+        problems.push(format!(
+            "log_tails_max = {}: it must be between 1 and {MAX_LOG_TAILS_MAX}",
+            raw.log_tails_max
         ));
     }
     http_listen
@@ -616,6 +638,9 @@ mod tests {
         .unwrap();
         assert_eq!(c.webhook_listen.unwrap().to_string(), "0.0.0.0:7381");
         assert_eq!(c.sse_max_clients, 2);
+        assert_eq!(parse(MINIMAL).unwrap().log_tails_max, 8);
+        let err = parse(&format!("log_tails_max = 0\n{MINIMAL}")).unwrap_err();
+        assert!(err[0].contains("log_tails_max = 0: it must be between 1 and 1000"));
         let err = parse(&format!(
             "webhook_listen = \"127.0.0.1:7380\"\nsse_max_clients = 0\n{MINIMAL}"
         ))

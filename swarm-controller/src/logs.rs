@@ -62,6 +62,27 @@ pub async fn stream(
     request: &LogsRequest,
     mut lines: impl FnMut(&[LogLine]),
 ) -> Result<(), LogsError> {
+    stream_to(client, hive, request, |batch| {
+        lines(&batch);
+        std::future::ready(true)
+    })
+    .await
+}
+
+/// [`stream`] into an asynchronous reader: each frame's lines are handed
+/// to `take` and acknowledged only once it is done with them, so a slow
+/// reader slows the hive and never makes anyone buffer. `take` answering
+/// `false` (its reader went away) ends the stream at once, `Ok`.
+pub async fn stream_to<F, Fut>(
+    client: &async_nats::Client,
+    hive: &HiveName,
+    request: &LogsRequest,
+    mut take: F,
+) -> Result<(), LogsError>
+where
+    F: FnMut(Vec<LogLine>) -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
     let nats = |reason: String| LogsError::Nats {
         hive: hive.clone(),
         reason,
@@ -81,37 +102,20 @@ pub async fn stream(
     let acks = logs_ack_subject(hive, &token);
     let mut want = 1;
     loop {
-        let wait = if want == 1 { FIRST_FRAME_WAIT } else { SILENCE };
-        let msg = match tokio::time::timeout(wait, frames.next()).await {
-            Ok(Some(msg)) => msg,
-            Ok(None) => return Err(nats("the subscription ended".into())),
-            Err(_) => {
-                return Err(LogsError::Silent {
-                    hive: hive.clone(),
-                    after: want - 1,
-                    waited_ms: wait.as_millis(),
-                })
-            }
-        };
-        if msg.status == Some(async_nats::StatusCode::NO_RESPONDERS) {
-            return Err(LogsError::NoResponders { hive: hive.clone() });
-        }
-        let frame = LogFrame::decode(&msg.payload).map_err(|e| LogsError::Undecodable {
-            hive: hive.clone(),
-            reason: e.to_string(),
-        })?;
-        if frame.seq != want {
-            return Err(LogsError::Gap {
-                hive: hive.clone(),
-                got: frame.seq,
-                want,
-            });
-        }
+        let frame = next_frame(&mut frames, hive, want).await?;
         want += 1;
-        lines(&frame.lines);
-        if frame.end {
+        let LogFrame {
+            seq,
+            lines,
+            end,
+            error,
+        } = frame;
+        if !take(lines).await {
+            return Ok(());
+        }
+        if end {
             let _ = frames.unsubscribe().await;
-            return match frame.error {
+            return match error {
                 Some(error) => Err(LogsError::Refused {
                     hive: hive.clone(),
                     error,
@@ -119,10 +123,50 @@ pub async fn stream(
                 None => Ok(()),
             };
         }
-        let ack = LogsAck { seq: frame.seq }.encode();
+        let ack = LogsAck { seq }.encode();
         client
             .publish(acks.clone(), ack.into())
             .await
             .map_err(|e| nats(e.to_string()))?;
     }
+}
+
+/// Frame number `want` of `hive`'s stream, or why it did not come.
+async fn next_frame(
+    frames: &mut async_nats::Subscriber,
+    hive: &HiveName,
+    want: u64,
+) -> Result<LogFrame, LogsError> {
+    let wait = if want == 1 { FIRST_FRAME_WAIT } else { SILENCE };
+    let msg = match tokio::time::timeout(wait, frames.next()).await {
+        Ok(Some(msg)) => msg,
+        Ok(None) => {
+            return Err(LogsError::Nats {
+                hive: hive.clone(),
+                reason: "the subscription ended".into(),
+            })
+        }
+        Err(_) => {
+            return Err(LogsError::Silent {
+                hive: hive.clone(),
+                after: want - 1,
+                waited_ms: wait.as_millis(),
+            })
+        }
+    };
+    if msg.status == Some(async_nats::StatusCode::NO_RESPONDERS) {
+        return Err(LogsError::NoResponders { hive: hive.clone() });
+    }
+    let frame = LogFrame::decode(&msg.payload).map_err(|e| LogsError::Undecodable {
+        hive: hive.clone(),
+        reason: e.to_string(),
+    })?;
+    if frame.seq != want {
+        return Err(LogsError::Gap {
+            hive: hive.clone(),
+            got: frame.seq,
+            want,
+        });
+    }
+    Ok(frame)
 }

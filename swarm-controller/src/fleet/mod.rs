@@ -20,8 +20,12 @@
 //!   reader that looked at the fleet at `seq` can skip older changes.
 //! - Every rostered hive has a row; an unrostered key has a row as long as it
 //!   has a status, wanted or maintenance entry (it is shown, never dropped).
+//! - One hive's page ([`Fleet::peek_row`], [`Fleet::status_age`]) is a
+//!   lookup by name that evaluates that one row: it costs the same at
+//!   10,000 hives as at 10 (counted by [`Fleet::rows_evaluated`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_nats::jetstream::kv::Operation;
@@ -34,6 +38,11 @@ use crate::evaluate::{
 };
 use crate::maintenance::HoldEntry;
 use crate::view::{self, Class, Progress, Query, ViewRow, DEFAULT_PROGRESSING_ATTENTION};
+
+pub mod status_age;
+
+use status_age::AgeRing;
+pub use status_age::AgeSample;
 
 /// Which bucket an entry came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,6 +204,9 @@ struct Slot {
     class: Option<Class>,
     /// Key into `Fleet::deadlines`: when the row changes with time alone.
     due_at: Option<OffsetDateTime>,
+    /// Its status entries' ages over the last hour, from the first entry
+    /// on (boxed: most of a slot's size, and none before a report).
+    ages: Option<Box<AgeRing>>,
 }
 
 /// See the module documentation.
@@ -217,6 +229,9 @@ pub struct Fleet {
     /// What the server's connection events say of each hive they cover;
     /// a hive without an entry has its freshness from the KV timestamp.
     links: HashMap<String, Link>,
+    /// Rows evaluated so far (a counter, atomic so that readers under the
+    /// read lock may count too): what one hive's page costs is checked by it.
+    evaluated: AtomicU64,
 }
 
 impl Fleet {
@@ -237,6 +252,7 @@ impl Fleet {
             seq: 0,
             stats: ReadStats::default(),
             links: HashMap::new(),
+            evaluated: AtomicU64::new(0),
         };
         let names: Vec<String> = fleet.roster.keys().map(|h| h.to_string()).collect();
         for name in names {
@@ -293,6 +309,9 @@ impl Fleet {
         }
         match update.source {
             Source::Status => {
+                if present {
+                    slot.ages.get_or_insert_default().record(update.created);
+                }
                 slot.status = present.then(|| {
                     StatusEntry::decode(key, update.revision, update.created, update.value)
                 });
@@ -364,6 +383,7 @@ impl Fleet {
     /// One hive's row at `now` and when it next changes with time alone,
     /// without touching the incremental state.
     fn view_row(&self, name: &str, now: OffsetDateTime) -> (ViewRow, Option<OffsetDateTime>) {
+        self.evaluated.fetch_add(1, Ordering::Relaxed);
         let slot = self.slots.get(name);
         let wanted = slot.and_then(|s| s.wanted.as_ref());
         let row = evaluate(Inputs {
@@ -456,6 +476,23 @@ impl Fleet {
         self.slots
             .contains_key(name)
             .then(|| self.view_row(name, now).0)
+    }
+
+    /// One hive's status ages over the last hour, a sample a minute
+    /// (`None`: no such hive; empty: it never reported while watched).
+    pub fn status_age(&self, name: &str, now: OffsetDateTime) -> Option<Vec<AgeSample>> {
+        let slot = self.slots.get(name)?;
+        Some(slot.ages.as_ref().map(|a| a.chart(now)).unwrap_or_default())
+    }
+
+    /// Whether hive `name` has a row (a lookup, nothing evaluated).
+    pub fn holds(&self, name: &str) -> bool {
+        self.slots.contains_key(name)
+    }
+
+    /// Rows evaluated since the fleet was made.
+    pub fn rows_evaluated(&self) -> u64 {
+        self.evaluated.load(Ordering::Relaxed)
     }
 
     /// The names on the page `query` asks for, by the classes of the rows

@@ -278,3 +278,25 @@ fn a_hold_shows_maintenance_until_it_ends_by_itself_or_is_deleted() {
     let r = row(fleet.apply(off, t0() + Duration::from_secs(63)));
     assert_eq!(r.freshness, Freshness::Stale);
 }
+
+#[test]
+fn one_hives_page_evaluates_its_row_only_whatever_the_fleet() {
+    let cost = |hives: usize| {
+        let names: Vec<String> = (0..hives).map(|i| format!("hive-{i:05}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut fleet = Fleet::new(roster(&refs), Duration::from_secs(10), t0());
+        let probe = &names[hives / 2];
+        put(&mut fleet, probe, t0(), t0());
+        let before = fleet.rows_evaluated();
+        let row = fleet.peek_row(probe, t0()).expect("its row");
+        let ages = fleet.status_age(probe, t0()).expect("its ages");
+        assert_eq!(row.name, *probe);
+        assert_eq!(ages.len(), status_age::MINUTES);
+        assert_eq!(ages.last().unwrap().updates, 1);
+        assert!(fleet.peek_row("nobody", t0()).is_none());
+        assert!(fleet.status_age("nobody", t0()).is_none());
+        fleet.rows_evaluated() - before
+    };
+    assert_eq!(cost(10), 1);
+    assert_eq!(cost(10_000), 1, "the page of one hive evaluates one row");
+}

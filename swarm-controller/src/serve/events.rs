@@ -64,10 +64,19 @@ pub(super) async fn events(State(shared): State<Arc<Shared>>, pairs: Pairs) -> R
     };
     let live = stream::unfold(page, |mut page| async move {
         let event = page.next_event().await?;
-        Some((Ok::<_, Infallible>(event), page))
+        Some((event, page))
     });
+    until_shutdown(&shared, live)
+}
+
+/// `events` as a server-sent event stream with keep-alive comments, ended
+/// at shutdown so that open pages do not hold the server up.
+pub(super) fn until_shutdown(
+    shared: &Shared,
+    events: impl futures_util::Stream<Item = Event> + Send + 'static,
+) -> Response {
     let mut stop = shared.shutdown.clone();
-    let stream = live.take_until(async move {
+    let stream = events.map(Ok::<_, Infallible>).take_until(async move {
         let _ = stop.wait_for(|s| *s).await;
     });
     Sse::new(stream)

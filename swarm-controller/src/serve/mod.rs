@@ -18,9 +18,12 @@
 //!   or with `?hives=true` the document of `rollout status --json`; the
 //!   page asks every 2 s, [`rollout`]), `GET /metrics` the controller's own
 //!   counts ([`metrics`]), `POST /hooks/forge` the webhook,
-//!   `GET /health/live`.
+//!   `GET /health/live`; one hive's page, `GET /hive/{name}`, with its
+//!   row and status ages, its last events ([`hive`]) and an agent's log
+//!   tail ([`tail`]).
 //!   Every route but the HMAC-checked webhook only reads. At most
-//!   `sse_max_clients` event streams are open at once; past it, 503.
+//!   `sse_max_clients` event streams and `log_tails_max` log tails are
+//!   open at once; past either, 503.
 //! - **webhook http**, when `webhook_listen` is set: a listener that
 //!   answers `POST /hooks/forge` only (everything else 404), so a forge
 //!   can reach the webhook without reaching the dashboard; the dashboard's
@@ -64,9 +67,11 @@ use crate::webhook;
 
 mod deliveries;
 mod events;
+mod hive;
 mod hook;
 mod metrics;
 mod rollout;
+mod tail;
 
 /// Pushes buffered per page before it gets a new snapshot.
 const PUSH_BUFFER: usize = 4096;
@@ -74,6 +79,9 @@ const PUSH_BUFFER: usize = 4096;
 const EXPIRY_MAX_SLEEP: Duration = Duration::from_secs(1);
 
 const DASHBOARD: &str = include_str!("dashboard.html");
+/// What the dashboard and the hive page share: their style and helpers.
+const PAGE_CSS: &str = include_str!("page.css");
+const PAGE_JS: &str = include_str!("page.js");
 
 /// Counters of what was pushed, for `/api/stats` and the benchmark.
 #[derive(Debug, Default)]
@@ -101,6 +109,9 @@ pub struct Shared {
     sse_slots: Arc<Semaphore>,
     /// The number of those permits, for the 503's message.
     sse_max_clients: usize,
+    /// One permit per open log tail: `log_tails_max` of them.
+    tail_slots: Arc<Semaphore>,
+    log_tails_max: usize,
     webhook_secret: Option<Vec<u8>>,
     knowledge_repo: Option<String>,
     shutdown: watch::Receiver<bool>,
@@ -215,6 +226,8 @@ pub async fn start(
         deliveries: buckets.deliveries.clone(),
         sse_slots: Arc::new(Semaphore::new(config.sse_max_clients)),
         sse_max_clients: config.sse_max_clients,
+        tail_slots: Arc::new(Semaphore::new(config.log_tails_max)),
+        log_tails_max: config.log_tails_max,
         requests: AtomicU64::new(0),
         webhook_secret,
         knowledge_repo: config.knowledge_repo.clone(),
@@ -399,11 +412,17 @@ async fn expire(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
 fn dashboard_router(shared: Arc<Shared>, hosts: HostRule) -> Router {
     Router::new()
         .route("/", get(dashboard))
+        .route("/assets/page.css", get(|| asset("text/css", PAGE_CSS)))
+        .route("/assets/page.js", get(|| asset("text/javascript", PAGE_JS)))
         .route("/api/status", get(api_status))
         .route("/api/events", get(events::events))
         .route("/api/stats", get(api_stats))
         .route("/api/rollout", get(rollout::api_rollout))
         .route("/metrics", get(metrics::metrics))
+        .route("/hive/{name}", get(hive::page))
+        .route("/api/hive/{name}", get(hive::api_hive))
+        .route("/api/hive/{name}/events", get(hive::api_events))
+        .route("/api/hive/{name}/agents/{agent}/logs", get(tail::logs))
         .route_layer(middleware::from_fn_with_state(
             shared.clone(),
             count_request,
@@ -440,6 +459,11 @@ async fn guard_host(State(hosts): State<HostRule>, req: Request, next: Next) -> 
 
 async fn dashboard() -> Html<&'static str> {
     Html(DASHBOARD)
+}
+
+async fn asset(kind: &'static str, body: &'static str) -> Response {
+    let content_type = format!("{kind}; charset=utf-8");
+    ([(header::CONTENT_TYPE, content_type)], body).into_response()
 }
 
 /// The decoded query pairs of `/api/status` and `/api/events`, for

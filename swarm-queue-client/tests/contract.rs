@@ -678,4 +678,6 @@ fn agent_fields_name_every_field_of_the_spec_and_only_those() {
         swarm_queue_client::AGENT_FIELDS
     );
     assert!(!BASELINE_AGENT_FIELDS.contains(&"min_running_secs"));
+    assert_eq!(BASELINE_AGENT_FIELDS.first(), Some(&"image"));
+    assert_eq!(BASELINE_AGENT_FIELDS.last(), Some(&"health"));
 }

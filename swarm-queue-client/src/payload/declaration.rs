@@ -149,7 +149,8 @@ impl HealthSpec {
 /// 2: [`BASELINE_AGENT_FIELDS`] and `min_running_secs`.
 pub const AGENT_SPEC: u32 = 2;
 
-/// Every agent field this build knows, as the declaration spells it.
+/// Every agent field this build knows, as the declaration spells it, in
+/// the order they were added (a new one goes last).
 pub const AGENT_FIELDS: &[&str] = &[
     "image",
     "build",
@@ -163,20 +164,11 @@ pub const AGENT_FIELDS: &[&str] = &[
     "min_running_secs",
 ];
 
-/// What a hive that publishes no [`AGENT_FIELDS`] (one built before it did)
-/// is taken to know: the fields of the first agent spec. `min_running_secs`
-/// is not among them: such a hive may be older than it.
-pub const BASELINE_AGENT_FIELDS: &[&str] = &[
-    "image",
-    "build",
-    "command",
-    "env",
-    "power",
-    "memory_mb",
-    "cpus",
-    "credentials",
-    "health",
-];
+/// What a hive that publishes no [`AGENT_SPEC`] (one built before it did)
+/// is taken to know: the fields of the first agent spec, the first nine of
+/// [`AGENT_FIELDS`]. `min_running_secs` is not among them: such a hive may
+/// be older than it.
+pub const BASELINE_AGENT_FIELDS: &[&str] = AGENT_FIELDS.split_at(9).0;
 
 /// The agent fields a hive publishing `agent_spec` knows, as far as this
 /// build can tell: none published (a hive built before it said) or 1, the

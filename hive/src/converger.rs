@@ -288,11 +288,16 @@ impl<R: ContainerRuntime> Converger<R> {
         &mut self,
         seen: &BTreeMap<AgentName, Seen>,
         wanted: Option<&Wanted>,
+        busy_before: BTreeSet<AgentName>,
     ) -> Result<usize, PassError> {
+        // Busy first: a job that ends after this read has already changed
+        // the record read next (a retire's removal lands with its end), so
+        // an agent is either busy here or seen as its job left it.
+        let mut busy = self.busy().await?;
+        busy.extend(busy_before);
         // Without a readable record nothing is reaped or repaired.
         let installed = self.installed().await?;
         let power = self.deps.store.all_power().await?;
-        let busy = self.busy().await?;
         let now = Instant::now();
         let orphans = plan::orphans(&installed, seen, &busy);
         self.orphan_first_seen.retain(|a, _| orphans.contains(a));
@@ -374,6 +379,12 @@ impl<R: ContainerRuntime> Converger<R> {
 
     async fn pass(&mut self) {
         let wanted = self.deps.wanted.borrow().clone();
+        // The agents with a job in flight *before* Docker is looked at, and
+        // those the declaration queues after it: a job that ends between
+        // the look and the round changed what Docker shows or what is
+        // installed, and the round must not act on the look of before it
+        // (a retired agent's container reaped again, a rebuild redone).
+        let mut busy_before = self.busy().await.unwrap_or_default();
         let observation = self.look().await;
         // How the job store fared in this pass, when it was used: an error
         // (a full or read-only state dir) raises the `jobs` warning, and
@@ -385,7 +396,12 @@ impl<R: ContainerRuntime> Converger<R> {
                     .time(self.apply(w, &observation))
                     .await
                 {
-                    Ok(()) => store = Some(Ok(())),
+                    Ok(()) => {
+                        // Queued after the look: their agents too.
+                        let queued = self.revision_jobs.iter().map(|(a, _)| a.clone());
+                        busy_before.extend(queued);
+                        store = Some(Ok(()))
+                    }
                     Err(e) => {
                         tracing::warn!(hive = %self.deps.hive, revision = w.revision, error = %e, "cannot apply the declaration; will retry");
                         if let PassError::Store(s) = &e {
@@ -397,7 +413,7 @@ impl<R: ContainerRuntime> Converger<R> {
         }
         if Instant::now() >= self.next_round {
             let result = match &observation {
-                Some(seen) => self.round(seen, wanted.as_deref()).await,
+                Some(seen) => self.round(seen, wanted.as_deref(), busy_before).await,
                 None => Err(PassError::Docker("see the docker warning".into())),
             };
             match result {

@@ -377,6 +377,28 @@ impl<R: ContainerRuntime> Converger<R> {
         }
     }
 
+    /// Apply a declaration not applied yet; how the job store fared
+    /// (`None`: it was not the store that failed).
+    async fn apply_new(
+        &mut self,
+        w: &Wanted,
+        observation: &Observation,
+    ) -> Option<Result<(), String>> {
+        match perf::ENQUEUE_REVISION
+            .time(self.apply(w, observation))
+            .await
+        {
+            Ok(()) => Some(Ok(())),
+            Err(e) => {
+                tracing::warn!(hive = %self.deps.hive, revision = w.revision, error = %e, "cannot apply the declaration; will retry");
+                match &e {
+                    PassError::Store(s) => Some(Err(s.to_string())),
+                    _ => None,
+                }
+            }
+        }
+    }
+
     async fn pass(&mut self) {
         let wanted = self.deps.wanted.borrow().clone();
         // The agents with a job in flight *before* Docker is looked at, and
@@ -389,28 +411,15 @@ impl<R: ContainerRuntime> Converger<R> {
         // How the job store fared in this pass, when it was used: an error
         // (a full or read-only state dir) raises the `jobs` warning, and
         // only a pass that used it successfully clears it.
-        let mut store: Option<Result<(), String>> = None;
-        if let Some(w) = wanted.as_deref() {
-            if self.applied != Some(message_id(w)) {
-                match perf::ENQUEUE_REVISION
-                    .time(self.apply(w, &observation))
-                    .await
-                {
-                    Ok(()) => {
-                        // Queued after the look: their agents too.
-                        let queued = self.revision_jobs.iter().map(|(a, _)| a.clone());
-                        busy_before.extend(queued);
-                        store = Some(Ok(()))
-                    }
-                    Err(e) => {
-                        tracing::warn!(hive = %self.deps.hive, revision = w.revision, error = %e, "cannot apply the declaration; will retry");
-                        if let PassError::Store(s) = &e {
-                            store = Some(Err(s.to_string()));
-                        }
-                    }
-                }
+        let mut store = match wanted.as_deref() {
+            Some(w) if self.applied != Some(message_id(w)) => {
+                let applied = self.apply_new(w, &observation).await;
+                // Queued after the look: their agents too.
+                busy_before.extend(self.revision_jobs.iter().map(|(a, _)| a.clone()));
+                applied
             }
-        }
+            _ => None,
+        };
         if Instant::now() >= self.next_round {
             let result = match &observation {
                 Some(seen) => self.round(seen, wanted.as_deref(), busy_before).await,

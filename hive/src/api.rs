@@ -449,15 +449,13 @@ async fn deploy<R: ContainerRuntime>(
     let agent = parse_agent(&agent)?;
     let body: DeployBody = parse_body(&body, "deploy")?;
     let (spec, revision) = spec_for(&state, &agent, body.spec, body.revision).await?;
-    if !crate::plan::understood(&spec) {
-        let fields: Vec<&str> = spec.unknown.keys().map(String::as_str).collect();
+    if let Some(fields) = crate::plan::unknown_fields(&spec) {
         return Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             format!(
-                "the spec of agent {agent} has fields this hive (version {}) does not know: {}; \
-                 nothing was queued",
+                "the spec of agent {agent} has fields this hive (version {}) does not know: \
+                 {fields}; nothing was queued",
                 env!("CARGO_PKG_VERSION"),
-                fields.join(", ")
             ),
         ));
     }

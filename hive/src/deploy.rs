@@ -76,13 +76,12 @@ impl Deployer {
                 revision: current.revision,
             });
         };
-        if !crate::plan::understood(&spec) {
-            let fields: Vec<&str> = spec.unknown.keys().map(String::as_str).collect();
+        if let Some(fields) = crate::plan::unknown_fields(&spec) {
             return Err(DeployError::NotUnderstood {
                 hive,
                 agent,
                 version: env!("CARGO_PKG_VERSION"),
-                fields: fields.join(", "),
+                fields,
             });
         }
         let deploy = DeployRequest {

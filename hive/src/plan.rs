@@ -87,6 +87,13 @@ pub fn understood(spec: &AgentSpec) -> bool {
     spec.unknown.is_empty()
 }
 
+/// The fields of `spec` this build does not know, named and joined
+/// ("user, network"); `None` when it knows them all ([`understood`]).
+pub fn unknown_fields(spec: &AgentSpec) -> Option<String> {
+    let names: Vec<&str> = spec.unknown.keys().map(String::as_str).collect();
+    (!names.is_empty()).then(|| names.join(", "))
+}
+
 /// What a new declaration asks for, against the installed record.
 ///
 /// - declared, not installed: first deploy;
@@ -228,11 +235,9 @@ pub fn convergence_gap(
         }
     }
     for (agent, spec) in declared {
-        if !understood(spec) {
-            let fields: Vec<&str> = spec.unknown.keys().map(String::as_str).collect();
+        if let Some(fields) = unknown_fields(spec) {
             return Some(format!(
-                "{agent} declares fields this hive does not know ({}): left as it is",
-                fields.join(", ")
+                "{agent} declares fields this hive does not know ({fields}): left as it is"
             ));
         }
         let want_spec = spec.spec_hash();

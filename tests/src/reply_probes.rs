@@ -196,6 +196,19 @@ pub struct StreamState {
     pub max_messages_per_subject: i64,
 }
 
+impl StreamState {
+    fn of(info: &jetstream::stream::Info) -> StreamState {
+        StreamState {
+            messages: info.state.messages,
+            first_sequence: info.state.first_sequence,
+            last_sequence: info.state.last_sequence,
+            deny_delete: info.config.deny_delete,
+            deny_purge: info.config.deny_purge,
+            max_messages_per_subject: info.config.max_messages_per_subject,
+        }
+    }
+}
+
 /// Every stream and every key of every bucket, and the event stream's
 /// count of each subject, read as the controller.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -213,14 +226,7 @@ impl FleetState {
             let state = match js.get_stream(b.stream_name()).await {
                 Ok(mut s) => {
                     let info = s.info().await.expect("stream info as the controller");
-                    Some(StreamState {
-                        messages: info.state.messages,
-                        first_sequence: info.state.first_sequence,
-                        last_sequence: info.state.last_sequence,
-                        deny_delete: info.config.deny_delete,
-                        deny_purge: info.config.deny_purge,
-                        max_messages_per_subject: info.config.max_messages_per_subject,
-                    })
+                    Some(StreamState::of(info))
                 }
                 Err(_) => None,
             };
@@ -244,21 +250,8 @@ impl FleetState {
                     .info_with_subjects(EVENTS_SUBJECT_FILTER)
                     .await
                     .expect("the event stream's info as the controller");
-                let info = subjects.info.clone();
-                let config = &info.config;
-                let state = StreamState {
-                    messages: info.state.messages,
-                    first_sequence: info.state.first_sequence,
-                    last_sequence: info.state.last_sequence,
-                    deny_delete: config.deny_delete,
-                    deny_purge: config.deny_purge,
-                    max_messages_per_subject: config.max_messages_per_subject,
-                };
-                let mut counts = BTreeMap::new();
+                let state = StreamState::of(&subjects.info);
                 while let Some(Ok((subject, n))) = subjects.next().await {
-                    counts.insert(subject, n);
-                }
-                for (subject, n) in counts {
                     keys.insert(format!("{EVENTS_STREAM}/{subject}"), (n as u64, Vec::new()));
                 }
                 Some(state)

@@ -56,11 +56,15 @@ pub use buckets::{Bucket, BucketSettings, Storage};
 #[cfg(feature = "nats")]
 pub use connect::{connect, connect_with, ensure_connected, Connection, NatsConfig, NotConnected};
 pub use jitter::Jitter;
-pub use names::{AccountName, AgentName, GroupName, HiveName, LeafSiteName, NameError};
+pub use names::{AccountName, AgentName, GroupName, HiveName, LeafSiteName, NameError, ObjectName};
 pub use payload::{
     agent_fields_of, decode, encode, encode_pretty, AgentSpec, AgentStatus, BuildSpec,
     CredentialNotice, Declaration, DecodeError, Decoded, DeployReply, DeployRequest, EncodeError,
     ExitReport, HealthSpec, HiveState, InvalidField, JobSummary, Level, LogFrame, LogLine,
     LogSource, LogsAck, LogsRequest, Observed, Payload, Power, Readiness, RetryStatus, Unsettled,
     Warning, AGENT_FIELDS, AGENT_SPEC, BASELINE_AGENT_FIELDS,
+};
+pub use payload::{
+    OnCredentialChange, PortSpec, Protocol, VolumeSpec, DEFAULT_STOP_GRACE_SECS,
+    MAX_STOP_GRACE_SECS, MAX_UNHEALTHY_CHECKS, NETWORK_BRIDGE, NETWORK_NONE, PORT_FORM,
 };

@@ -23,6 +23,7 @@ pub enum NameKind {
     Account,
     Group,
     LeafSite,
+    Object,
 }
 
 impl fmt::Display for NameKind {
@@ -33,6 +34,7 @@ impl fmt::Display for NameKind {
             NameKind::Account => "credential account name",
             NameKind::Group => "group name",
             NameKind::LeafSite => "leaf site name",
+            NameKind::Object => "volume or network name",
         })
     }
 }
@@ -169,6 +171,14 @@ dns_label_name!(
     /// link to the hub.
     LeafSiteName,
     NameKind::LeafSite
+);
+
+dns_label_name!(
+    /// The name of a Docker volume or network an agent declares; the hive
+    /// makes it as `hyperhive.<hive>.<name>`, so two hives on one dockerd
+    /// never share one.
+    ObjectName,
+    NameKind::Object
 );
 
 #[cfg(test)]

@@ -464,6 +464,22 @@ fn fat_spec() -> AgentSpec {
             start_period_secs: Some(payload::MAX_HEALTH_SECS),
         }),
         min_running_secs: Some(MAX_MIN_RUNNING_SECS),
+        user: Some("u".repeat(64)),
+        stop_grace_secs: Some(payload::MAX_STOP_GRACE_SECS),
+        // Ports are left out: a host port is one agent's, so the largest
+        // declaration cannot give every agent the same ones.
+        ports: Vec::new(),
+        volumes: (0..16)
+            .map(|i| swarm_queue_client::VolumeSpec {
+                name: None,
+                host: Some(format!("/{i:a>254}")),
+                target: format!("/{i:b>254}"),
+                rw: Some(true),
+            })
+            .collect(),
+        network: Some(swarm_queue_client::ObjectName::new("n".repeat(63)).unwrap()),
+        restart_on_unhealthy: Some(payload::MAX_UNHEALTHY_CHECKS),
+        on_credential_change: Some(swarm_queue_client::OnCredentialChange::Restart),
         unknown: BTreeMap::new(),
     }
 }
@@ -653,6 +669,18 @@ fn agent_fields_name_every_field_of_the_spec_and_only_those() {
             ..Default::default()
         }),
         min_running_secs: Some(3),
+        user: Some("1000".into()),
+        stop_grace_secs: Some(30),
+        ports: vec!["8080:80".into()],
+        volumes: vec![swarm_queue_client::VolumeSpec {
+            name: Some(swarm_queue_client::ObjectName::new("cache").unwrap()),
+            host: None,
+            target: "/cache".into(),
+            rw: None,
+        }],
+        network: Some(swarm_queue_client::ObjectName::new("none").unwrap()),
+        restart_on_unhealthy: Some(3),
+        on_credential_change: Some(swarm_queue_client::OnCredentialChange::Restart),
         unknown: Default::default(),
     };
     let mut set = full.set_fields();
@@ -669,6 +697,11 @@ fn agent_fields_name_every_field_of_the_spec_and_only_those() {
     use swarm_queue_client::{agent_fields_of, AGENT_SPEC, BASELINE_AGENT_FIELDS};
     assert_eq!(agent_fields_of(None), BASELINE_AGENT_FIELDS);
     assert_eq!(agent_fields_of(Some(1)), BASELINE_AGENT_FIELDS);
+    assert_eq!(agent_fields_of(Some(2)).last(), Some(&"min_running_secs"));
+    assert_eq!(
+        agent_fields_of(Some(2)).len(),
+        BASELINE_AGENT_FIELDS.len() + 1
+    );
     assert_eq!(
         agent_fields_of(Some(AGENT_SPEC)),
         swarm_queue_client::AGENT_FIELDS

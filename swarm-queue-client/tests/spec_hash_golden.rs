@@ -4,7 +4,10 @@
 //! of the fleet the moment it is installed. So the hash of each of these
 //! specs (one per field, and all fields together) is pinned here.
 
-use swarm_queue_client::{AccountName, AgentSpec, BuildSpec, HealthSpec, Power};
+use swarm_queue_client::{
+    AccountName, AgentSpec, BuildSpec, HealthSpec, ObjectName, OnCredentialChange, Power,
+    VolumeSpec,
+};
 
 fn base() -> AgentSpec {
     AgentSpec {
@@ -15,7 +18,7 @@ fn base() -> AgentSpec {
 
 /// Each spec with what it sets.
 fn specs() -> Vec<(&'static str, AgentSpec)> {
-    let all = AgentSpec {
+    let spec2 = AgentSpec {
         image: None,
         build: Some(BuildSpec {
             context: "https://git.example/bot.git".into(),
@@ -43,7 +46,30 @@ fn specs() -> Vec<(&'static str, AgentSpec)> {
             start_period_secs: Some(20),
         }),
         min_running_secs: Some(30),
-        unknown: Default::default(),
+        ..Default::default()
+    };
+    let all = AgentSpec {
+        user: Some("1000:1000".into()),
+        stop_grace_secs: Some(120),
+        ports: vec!["8080:80/tcp".into(), "127.0.0.1:5353:53/udp".into()],
+        volumes: vec![
+            VolumeSpec {
+                name: Some(ObjectName::new("cache").unwrap()),
+                host: None,
+                target: "/cache".into(),
+                rw: None,
+            },
+            VolumeSpec {
+                name: None,
+                host: Some("/srv/data/bot".into()),
+                target: "/data".into(),
+                rw: Some(true),
+            },
+        ],
+        network: Some(ObjectName::new("none").unwrap()),
+        restart_on_unhealthy: Some(3),
+        on_credential_change: Some(OnCredentialChange::Restart),
+        ..spec2.clone()
     };
     vec![
         ("image", base()),
@@ -111,6 +137,58 @@ fn specs() -> Vec<(&'static str, AgentSpec)> {
                 ..base()
             },
         ),
+        (
+            "user",
+            AgentSpec {
+                user: all.user.clone(),
+                ..base()
+            },
+        ),
+        (
+            "stop_grace_secs",
+            AgentSpec {
+                stop_grace_secs: all.stop_grace_secs,
+                ..base()
+            },
+        ),
+        (
+            "ports",
+            AgentSpec {
+                ports: all.ports.clone(),
+                ..base()
+            },
+        ),
+        (
+            "volumes",
+            AgentSpec {
+                volumes: all.volumes.clone(),
+                ..base()
+            },
+        ),
+        (
+            "network",
+            AgentSpec {
+                network: all.network.clone(),
+                ..base()
+            },
+        ),
+        (
+            "restart_on_unhealthy",
+            AgentSpec {
+                restart_on_unhealthy: Some(3),
+                ..base()
+            },
+        ),
+        (
+            "on_credential_change",
+            AgentSpec {
+                on_credential_change: Some(OnCredentialChange::Restart),
+                ..base()
+            },
+        ),
+        // Every field of agent spec 2 (the release before spec 3): its
+        // hash is what it was then.
+        ("all of spec 2", spec2),
         ("all", all),
     ]
 }
@@ -159,8 +237,40 @@ const PINNED: &[(&str, &str)] = &[
         "sha256:ed157a0fcfa83bc890a1af1fa9077b51e7d78fb3ac76578183dc0c4a068a0413",
     ),
     (
-        "all",
+        "user",
+        "sha256:061b6030b3bb0d67a6743a9aa1ccf678d24fefaabe794df897337cfa0b1a8b60",
+    ),
+    (
+        "stop_grace_secs",
+        "sha256:2520b0c13afa53f0d36e717558e484f5ed40e6030dc354ef982ccd6b185829a4",
+    ),
+    (
+        "ports",
+        "sha256:6dd14f70d4544ddf302fa09bfbae9dc89d15a8e4f1306298ff38d3b353486087",
+    ),
+    (
+        "volumes",
+        "sha256:f0fcbdacafd61bfb2802d1d9b7737c4bcd4a16c871270b9d0adbb3acf2e52a34",
+    ),
+    (
+        "network",
+        "sha256:1cb33e4d77bf2497b53df0869b9c1adf30663a66b4abbbebe25de260f4139730",
+    ),
+    (
+        "restart_on_unhealthy",
+        "sha256:ed157a0fcfa83bc890a1af1fa9077b51e7d78fb3ac76578183dc0c4a068a0413",
+    ),
+    (
+        "on_credential_change",
+        "sha256:ed157a0fcfa83bc890a1af1fa9077b51e7d78fb3ac76578183dc0c4a068a0413",
+    ),
+    (
+        "all of spec 2",
         "sha256:5b4b7f6d6f71f5bc4a76bb91c73a6981ab782de38d4c7ae3cae9a75181a873e3",
+    ),
+    (
+        "all",
+        "sha256:9cfdf8ba6b9fb11b1fe226d6b34c05b5d7262b2c30039821cefd4ac87e9b5e60",
     ),
 ];
 
@@ -174,11 +284,14 @@ fn spec_hashes_are_what_they_were() {
         println!("    (\"{what}\", \"{hash}\"),");
     }
     assert_eq!(got.len(), PINNED.len(), "a spec without a pinned hash");
-    // Power and min_running_secs are not hashed: a start, a stop or a
-    // change of judgement is no rebuild.
+    // Power, min_running_secs, restart_on_unhealthy and
+    // on_credential_change are not hashed: a start, a stop or a change of
+    // judgement is no rebuild.
     let hash_of = |w: &str| &got.iter().find(|(what, _)| *what == w).unwrap().1;
     assert_eq!(hash_of("power"), hash_of("image"));
     assert_eq!(hash_of("min_running_secs"), hash_of("image"));
+    assert_eq!(hash_of("restart_on_unhealthy"), hash_of("image"));
+    assert_eq!(hash_of("on_credential_change"), hash_of("image"));
     for ((what, hash), (pinned_what, pinned)) in got.iter().zip(PINNED) {
         assert_eq!(what, pinned_what);
         assert_eq!(

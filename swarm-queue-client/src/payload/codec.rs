@@ -76,6 +76,14 @@ pub enum InvalidField {
     NotAnImageReference { field: String, value: String },
     #[error("{field} {value:?} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")]
     NotAnEnvName { field: String, value: String },
+    #[error(
+        "host port {port} is published by both agent {first} and agent {second}; give each its own"
+    )]
+    PortTwice {
+        port: String,
+        first: String,
+        second: String,
+    },
     #[error("sender is not a public xkey (X…)")]
     NotAPublicXKey,
     #[error("sealed value is {len} hex characters, over the limit for a {max_secret}-byte secret")]

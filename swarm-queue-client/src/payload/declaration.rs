@@ -10,8 +10,14 @@ use sha2::{Digest, Sha256};
 
 use super::checks::{check_count, check_len, check_text};
 use super::codec::{InvalidField, Payload};
+#[cfg(doc)]
+use super::container::PortSpec;
+use super::container::{
+    check_network, check_port_clashes, check_ports, check_user, check_volumes, OnCredentialChange,
+    VolumeSpec, DEFAULT_STOP_GRACE_SECS, MAX_STOP_GRACE_SECS, MAX_UNHEALTHY_CHECKS,
+};
 use crate::limits::*;
-use crate::names::{AccountName, AgentName};
+use crate::names::{AccountName, AgentName, ObjectName};
 
 /// Whether an agent should be running.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -75,6 +81,34 @@ pub struct AgentSpec {
     /// changes how the hive judges the container, not the container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_running_secs: Option<u64>,
+    /// Run as this user (`USER` or `USER:GROUP`, names or numbers) instead
+    /// of the image's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Seconds between SIGTERM and SIGKILL on every stop, rebuild and
+    /// retire; [`DEFAULT_STOP_GRACE_SECS`] when unset, at most
+    /// [`MAX_STOP_GRACE_SECS`]. Set on the container, so it is hashed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_grace_secs: Option<u64>,
+    /// Published ports, `[ADDRESS:]HOST:CONTAINER[/tcp|/udp]`
+    /// ([`PortSpec`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<String>,
+    /// Named volumes and host paths ([`VolumeSpec`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<VolumeSpec>,
+    /// `bridge` (Docker's default, also when unset), `none`, or a network
+    /// the hive makes for its agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<ObjectName>,
+    /// Restart the agent (through the crash-loop backoff) after this many
+    /// failed health checks in a row. How the hive judges, not the
+    /// container: not hashed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_on_unhealthy: Option<u32>,
+    /// What a changed or deleted credential does to the agent. Not hashed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_credential_change: Option<OnCredentialChange>,
     /// Fields this build does not know (a newer writer's), kept so that a
     /// reader can say it ignored them ([`Payload`]'s decode warns) and a
     /// re-write does not drop them. Never in the spec hash.
@@ -147,7 +181,9 @@ impl HealthSpec {
 /// a controller can refuse to write a field a hive would not honour.
 ///
 /// 2: [`BASELINE_AGENT_FIELDS`] and `min_running_secs`.
-pub const AGENT_SPEC: u32 = 2;
+/// 3: and `user`, `stop_grace_secs`, `ports`, `volumes`, `network`,
+/// `restart_on_unhealthy` and `on_credential_change`.
+pub const AGENT_SPEC: u32 = 3;
 
 /// Every agent field this build knows, as the declaration spells it, in
 /// the order they were added (a new one goes last).
@@ -162,6 +198,13 @@ pub const AGENT_FIELDS: &[&str] = &[
     "credentials",
     "health",
     "min_running_secs",
+    "user",
+    "stop_grace_secs",
+    "ports",
+    "volumes",
+    "network",
+    "restart_on_unhealthy",
+    "on_credential_change",
 ];
 
 /// What a hive that publishes no [`AGENT_SPEC`] (one built before it did)
@@ -172,10 +215,12 @@ pub const BASELINE_AGENT_FIELDS: &[&str] = AGENT_FIELDS.split_at(9).0;
 
 /// The agent fields a hive publishing `agent_spec` knows, as far as this
 /// build can tell: none published (a hive built before it said) or 1, the
-/// baseline; this build's or newer, every field this build knows.
+/// baseline; 2, the baseline and `min_running_secs`; this build's or
+/// newer, every field this build knows.
 pub fn agent_fields_of(agent_spec: Option<u32>) -> &'static [&'static str] {
     match agent_spec {
         None | Some(0..=1) => BASELINE_AGENT_FIELDS,
+        Some(2) => AGENT_FIELDS.split_at(10).0,
         Some(_) => AGENT_FIELDS,
     }
 }
@@ -193,8 +238,9 @@ impl AgentSpec {
 
     /// `sha256:<hex>` over everything that needs a new container when it
     /// changes. Power is left out: it is a start or a stop, not a rebuild;
-    /// so is `min_running_secs`, which only changes when the hive counts the
-    /// container as up; and so are unknown fields, which an older reader
+    /// so are `min_running_secs`, `restart_on_unhealthy` and
+    /// `on_credential_change`, which only change how the hive judges and
+    /// treats the container; and so are unknown fields, which an older reader
     /// could not hash the way their writer does. Optional fields are
     /// skipped when absent, so adding a field to the contract does not
     /// change the hash of specs that do not use it.
@@ -202,6 +248,8 @@ impl AgentSpec {
         let hashed = AgentSpec {
             power: None,
             min_running_secs: None,
+            restart_on_unhealthy: None,
+            on_credential_change: None,
             unknown: BTreeMap::new(),
             ..self.clone()
         };
@@ -272,7 +320,49 @@ impl AgentSpec {
             self.credentials.len(),
             MAX_CREDENTIALS_PER_AGENT,
         )?;
+        self.validate_container(agent)
+    }
+
+    /// The fields of [`super::container`].
+    fn validate_container(&self, agent: &AgentName) -> Result<(), InvalidField> {
+        let f = |name: &str| format!("agents.{agent}.{name}");
+        if let Some(user) = &self.user {
+            check_user(&f("user"), user)?;
+        }
+        if let Some(secs) = self.stop_grace_secs.filter(|s| *s > MAX_STOP_GRACE_SECS) {
+            return Err(InvalidField::OutOfRange {
+                field: f("stop_grace_secs"),
+                value: secs.to_string(),
+                allowed: format!("0 to {MAX_STOP_GRACE_SECS}"),
+            });
+        }
+        check_ports(&f("ports"), &self.ports)?;
+        check_port_clashes([(agent, &self.ports[..])].into_iter())?;
+        check_volumes(&f("volumes"), &self.volumes)?;
+        if let Some(network) = &self.network {
+            check_network(&f("network"), network)?;
+        }
+        if let Some(n) = self
+            .restart_on_unhealthy
+            .filter(|n| !(1..=MAX_UNHEALTHY_CHECKS).contains(n))
+        {
+            return Err(InvalidField::NotBetweenOneAnd {
+                field: f("restart_on_unhealthy"),
+                value: u64::from(n),
+                max: u64::from(MAX_UNHEALTHY_CHECKS),
+            });
+        }
         Ok(())
+    }
+
+    /// How long a stop of this agent's container may take.
+    pub fn stop_grace_secs(&self) -> u64 {
+        self.stop_grace_secs.unwrap_or(DEFAULT_STOP_GRACE_SECS)
+    }
+
+    /// What a changed credential does to this agent.
+    pub fn on_credential_change(&self) -> OnCredentialChange {
+        self.on_credential_change.unwrap_or_default()
     }
 }
 
@@ -304,7 +394,7 @@ impl Payload for Declaration {
         for (name, spec) in &self.agents {
             spec.validate(name)?;
         }
-        Ok(())
+        check_port_clashes(self.agents.iter().map(|(a, s)| (a, &s.ports[..])))
     }
     fn ignored_fields(&self) -> Vec<String> {
         self.agents

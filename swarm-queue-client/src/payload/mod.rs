@@ -16,6 +16,9 @@
 //!   its errors.
 //! - `declaration`: what the controller asks a hive to run
 //!   (`hyperhive-wanted/<hive>`).
+//! - `container`: the agent fields that shape its container beyond image
+//!   and command (user, stop grace, ports, volumes, network) and the
+//!   hive's reactions (to failed health checks, to a changed credential).
 //! - `readiness`: what a hive says of itself (`hyperhive-status/<hive>`).
 //! - `events`: the core-NATS requests and notices (deploy, credential).
 //! - `logs`: an agent's output over NATS, its frames and flow control.
@@ -27,6 +30,7 @@
 
 mod checks;
 mod codec;
+mod container;
 mod declaration;
 mod events;
 mod logs;
@@ -35,6 +39,10 @@ mod readiness;
 pub use checks::{sanitize_message, sanitize_short};
 pub use codec::{
     decode, encode, encode_pretty, DecodeError, Decoded, EncodeError, InvalidField, Payload,
+};
+pub use container::{
+    OnCredentialChange, PortSpec, Protocol, VolumeSpec, DEFAULT_STOP_GRACE_SECS,
+    MAX_STOP_GRACE_SECS, MAX_UNHEALTHY_CHECKS, NETWORK_BRIDGE, NETWORK_NONE, PORT_FORM,
 };
 pub use declaration::{
     agent_fields_of, AgentSpec, BuildSpec, Declaration, HealthSpec, Power, AGENT_FIELDS,

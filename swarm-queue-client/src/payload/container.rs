@@ -362,7 +362,7 @@ mod tests {
         ] {
             assert!(check_volumes("v", &bad).is_err(), "{bad:?} passed");
         }
-        assert!(v(None, Some("/srv"), "/x").writable() == false);
+        assert!(!v(None, Some("/srv"), "/x").writable());
         assert!(v(Some("c"), None, "/x").writable());
     }
 
@@ -370,14 +370,14 @@ mod tests {
     fn a_host_port_twice_names_both_agents() {
         let a = AgentName::new("a").unwrap();
         let b = AgentName::new("b").unwrap();
-        let pa = vec!["8080:80".to_string()];
-        let pb = vec!["127.0.0.1:8080:81/tcp".to_string()];
+        let pa = ["8080:80".to_string()];
+        let pb = ["127.0.0.1:8080:81/tcp".to_string()];
         let err = check_port_clashes([(&a, &pa[..]), (&b, &pb[..])].into_iter()).unwrap_err();
         assert_eq!(
             err.to_string(),
             "host port 8080/tcp is published by both agent a and agent b; give each its own"
         );
-        let pc = vec!["8080:80/udp".to_string()];
+        let pc = ["8080:80/udp".to_string()];
         check_port_clashes([(&a, &pa[..]), (&b, &pc[..])].into_iter()).unwrap();
         let (x, y) = (
             vec!["10.0.0.1:80:80".to_string()],

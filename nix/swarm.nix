@@ -240,13 +240,14 @@ in
             memory_mb = 256;
             cpus = 0.5;
             credentials = [ "smtp" ];
+            on_credential_change = "restart";
           };
         }
       '';
       description = ''
         What each hive runs: hive -> agent -> agent spec (image or build,
-        command, env, power, memory_mb, cpus, credentials; see
-        docs/protocol.md).
+        command, env, power, memory_mb, cpus, credentials,
+        on_credential_change = "none" or "restart"; see docs/protocol.md).
         Written to the swarm file and published by the
         hyperhive-swarm-declare unit on the controller host. An empty set for
         a hive (`alpha = { }`) is an explicit empty declaration: that hive

@@ -16,14 +16,27 @@
 //! three places: a credential notice (names only), the doorbell of a write
 //! of one of its own keys (a core-NATS subscription on
 //! `$KV.hyperhive-credentials.<hive>.>`, whose subject names the key), and
-//! its declaration (each agent's `credentials` accounts), read in full at
+//! its declaration (each agent's `credentials` accounts) together with the
+//! credential files already on disk ([`files::delivered`]), read in full at
 //! start, after every reconnect, when the declaration changes and on a
 //! timer, so a missed notice or doorbell repairs itself.
 //!
 //! A key whose revision goes back means the bucket was made again: the
 //! value read is delivered and a `credentials_reset` warning says so
-//! ([`crate::revision`]). A deleted or purged key is not a deletion order:
-//! the file delivered before stays.
+//! ([`crate::revision`]).
+//!
+//! **A delete marker is an order; a missing key is not.** A key whose last
+//! message is a delete (or purge) marker was deleted by the controller's
+//! `credential delete` (only the controller's identity may write the
+//! bucket): the file is removed, a `credential_removed` event says so, and
+//! that happens on the notice or doorbell and again at any later pass, so
+//! a hive that was down removes it at its next boot. A key that is simply
+//! not there (never stored, or the bucket lost and made again) removes
+//! nothing: the file delivered before stays.
+//!
+//! A file whose content changes (a first delivery, a new value) or that a
+//! marker removes is a change for its agent ([`on_change`]): with
+//! `on_credential_change = "restart"` a restart job is queued.
 //!
 //! The daemon's boot task and event listener share one [`Credentials`]
 //! handle.
@@ -34,7 +47,10 @@
 //! async workers.
 
 mod boot;
+pub mod files;
+pub mod on_change;
 mod refusals;
+mod shared;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -51,7 +67,9 @@ use zeroize::Zeroizing;
 use crate::revision::{judge, Seen, Suspect, Verdict};
 
 pub use boot::{run_boot_delivery, BootDeps};
+pub use on_change::{Change, OnChange};
 pub use refusals::Refusals;
+pub use shared::{Credentials, Opener};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeliverError {
@@ -59,8 +77,6 @@ pub enum DeliverError {
     NotConnected(#[from] swarm_queue_client::NotConnected),
     #[error("credential {key} is not in the credentials bucket")]
     Missing { key: String },
-    #[error("credential {key} was deleted or purged at revision {revision}")]
-    Removed { key: String, revision: u64 },
     #[error("reading credential {key} failed")]
     Read {
         key: String,
@@ -92,6 +108,13 @@ pub enum DeliverError {
     },
     #[error("credential {key}: cannot write {path}")]
     Write {
+        key: String,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("credential {key}: cannot remove {path}")]
+    Remove {
         key: String,
         path: PathBuf,
         #[source]
@@ -142,6 +165,14 @@ pub enum Delivered {
         reset_from: Option<u64>,
         /// A revision not delivered before (not a repeat of the last one).
         fresh: bool,
+        /// The file was missing or held another value.
+        changed: bool,
+    },
+    /// The key holds a delete marker: the file is gone.
+    Removed {
+        path: PathBuf,
+        /// The file was there until now (not removed before).
+        existed: bool,
     },
     /// A lower revision not yet confirmed: read again after
     /// [`crate::revision::CONFIRM_AFTER`].
@@ -165,6 +196,14 @@ pub struct Deliverer {
     /// Where a delivery is told to the fleet (`credential_delivered`,
     /// names only), when the daemon publishes events.
     pub events: Option<crate::fleet_events::EventSink>,
+    /// What a change does to its agent (a restart job), when the daemon
+    /// runs jobs.
+    pub on_change: Option<OnChange>,
+    /// Held from a key's read to the change's restart: a notice and a
+    /// doorbell of the same put, handled at once, would both see the old
+    /// file and queue two restarts, or one would judge the revision new
+    /// while the other wrote it.
+    serial: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// What [`Deliverer::new`] takes.
@@ -204,12 +243,20 @@ impl Deliverer {
             book: Arc::default(),
             refusals: Arc::default(),
             events: None,
+            on_change: None,
+            serial: Arc::default(),
         }
     }
 
     /// The same, telling each new delivery to `events`.
     pub fn with_events(mut self, events: Option<crate::fleet_events::EventSink>) -> Self {
         self.events = events;
+        self
+    }
+
+    /// The same, acting on each change through `on_change`.
+    pub fn with_on_change(mut self, on_change: Option<OnChange>) -> Self {
+        self.on_change = on_change;
         self
     }
 
@@ -220,7 +267,7 @@ impl Deliverer {
         agent: &AgentName,
         account: &AccountName,
         value: &[u8],
-    ) -> Result<PathBuf, DeliverError> {
+    ) -> Result<(PathBuf, bool), DeliverError> {
         let envelope = decode::<CredentialEnvelope>(value)
             .map_err(|source| DeliverError::Decode {
                 key: key.to_string(),
@@ -237,26 +284,25 @@ impl Deliverer {
         let agent_dir = self.agents_dir.join(agent.as_str());
         let file = account.to_string();
         let written =
-            tokio::task::spawn_blocking(move || write_secret(&agent_dir, &file, &secret)).await;
-        match written {
-            Ok(Ok(())) => Ok(path),
-            Ok(Err(crate::nofollow::NoFollowError::Io { path, source, .. })) => {
-                Err(DeliverError::Write {
-                    key: key.to_string(),
-                    path,
-                    source,
-                })
-            }
-            Ok(Err(source)) => Err(DeliverError::Refused {
-                key: key.to_string(),
-                source,
-            }),
-            Err(source) => Err(DeliverError::WriteTask {
-                key: key.to_string(),
-                path,
-                source,
-            }),
-        }
+            tokio::task::spawn_blocking(move || files::write_secret(&agent_dir, &file, &secret))
+                .await;
+        file_result(key, &path, written, FileOp::Write).map(|changed| (path, changed))
+    }
+
+    /// A delete marker: remove the file, off the async workers. Whether it
+    /// was there.
+    async fn remove(
+        &self,
+        key: &str,
+        agent: &AgentName,
+        account: &AccountName,
+    ) -> Result<(PathBuf, bool), DeliverError> {
+        let path = credential_path(&self.agents_dir, agent, account);
+        let agent_dir = self.agents_dir.join(agent.as_str());
+        let file = account.to_string();
+        let removed =
+            tokio::task::spawn_blocking(move || files::remove_secret(&agent_dir, &file)).await;
+        file_result(key, &path, removed, FileOp::Remove).map(|existed| (path, existed))
     }
 
     /// Deliver one credential (named by a notice, a doorbell or the
@@ -267,6 +313,9 @@ impl Deliverer {
         account: &AccountName,
     ) -> Result<Delivered, DeliverError> {
         swarm_queue_client::ensure_connected(&self.client)?;
+        // The read, the verdict and the file in one turn, so the path that
+        // finds a revision new is also the one that writes it.
+        let _serial = self.serial.lock().await;
         let key = credential_key(&self.hive, agent, account);
         let entry = self
             .reader
@@ -285,18 +334,17 @@ impl Deliverer {
         };
         let fresh = verdict != Verdict::Same;
         if entry.operation != KeyOp::Put {
-            // Not a deletion order: the file delivered before stays.
-            return Err(DeliverError::Removed {
-                key,
-                revision: entry.revision,
-            });
+            return self.removed(&key, agent, account, entry.revision).await;
         }
         let written = self.write(&key, agent, account, &entry.value).await;
-        let path = self.note_refusal(agent, account, written)?;
-        tracing::info!(hive = %self.hive, %agent, %account, revision = entry.revision, path = %path.display(), "credential delivered");
+        let (path, changed) = self.note_refusal(agent, account, written)?;
+        tracing::info!(hive = %self.hive, %agent, %account, revision = entry.revision, changed, path = %path.display(), "credential delivered");
+        let restart = self
+            .act_on_change(agent, account, changed.then_some(Change::Written))
+            .await;
         if let Some(events) = self.events.as_ref().filter(|_| fresh) {
             let said = format!(
-                "credential {account} (revision {}) delivered",
+                "credential {account} (revision {}) delivered{restart}",
                 entry.revision
             );
             let event =
@@ -307,17 +355,69 @@ impl Deliverer {
             path,
             reset_from,
             fresh,
+            changed,
         })
+    }
+
+    /// The key holds a delete marker, the controller's order: remove the
+    /// file, and when it was there, say so and act on the change.
+    async fn removed(
+        &self,
+        key: &str,
+        agent: &AgentName,
+        account: &AccountName,
+        revision: u64,
+    ) -> Result<Delivered, DeliverError> {
+        let removed = self.remove(key, agent, account).await;
+        let (path, existed) = self.note_refusal(agent, account, removed)?;
+        if existed {
+            tracing::info!(hive = %self.hive, %agent, %account, revision, path = %path.display(), "credential deleted: file removed");
+            let restart = self
+                .act_on_change(agent, account, Some(Change::Removed))
+                .await;
+            if let Some(events) = &self.events {
+                let said = format!(
+                    "credential {account} deleted (revision {revision}): file removed{restart}"
+                );
+                let event =
+                    swarm_queue_client::event_stream::Event::new("credential_removed").said(said);
+                events.emit(agent, event);
+            }
+        }
+        Ok(Delivered::Removed { path, existed })
+    }
+
+    /// Queue what `change` asks of the agent (see [`on_change`]); what to
+    /// add to the event's message. A store that fails is logged: the file
+    /// is as the controller wants it, only the restart is lost.
+    async fn act_on_change(
+        &self,
+        agent: &AgentName,
+        account: &AccountName,
+        change: Option<Change>,
+    ) -> String {
+        let (Some(change), Some(on_change)) = (change, &self.on_change) else {
+            return String::new();
+        };
+        match on_change.changed(agent, account, change).await {
+            Ok(Some(job)) => format!("; restart queued (job {job})"),
+            Ok(None) => String::new(),
+            Err(e) => {
+                let error = crate::error_chain(&e);
+                tracing::warn!(hive = %self.hive, %agent, %account, %error, "credential changed, but the restart could not be queued");
+                "; the restart could not be queued".to_string()
+            }
+        }
     }
 
     /// Remember a refused write (logged here, once per delivery) until a
     /// write of the same key succeeds.
-    fn note_refusal(
+    fn note_refusal<T>(
         &self,
         agent: &AgentName,
         account: &AccountName,
-        written: Result<PathBuf, DeliverError>,
-    ) -> Result<PathBuf, DeliverError> {
+        written: Result<T, DeliverError>,
+    ) -> Result<T, DeliverError> {
         if let Err(DeliverError::Refused { source, .. }) = &written {
             let reason = source.to_string();
             tracing::warn!(hive = %self.hive, %agent, %account, path = %source.path().display(), %reason, "credential delivery refused");
@@ -382,11 +482,14 @@ impl Deliverer {
     }
 
     /// Deliver every credential the declaration names for its agents
-    /// (`credentials = [...]` of each). A hive cannot list keys (that would
-    /// list other hives' key names too), so the declaration is the index; a
-    /// credential stored for an account no agent declares is delivered by
-    /// its doorbell or notice instead. A declared key not stored yet is
-    /// skipped. Returns the outcomes and the failures (each names its key,
+    /// (`credentials = [...]` of each), and read again the key of every
+    /// credential file on disk (so a delete marker the hive missed removes
+    /// its file even when no agent declares the account). A hive cannot
+    /// list keys (that would list other hives' key names too), so the
+    /// declaration and the files are the index; a credential stored for an
+    /// account no agent declares is first delivered by its doorbell or
+    /// notice instead. A key not stored (yet, or any more: the bucket made
+    /// again) is skipped, and its file kept. Returns the outcomes and the failures (each names its key,
     /// never a secret); a missing bucket fails the whole pass.
     pub async fn deliver_declared(
         &self,
@@ -394,18 +497,28 @@ impl Deliverer {
     ) -> Result<(Vec<Delivered>, Vec<DeliverError>), DeliverError> {
         let mut done = Vec::new();
         let mut failures = Vec::new();
-        for (agent, spec) in &declaration.agents {
-            for account in &spec.credentials {
-                match self.deliver(agent, account).await {
-                    Ok(d) => done.push(d),
-                    Err(DeliverError::Missing { key }) => {
-                        tracing::debug!(hive = %self.hive, %key, "declared credential not stored yet")
-                    }
-                    Err(e) if e.bucket_missing() || matches!(e, DeliverError::NotConnected(_)) => {
-                        return Err(e)
-                    }
-                    Err(e) => failures.push(e),
+        let mut keys: std::collections::BTreeSet<(AgentName, AccountName)> = declaration
+            .agents
+            .iter()
+            .flat_map(|(agent, spec)| spec.credentials.iter().map(|a| (agent.clone(), a.clone())))
+            .collect();
+        let agents_dir = self.agents_dir.clone();
+        match tokio::task::spawn_blocking(move || files::delivered(&agents_dir)).await {
+            Ok(on_disk) => keys.extend(on_disk),
+            Err(e) => {
+                tracing::warn!(hive = %self.hive, error = %e, "cannot list the credential files")
+            }
+        }
+        for (agent, account) in &keys {
+            match self.deliver(agent, account).await {
+                Ok(d) => done.push(d),
+                Err(DeliverError::Missing { key }) => {
+                    tracing::debug!(hive = %self.hive, %key, "credential not stored (yet, or any more); its file, if any, stays")
                 }
+                Err(e) if e.bucket_missing() || matches!(e, DeliverError::NotConnected(_)) => {
+                    return Err(e)
+                }
+                Err(e) => failures.push(e),
             }
         }
         tracing::info!(hive = %self.hive, delivered = done.len(), failed = failures.len(), "credential delivery pass done");
@@ -413,110 +526,36 @@ impl Deliverer {
     }
 }
 
-/// Where the daemon's credential delivery reads and writes: one handle
-/// shared by the boot task and the event listener.
-#[derive(Clone)]
-pub struct Credentials {
-    opened: Arc<tokio::sync::Mutex<Option<Deliverer>>>,
-    opener: Option<Arc<Opener>>,
+/// What a file task did, for its error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FileOp {
+    Write,
+    Remove,
 }
 
-/// What opening the credentials bucket needs.
-pub struct Opener {
-    pub client: async_nats::Client,
-    /// JetStream on the buckets' domain.
-    pub js: async_nats::jetstream::Context,
-    pub bucket: swarm_queue_client::BucketSettings,
-    pub hive: HiveName,
-    pub xkey: Arc<XKey>,
-    pub trusted: Arc<Vec<String>>,
-    pub agents_dir: PathBuf,
-    /// Where deliveries are told to the fleet.
-    pub events: Option<crate::fleet_events::EventSink>,
-}
-
-impl Credentials {
-    /// Opens the bucket when first needed.
-    pub fn new(opener: Opener) -> Credentials {
-        Credentials {
-            opened: Arc::default(),
-            opener: Some(Arc::new(opener)),
+/// The outcome of a file task as a delivery's
+/// error: a link or odd file is a refusal, anything else an I/O failure.
+fn file_result<T>(
+    key: &str,
+    path: &Path,
+    done: Result<Result<T, crate::nofollow::NoFollowError>, tokio::task::JoinError>,
+    what: FileOp,
+) -> Result<T, DeliverError> {
+    use crate::nofollow::NoFollowError;
+    let key = key.to_string();
+    match done {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(NoFollowError::Io { path, source, .. })) if what == FileOp::Remove => {
+            Err(DeliverError::Remove { key, path, source })
         }
-    }
-
-    /// Over a bucket that is already open.
-    pub fn open(deliverer: Deliverer) -> Credentials {
-        Credentials {
-            opened: Arc::new(tokio::sync::Mutex::new(Some(deliverer))),
-            opener: None,
+        Ok(Err(NoFollowError::Io { path, source, .. })) => {
+            Err(DeliverError::Write { key, path, source })
         }
+        Ok(Err(source)) => Err(DeliverError::Refused { key, source }),
+        Err(source) => Err(DeliverError::WriteTask {
+            key,
+            path: path.to_path_buf(),
+            source,
+        }),
     }
-
-    /// The deliverer (made on first use; it sends nothing until asked).
-    pub async fn deliverer(&self) -> Deliverer {
-        let mut opened = self.opened.lock().await;
-        if let Some(d) = opened.as_ref() {
-            return d.clone();
-        }
-        // Only `Credentials::open` makes one without an opener, and it is
-        // open from the start, so this cannot fail.
-        let o = self
-            .opener
-            .as_ref()
-            .expect("a Credentials without an opener is made open");
-        let parts = DelivererParts {
-            client: o.client.clone(),
-            hive: o.hive.clone(),
-            xkey: o.xkey.clone(),
-            trusted: o.trusted.clone(),
-            agents_dir: o.agents_dir.clone(),
-        };
-        let d = Deliverer::on_context(parts, &o.js).with_events(o.events.clone());
-        *opened = Some(d.clone());
-        d
-    }
-
-    /// How the bucket is made if it is missing at start and this identity
-    /// may create it (no per-hive permissions).
-    fn bucket_settings(&self) -> swarm_queue_client::BucketSettings {
-        self.opener
-            .as_ref()
-            .map(|o| o.bucket.clone())
-            .unwrap_or_default()
-    }
-
-    /// Deliver one credential named by a notice, then raise or clear the
-    /// `credential_refused` warning in `health`.
-    pub async fn deliver(
-        &self,
-        agent: &AgentName,
-        account: &AccountName,
-        health: &crate::readiness::Health,
-    ) -> Result<Delivered, DeliverError> {
-        let deliverer = self.deliverer().await;
-        let result = deliverer.deliver(agent, account).await;
-        deliverer.publish_refusals(health);
-        result
-    }
-}
-
-/// `credentials/<file>` below the agent's dir: the directory 0700, the
-/// file 0600 through a unique temporary file beside it, no link followed
-/// below `agent_dir` ([`crate::nofollow`]). The agent's dir itself is the
-/// hive's (its parent is not in any container), so it is made by path.
-/// Blocking: run it on the blocking pool.
-fn write_secret(
-    agent_dir: &Path,
-    file: &str,
-    secret: &[u8],
-) -> Result<(), crate::nofollow::NoFollowError> {
-    use crate::nofollow::{Dir, NoFollowError};
-    std::fs::create_dir_all(agent_dir).map_err(|source| NoFollowError::Io {
-        what: "create",
-        path: agent_dir.to_path_buf(),
-        source,
-    })?;
-    let dir = Dir::open_root(agent_dir)?.child("credentials", 0o700)?;
-    dir.set_mode(0o700)?;
-    dir.write_private(file, secret)
 }

@@ -420,6 +420,11 @@ fn start_nats_side(
         trusted: Arc::new(config.trusted_controller_xkeys.clone()),
         agents_dir: config.agents_dir(),
         events: Some(side.events.clone()),
+        on_change: Some(credentials::OnChange {
+            store: state.store.clone(),
+            wake: side.wake.clone(),
+            wanted: state.wanted_rx.clone(),
+        }),
     });
     let boot = credentials::BootDeps {
         nats: conn.clone(),

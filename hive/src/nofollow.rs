@@ -242,5 +242,6 @@ fn io(what: &'static str, path: &Path) -> impl FnOnce(Errno) -> NoFollowError {
     }
 }
 
+mod existing;
 #[cfg(test)]
 mod tests;

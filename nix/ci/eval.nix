@@ -89,6 +89,7 @@ let
         ];
         power = "up";
         memory_mb = 64;
+        on_credential_change = "restart";
       };
       nats.enable = true;
     };
@@ -170,6 +171,7 @@ in
           "the image loads before the hive" = lib.elem "hyperhive-hive.service" fleetNodes.alpha.systemd.services.hyperhive-test-image.before;
           "the hive trusts the controller" = fleetNodes.alpha.services.hyperhive.settings.trusted_controller_xkeys == [ keys.controller.xkey ];
           "the declaration names alpha" = fleetNodes.controller.environment.etc."hyperhive/swarm.toml".source.value.hives.alpha.agents.hello.image == "hhtest/hello:1";
+          "the declaration keeps on_credential_change" = fleetNodes.controller.environment.etc."hyperhive/swarm.toml".source.value.hives.alpha.agents.hello.on_credential_change == "restart";
         }
         // lib.listToAttrs (
           map (w: {

@@ -12,7 +12,7 @@ use swarm_queue_client::{AgentName, HiveName};
 use tokio::sync::watch;
 
 use crate::cli_declare::{self, DeclareArgs, RollbackArgs, RolloutVerb};
-use crate::cli_events::{self, CredentialPut, DeployArgs};
+use crate::cli_events::{self, CredentialDelete, CredentialPut, DeployArgs};
 use crate::cli_history::{self, EventsArgs};
 use crate::cli_logs::{self, LogsArgs};
 use crate::cli_maintenance::{self, MaintenanceCommand};
@@ -50,6 +50,7 @@ pub(crate) const CONNECT_WAIT: Duration = Duration::from_secs(5);
         swarm-controller --config controller.toml declare swarm.toml --dry-run\n  \
         swarm-controller --config controller.toml deploy alpha mail-bot\n  \
         swarm-controller --config controller.toml credential put alpha mail-bot smtp --from-file smtp.pw\n  \
+        swarm-controller --config controller.toml credential delete alpha mail-bot smtp\n  \
         swarm-controller --config controller.toml serve\n  \
         swarm-controller --config roster.toml nats-config > accounts.conf"
 )]
@@ -227,6 +228,11 @@ impl From<RolloutCommand> for RolloutVerb {
 enum CredentialCommand {
     /// Seal a secret to the hive's xkey, store it, and notify the hive.
     Put(CredentialPut),
+    /// Delete a stored credential (a delete marker in the bucket) and
+    /// notify the hive, which removes the agent's file; a hive that misses
+    /// the notice removes it at its next boot. An agent with
+    /// on_credential_change = "restart" is restarted.
+    Delete(CredentialDelete),
     /// Print the controller's public xkey (creating its seed file if there is
     /// none): the value every hive lists in trusted_controller_xkeys.
     Xkey,
@@ -352,6 +358,9 @@ async fn run(config: Config, command: Command) -> anyhow::Result<i32> {
         Command::Credential {
             action: CredentialCommand::Put(put),
         } => cli_events::credential_put_cmd(&config, put).await,
+        Command::Credential {
+            action: CredentialCommand::Delete(args),
+        } => cli_events::credential_delete_cmd(&config, args).await,
         Command::KnowledgeChanged => cli_events::knowledge_cmd(&config).await,
         Command::Serve {
             http_listen,

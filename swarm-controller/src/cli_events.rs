@@ -1,7 +1,8 @@
 //! The event verbs of the command line: `deploy`, `credential put`,
-//! `credential xkey` and `knowledge-changed`. Each checks its arguments
-//! against the roster, does one thing through the library modules, prints
-//! the outcome (text or `--json`) and returns the exit code.
+//! `credential delete`, `credential xkey` and `knowledge-changed`. Each
+//! checks its arguments against the roster, does one thing through the
+//! library modules, prints the outcome (text or `--json`) and returns the
+//! exit code.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -25,6 +26,16 @@ pub(crate) struct CredentialPut {
     /// File holding the secret (read as bytes; never printed or logged).
     #[arg(long, value_name = "FILE")]
     from_file: PathBuf,
+    #[arg(long)]
+    json: bool,
+}
+
+/// The arguments of `credential delete`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct CredentialDelete {
+    hive: HiveName,
+    agent: AgentName,
+    account: AccountName,
     #[arg(long)]
     json: bool,
 }
@@ -130,6 +141,64 @@ pub(crate) async fn credential_put_cmd(config: &Config, put: CredentialPut) -> a
         );
         if let Some(note) = &stored.hive_not_fresh {
             println!("note: {note}; it delivers stored credentials when it starts");
+        }
+    }
+    Ok(EXIT_OK)
+}
+
+/// `credential delete`: write the delete marker, notify.
+pub(crate) async fn credential_delete_cmd(
+    config: &Config,
+    args: CredentialDelete,
+) -> anyhow::Result<i32> {
+    let CredentialDelete {
+        hive,
+        agent,
+        account,
+        json,
+    } = args;
+    if !config.hives.contains_key(&hive) {
+        return Err(CredentialPutError::NotRostered { hive }.into());
+    }
+    let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
+    let buckets = nats::open_buckets(&conn, &config.nats).await?;
+    let cx = credential::DeleteContext {
+        client: &conn.client,
+        status: &buckets.status,
+        credentials: &buckets.credentials,
+        stale_after: config.stale_after,
+    };
+    let owner = credential::CredentialFor {
+        hive: &hive,
+        agent: &agent,
+        account: &account,
+    };
+    let deleted = credential::delete(&cx, owner).await;
+    let mut event = Event::new("credential_delete").touching(std::slice::from_ref(&hive));
+    event.agent = Some(agent.clone());
+    let said = match &deleted {
+        Ok(d) => format!(
+            "account {account}: deleted {} (revision {})",
+            d.key, d.revision
+        ),
+        Err(e) => format!("account {account}: failed: {e}"),
+    };
+    audit::record(&conn.client, &config.events, event.said(said)).await;
+    let deleted = deleted?;
+    if json {
+        print_json(&deleted)?;
+    } else {
+        let again = if deleted.already_deleted {
+            " again"
+        } else {
+            ""
+        };
+        println!(
+            "deleted {} (revision {}){again}, and told hive {hive} to remove the file",
+            deleted.key, deleted.revision
+        );
+        if let Some(note) = &deleted.hive_not_fresh {
+            println!("note: {note}; it removes the file when it starts");
         }
     }
     Ok(EXIT_OK)

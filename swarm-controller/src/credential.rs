@@ -1,4 +1,5 @@
-//! `credential put`: seal a secret to one hive and tell it to fetch it.
+//! `credential put`: seal a secret to one hive and tell it to fetch it;
+//! `credential delete`: remove it, and tell the hive to remove its file.
 //!
 //! The controller's own xkey (its seed in `xkey_seed_file`, created with mode
 //! 0600 on first use) is the sender every hive is configured to trust. The
@@ -7,6 +8,15 @@
 //! `hyperhive-credentials` under `<hive>.<agent>.<account>`; then a notice
 //! with names only goes to the hive's credential subject. A hive that misses
 //! the notice still delivers the secret at its next boot.
+//!
+//! A delete writes a delete marker under the key (never a purge: the
+//! buckets are made `deny_purge`), compare-and-set on the revision just
+//! read, so a put that lands in between is not deleted unseen; then the
+//! same notice. The marker is the order: a hive removes the file when it
+//! reads a marker, on the notice or at any later boot or pull, but a key
+//! that is simply missing (the bucket made again) removes nothing. Only
+//! the controller's identity may write the bucket
+//! (`swarm_queue_client::permissions`), so only it can give the order.
 //!
 //! Nothing in this module logs, formats or returns the secret; it lives in
 //! one buffer that is dropped as soon as it is sealed.
@@ -55,7 +65,11 @@ pub enum CredentialPutError {
     },
     #[error("cannot store the credential {key}: {reason}")]
     Store { key: String, reason: String },
-    #[error("stored {key} (revision {revision}), but the notice to hive {hive} failed: {reason}; the hive picks it up at its next boot")]
+    #[error("no credential {key} is stored (nothing to delete); `credential put` stores one")]
+    NotStored { key: String },
+    #[error("cannot delete the credential {key}: {reason}")]
+    Delete { key: String, reason: String },
+    #[error("{key} is written (revision {revision}), but the notice to hive {hive} failed: {reason}; the hive acts on it at its next boot")]
     Notice {
         hive: HiveName,
         key: String,
@@ -71,6 +85,19 @@ pub struct Stored {
     pub revision: u64,
     /// The hive's status was stale or stopped: the hive will see the notice
     /// only when it is back (it delivers stored credentials at boot).
+    pub hive_not_fresh: Option<String>,
+}
+
+/// What `credential delete` did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Deleted {
+    pub key: String,
+    /// The delete marker's revision.
+    pub revision: u64,
+    /// The key held a delete marker already: written again, and the hive
+    /// told again (its file may still be there if it missed the first).
+    pub already_deleted: bool,
+    /// As in [`Stored`]: the hive removes the file when it is back.
     pub hive_not_fresh: Option<String>,
 }
 
@@ -222,6 +249,69 @@ pub async fn put(
     })
 }
 
+/// What [`delete`] works with: the connection and the two buckets.
+pub struct DeleteContext<'a> {
+    pub client: &'a async_nats::Client,
+    /// `hyperhive-status`: whether the hive will hear the notice soon.
+    pub status: &'a kv::Store,
+    /// `hyperhive-credentials`: where the delete marker is written.
+    pub credentials: &'a kv::Store,
+    /// A hive whose status is older than this is named in the reply.
+    pub stale_after: std::time::Duration,
+}
+
+/// Write a delete marker over a stored credential and tell the hive. A key
+/// never stored is refused ([`CredentialPutError::NotStored`]); one
+/// deleted before is deleted again (a new marker, a new notice), so an
+/// operator can repeat the order.
+pub async fn delete(
+    cx: &DeleteContext<'_>,
+    owner: CredentialFor<'_>,
+) -> Result<Deleted, CredentialPutError> {
+    let (hive, agent, account) = (owner.hive, owner.agent, owner.account);
+    ensure_connected(cx.client)?;
+    let key = credential_key(hive, agent, account);
+    let fail = |reason: String| CredentialPutError::Delete {
+        key: key.clone(),
+        reason,
+    };
+    let last = cx
+        .credentials
+        .entry(key.as_str())
+        .await
+        .map_err(|e| fail(e.to_string()))?
+        .ok_or_else(|| CredentialPutError::NotStored { key: key.clone() })?;
+    let already_deleted = last.operation != Operation::Put;
+    // Compare-and-set: a put that landed since the read is not deleted
+    // unseen; the operator runs the delete again after looking.
+    cx.credentials
+        .delete_expect_revision(key.as_str(), Some(last.revision))
+        .await
+        .map_err(|e| {
+            fail(format!(
+                "{e} (was it changed meanwhile? run the delete again)"
+            ))
+        })?;
+    let revision = cx
+        .credentials
+        .entry(key.as_str())
+        .await
+        .map_err(|e| fail(e.to_string()))?
+        .map_or(last.revision + 1, |e| e.revision);
+    tracing::info!(%hive, %agent, %account, revision, "deleted a credential");
+    let hive_not_fresh = match read_status(cx.status, hive).await {
+        Ok((readiness, created)) => not_fresh(hive, &readiness, created, cx.stale_after),
+        Err(e) => Some(e.to_string()),
+    };
+    notify(cx.client, owner, &key, revision).await?;
+    Ok(Deleted {
+        key,
+        revision,
+        already_deleted,
+        hive_not_fresh,
+    })
+}
+
 /// The hive a credential is sealed to, from its status.
 struct Recipient {
     xkey: String,
@@ -234,6 +324,20 @@ async fn recipient(
     hive: &HiveName,
     stale_after: std::time::Duration,
 ) -> Result<Recipient, CredentialPutError> {
+    let (readiness, created) = read_status(status, hive).await?;
+    let xkey = readiness
+        .xkey
+        .clone()
+        .ok_or_else(|| CredentialPutError::NoXkey { hive: hive.clone() })?;
+    let not_fresh = not_fresh(hive, &readiness, created, stale_after);
+    Ok(Recipient { xkey, not_fresh })
+}
+
+/// The hive's last status and when it was written.
+async fn read_status(
+    status: &kv::Store,
+    hive: &HiveName,
+) -> Result<(Readiness, time::OffsetDateTime), CredentialPutError> {
     let status_err = |reason: String| CredentialPutError::Status {
         hive: hive.clone(),
         reason,
@@ -247,12 +351,19 @@ async fn recipient(
     let readiness = decode::<Readiness>(&entry.value)
         .map_err(|e| status_err(e.to_string()))?
         .value;
-    let xkey = readiness
-        .xkey
-        .clone()
-        .ok_or_else(|| CredentialPutError::NoXkey { hive: hive.clone() })?;
-    let age = time::OffsetDateTime::now_utc() - entry.created;
-    let not_fresh = if readiness.state == swarm_queue_client::HiveState::Stopped {
+    Ok((readiness, entry.created))
+}
+
+/// Why a hive whose status is `readiness`, written at `created`, may not
+/// act on a notice soon, if so.
+fn not_fresh(
+    hive: &HiveName,
+    readiness: &Readiness,
+    created: time::OffsetDateTime,
+    stale_after: std::time::Duration,
+) -> Option<String> {
+    let age = time::OffsetDateTime::now_utc() - created;
+    if readiness.state == swarm_queue_client::HiveState::Stopped {
         Some(format!("hive {hive} is stopped"))
     } else if age > stale_after {
         Some(format!(
@@ -261,8 +372,7 @@ async fn recipient(
         ))
     } else {
         None
-    };
-    Ok(Recipient { xkey, not_fresh })
+    }
 }
 
 /// Tell the hive the credential stored under `key` at `revision` is there.

@@ -191,7 +191,7 @@ impl Session<'_> {
             Err(e) if e.bucket_missing() || matches!(e, DeliverError::NotConnected(_)) => Err(e),
             Err(e) => Ok((Vec::new(), vec![e])),
         };
-        let fresh = matches!(&result, Ok((d, _)) if d.iter().any(|d| matches!(d, Delivered::Written { fresh: true, .. })));
+        let fresh = matches!(&result, Ok((d, _)) if d.iter().any(|d| matches!(d, Delivered::Written { fresh: true, .. } | Delivered::Removed { existed: true, .. })));
         (self.report(result), fresh)
     }
 

@@ -104,6 +104,10 @@ named_enum!(
         Reconcile => "reconcile",
         /// Retire, then delete the agent's data. Only an operator asks for it.
         Purge => "purge",
+        /// Stop the container and start it again as the power intent says:
+        /// asked by a credential that changed or was deleted, for an agent
+        /// with `on_credential_change = "restart"`.
+        Restart => "restart",
     }
 );
 
@@ -220,6 +224,7 @@ pub enum JobRequest {
     Retire,
     Reconcile,
     Purge,
+    Restart,
 }
 
 impl JobRequest {
@@ -230,6 +235,7 @@ impl JobRequest {
             JobRequest::Retire => JobKind::Retire,
             JobRequest::Reconcile => JobKind::Reconcile,
             JobRequest::Purge => JobKind::Purge,
+            JobRequest::Restart => JobKind::Restart,
         }
     }
 

@@ -38,6 +38,8 @@ fn chain(ops: &[Op]) -> Vec<PlannedNode> {
 ///   directory is kept.
 /// - `reconcile`: start or stop to match the power intent.
 /// - `purge`: stop → remove → delete the state directory and every record.
+/// - `restart`: stop → start if wanted up (the same container: a credential
+///   changed under it).
 pub fn plan(request: &JobRequest) -> Vec<PlannedNode> {
     match request {
         JobRequest::FirstDeploy { .. } => chain(&[
@@ -58,6 +60,7 @@ pub fn plan(request: &JobRequest) -> Vec<PlannedNode> {
         JobRequest::Retire => chain(&[Op::Stop, Op::Remove { forget: true }]),
         JobRequest::Reconcile => chain(&[Op::Reconcile]),
         JobRequest::Purge => chain(&[Op::Stop, Op::Remove { forget: true }, Op::PurgeData]),
+        JobRequest::Restart => chain(&[Op::Stop, Op::Start]),
     }
 }
 
@@ -101,6 +104,7 @@ mod tests {
             (JobRequest::Retire, vec!["stop", "remove"]),
             (JobRequest::Reconcile, vec!["reconcile"]),
             (JobRequest::Purge, vec!["stop", "remove", "purge_data"]),
+            (JobRequest::Restart, vec!["stop", "start"]),
         ];
         for (request, ops) in cases {
             let nodes = plan(&request);

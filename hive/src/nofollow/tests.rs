@@ -173,3 +173,44 @@ fn the_refusal_names_the_path_and_the_rule() {
     assert!(e.contains("it is a symbolic link, not a directory"), "{e}");
     assert!(e.contains("follows no link"), "{e}");
 }
+
+#[test]
+fn compare_remove_and_list_follow_no_link() {
+    let s = scene();
+    let root = Dir::open_root(&s.root).unwrap();
+    assert!(root.existing_child("b").unwrap().is_none(), "nothing made");
+    assert!(!s.root.join("b").exists());
+    let b = root.child("b", 0o700).unwrap();
+    b.write_private("secret", b"one").unwrap();
+    assert!(b.holds("secret", b"one").unwrap());
+    assert!(!b.holds("secret", b"on").unwrap());
+    assert!(!b.holds("secret", b"one!").unwrap());
+    assert!(!b.holds("missing", b"one").unwrap());
+    // A link to a host file holding the same bytes is not "the same file".
+    symlink(s.host.join("keep"), s.root.join("b/linked")).unwrap();
+    assert!(!b.holds("linked", b"host data").unwrap());
+    // A named pipe does not hang the comparison.
+    rustix::fs::mkfifoat(&b.fd, "pipe", Mode::from_raw_mode(0o600)).unwrap();
+    assert!(!b.holds("pipe", b"x").unwrap());
+    assert_eq!(
+        b.names(16).unwrap(),
+        ["linked", "pipe", "secret"],
+        "hidden temporaries are not listed"
+    );
+    assert_eq!(b.names(1).unwrap().len(), 1);
+    // Removing the link removes the link, never what it points at.
+    assert!(b.remove_file("linked").unwrap());
+    assert_eq!(snapshot(&s.host).2.as_deref(), Some("host data"));
+    assert!(b.remove_file("secret").unwrap());
+    assert!(!b.remove_file("secret").unwrap(), "gone already");
+    std::fs::create_dir(s.root.join("b/dir")).unwrap();
+    assert_refused(
+        b.remove_file("dir").map(drop),
+        &s.root.join("b/dir"),
+        "a directory",
+    );
+    // A link where the directory should be is refused, not opened.
+    symlink(&s.host, s.root.join("c")).unwrap();
+    let e = root.existing_child("c").unwrap_err();
+    assert!(matches!(e, NoFollowError::Refused { .. }), "{e}");
+}

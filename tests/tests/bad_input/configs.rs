@@ -64,11 +64,7 @@ fn the_hive_config_refuses_bad_names_and_seed_files() {
             .arg(&path)
             .output()
             .unwrap();
-        let said = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let said = said(&out);
         assert_eq!(out.status.code(), Some(64), "{case}: {said}");
         for want in &wants {
             assert!(
@@ -131,11 +127,7 @@ fn both_configs_refuse_intervals_past_their_bounds() {
             .arg(&path)
             .output()
             .unwrap();
-        let said = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let said = said(&out);
         assert_eq!(out.status.code(), Some(64), "{text}: {said}");
         assert!(
             said.contains(want),

@@ -11,6 +11,8 @@
 //!   requests (wrong method, content type or origin), through a running
 //!   `hive` over the real dockerd;
 //! - the nats-server (oversized values and messages);
+//! - credential rotation: a bad `on_credential_change` in a declaration
+//!   and a swarm file, bad names given to `credential delete`;
 //! - the hive's deploy and credential subjects and its wanted key, through
 //!   the hive's own event listener and wanted task, connected as the hive
 //!   to a server with the generated per-hive permissions.
@@ -22,11 +24,13 @@
 //! warnings and logs can be read one case at a time.
 //!
 //! One test binary, a module per boundary: `decoders`, `configs`,
-//! `in_process` (the server's limits and the hive's tasks run in-process),
+//! `credential_verbs`, `in_process` (the server's limits and the hive's
+//! tasks run in-process),
 //! `running_hive`, `hostile_builds`, `local_contexts` and
 //! `secrets_in_errors` (a real `hive` process).
 
 mod configs;
+mod credential_verbs;
 mod decoders;
 mod hostile_builds;
 mod in_process;
@@ -86,6 +90,15 @@ fn valid_declaration(image: &str) -> Vec<u8> {
         },
     );
     encode_pretty(&Declaration::new(agents)).unwrap()
+}
+
+/// All a process printed, stdout then stderr.
+fn said(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
 
 fn decode_err<T: Payload + std::fmt::Debug>(bytes: &[u8]) -> String {

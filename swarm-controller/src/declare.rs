@@ -20,7 +20,7 @@ use swarm_queue_client::{
     decode, encode_pretty, ensure_connected, AgentSpec, Declaration, HiveName, NotConnected,
 };
 
-use crate::groups::{Origin, Resolved};
+use crate::groups::{Origin, Resolved, UsedValues};
 use crate::nats::CasError;
 
 /// How one agent differs between the stored and the new declaration.
@@ -116,6 +116,9 @@ pub struct HivePlan {
     /// (empty for a rollback, which restores a stored value).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub sources: BTreeMap<String, Origin>,
+    /// Per agent with placeholders, each value it took and where from.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub values: BTreeMap<String, UsedValues>,
     #[serde(skip)]
     declaration: Declaration,
     #[serde(skip)]
@@ -155,6 +158,7 @@ pub(crate) async fn plan_hive(
         }
         .into(),
         sources: BTreeMap::new(),
+        values: BTreeMap::new(),
         declaration: declaration.clone(),
         stored_declaration,
     })
@@ -175,6 +179,11 @@ pub async fn plan(
             .origins
             .iter()
             .map(|(agent, origin)| (agent.to_string(), origin.clone()))
+            .collect();
+        plan.values = resolved
+            .values
+            .iter()
+            .map(|(agent, used)| (agent.to_string(), used.clone()))
             .collect();
         plans.push(plan);
     }
@@ -198,7 +207,8 @@ impl HivePlan {
     }
 }
 
-/// Where each hive's agents come from, for `declare --dry-run`.
+/// Where each hive's agents come from, and each value their placeholders
+/// took, for `declare --dry-run`.
 pub fn describe_sources(plans: &[HivePlan]) -> String {
     let mut out = String::new();
     for p in plans.iter().filter(|p| !p.sources.is_empty()) {
@@ -209,6 +219,9 @@ pub fn describe_sources(plans: &[HivePlan]) -> String {
         ));
         for (agent, origin) in &p.sources {
             out.push_str(&format!("    {agent}: {origin}\n"));
+            for (name, used) in p.values.get(agent).into_iter().flatten() {
+                out.push_str(&format!("        {name} = {used}\n"));
+            }
         }
     }
     out

@@ -25,7 +25,8 @@
 //! - [`swarm_file`], [`groups`] and [`declare`]: parsing a swarm file,
 //!   merging each hive's table with the groups that select it, and
 //!   publishing each hive's declaration; `toml_lines` gives both TOML
-//!   files' errors their line numbers.
+//!   files' errors their line numbers; [`values`] the `${values.NAME}`
+//!   placeholders a hive's values fill in.
 //! - [`rollout`]: staged rollouts in waves, their state in
 //!   `hyperhive-rollouts` (compare-and-set), and the rollout verbs.
 //! - [`maintenance`]: maintenance holds in `hyperhive-maintenance`
@@ -72,5 +73,6 @@ pub mod rollout;
 pub mod serve;
 pub mod swarm_file;
 mod toml_lines;
+pub mod values;
 pub mod view;
 pub mod webhook;

@@ -9,10 +9,15 @@
 //! [hives.beta]
 //! agents = {}          # explicit: beta runs nothing
 //!
+//! [hives.gamma.values] # no agents of its own: values for its groups
+//! region = "eu"
+//!
 //! [groups.web]         # every rostered hive whose labels include role=web
 //! select = { role = "web" }
+//! values = { region = "us" }   # a default, for a hive that sets none
 //! [groups.web.agents.api]
 //! image = "local/api:2"
+//! env = { REGION = "${values.region}" }
 //!
 //! [rollout]            # for `declare --rollout`
 //! waves = ["1", "10%", "100%"]
@@ -24,8 +29,11 @@
 //! labels, keys no field takes (a typo such as `imgae`), values the contract
 //! bounds refuse. A hive or group table must say `agents`, even when empty:
 //! an explicit empty declaration retires everything on that hive, so it is
-//! never inferred from an absent key. A hive that is neither in the file nor
-//! selected by a group is left alone by `declare`.
+//! never inferred from an absent key; a hive table with only `values`
+//! declares no agents of its own. A hive that is neither in the file nor
+//! selected by a group is left alone by `declare`. The placeholders of
+//! [`crate::values`] are checked here (their form, and that the rest of the
+//! agent is valid); their values are filled in by [`crate::groups`].
 //!
 //! This module only parses; how a hive's own table and its groups make one
 //! declaration is [`crate::groups`], which needs the roster's labels.
@@ -39,13 +47,17 @@ use toml::Spanned;
 
 use crate::rollout::settings::{RawRollout, RolloutSettings};
 use crate::toml_lines::{describe_toml_error, Lines};
+use crate::values::{templates_of, SetValue, Templates, ValueName, Values};
 
 /// One agent as a table of the file declares it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeclaredAgent {
     /// Line of the agent's key, for conflict messages.
     pub line: usize,
+    /// As written: placeholders and escapes are still in it.
     pub spec: AgentSpec,
+    /// The fields of `spec` that hold placeholders or escapes, split.
+    pub templates: Templates,
 }
 
 /// A table of agents: a hive's own (`[hives.X]`) or a group's.
@@ -56,6 +68,19 @@ pub struct AgentTable {
     pub agents: BTreeMap<AgentName, DeclaredAgent>,
 }
 
+/// A `[hives.NAME]` table: the hive's own agents and its values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HiveTable {
+    /// Line of the hive's key.
+    pub line: usize,
+    /// `None` when the table only sets values: the hive's agents then come
+    /// from its groups alone.
+    pub agents: Option<AgentTable>,
+    /// `[hives.NAME.values]`: what the placeholders of this hive's agents
+    /// (its own and its groups') take, before any group's default.
+    pub values: Values,
+}
+
 /// A `[groups.NAME]` table: the labels it selects and the agents it declares
 /// for every hive it selects.
 #[derive(Debug, Clone, PartialEq)]
@@ -64,6 +89,9 @@ pub struct Group {
     /// empty `select` selects every rostered hive.
     pub select: BTreeMap<String, String>,
     pub table: AgentTable,
+    /// `[groups.NAME.values]`: defaults for the placeholders of this
+    /// group's agents, for a hive whose own values do not set them.
+    pub values: Values,
 }
 
 impl Group {
@@ -77,7 +105,7 @@ impl Group {
 pub struct SwarmFile {
     pub path: PathBuf,
     /// Each hive's own table.
-    pub hives: BTreeMap<HiveName, AgentTable>,
+    pub hives: BTreeMap<HiveName, HiveTable>,
     pub groups: BTreeMap<GroupName, Group>,
     /// The `[rollout]` table, if the file has one.
     pub rollout: Option<RolloutSettings>,
@@ -110,11 +138,15 @@ struct RawFile {
 }
 
 type RawAgents = BTreeMap<Spanned<String>, Spanned<toml::Value>>;
+type RawValues = BTreeMap<Spanned<String>, String>;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawHive {
-    agents: RawAgents,
+    #[serde(default)]
+    agents: Option<RawAgents>,
+    #[serde(default)]
+    values: Option<RawValues>,
 }
 
 #[derive(Deserialize)]
@@ -122,7 +154,12 @@ struct RawHive {
 struct RawGroup {
     select: BTreeMap<String, String>,
     agents: RawAgents,
+    #[serde(default)]
+    values: RawValues,
 }
+
+const NO_AGENTS_HINT: &str = "write `agents = {}` to declare that this hive runs nothing \
+     (that retires every agent on it), or remove the hive table to leave it alone";
 
 impl SwarmFile {
     pub fn load(path: &Path) -> Result<SwarmFile, SwarmFileError> {
@@ -141,10 +178,8 @@ impl SwarmFile {
         let raw: RawFile = toml::from_str(text).map_err(|e| {
             let mut message = describe_toml_error(text, &e);
             if e.message().contains("missing field `agents`") {
-                message.push_str(
-                    "; write `agents = {}` to declare that this hive runs nothing \
-                     (that retires every agent on it), or remove the hive table to leave it alone",
-                );
+                message.push_str("; ");
+                message.push_str(NO_AGENTS_HINT);
             }
             invalid(vec![message])
         })?;
@@ -154,7 +189,20 @@ impl SwarmFile {
         for (key, hive) in raw.hives {
             let at = format!("hives.{}", key.get_ref());
             let line = lines.line(key.span().start);
-            let table = agent_table(&lines, line, &at, hive.into_inner().agents, &mut problems);
+            let hive = hive.into_inner();
+            if hive.agents.is_none() && hive.values.is_none() {
+                problems.push(format!(
+                    "line {line}: {at}: missing field `agents`; {NO_AGENTS_HINT}; or give it \
+                     only a [{at}.values] table for its groups"
+                ));
+            }
+            let table = HiveTable {
+                line,
+                agents: hive
+                    .agents
+                    .map(|raw| agent_table(&lines, line, &at, raw, &mut problems)),
+                values: values_table(&lines, &at, hive.values.unwrap_or_default(), &mut problems),
+            };
             match HiveName::new(key.get_ref().as_str()) {
                 Ok(name) => {
                     hives.insert(name, table);
@@ -168,6 +216,7 @@ impl SwarmFile {
             let line = lines.line(key.span().start);
             let group = group.into_inner();
             let table = agent_table(&lines, line, &at, group.agents, &mut problems);
+            let values = values_table(&lines, &at, group.values, &mut problems);
             match GroupName::new(key.get_ref().as_str()) {
                 Ok(name) => {
                     groups.insert(
@@ -175,6 +224,7 @@ impl SwarmFile {
                         Group {
                             select: group.select,
                             table,
+                            values,
                         },
                     );
                 }
@@ -237,7 +287,11 @@ fn agent_table(
         }
         match spec {
             Ok(spec) => {
-                if let Err(e) = spec.validate(&agent) {
+                let templates = templates_of(&spec).unwrap_or_else(|bad| {
+                    problems.extend(bad.into_iter().map(|e| format!("{here}.{e}")));
+                    Templates::new()
+                });
+                if let Err(e) = as_written(&spec, &templates).validate(&agent) {
                     problems.push(format!("line {agent_line}: {at}.{e}"));
                 }
                 agents.insert(
@@ -245,6 +299,7 @@ fn agent_table(
                     DeclaredAgent {
                         line: agent_line,
                         spec,
+                        templates,
                     },
                 );
             }
@@ -252,6 +307,37 @@ fn agent_table(
         }
     }
     AgentTable { line, agents }
+}
+
+/// Parse a `values` table, pushing every bad name (with its line).
+fn values_table(lines: &Lines, at: &str, raw: RawValues, problems: &mut Vec<String>) -> Values {
+    let mut values = Values::new();
+    for (key, value) in raw {
+        let line = lines.line(key.span().start);
+        match ValueName::new(key.get_ref()) {
+            Ok(name) => {
+                values.insert(name, SetValue { value, line });
+            }
+            Err(e) => problems.push(format!("line {line}: {at}.values: {e}")),
+        }
+    }
+    values
+}
+
+/// `spec` with each placeholder left as written (and each `$${` made
+/// `${`): what the contract's bounds are checked on before any hive's
+/// values are known. The substituted spec is checked again per hive.
+fn as_written(spec: &AgentSpec, templates: &Templates) -> AgentSpec {
+    let mut spec = spec.clone();
+    for (field, template) in templates {
+        let written: BTreeMap<&ValueName, String> = template
+            .names()
+            .into_iter()
+            .map(|n| (n, format!("${{values.{n}}}")))
+            .collect();
+        crate::values::set(&mut spec, field, template.render(|n| written[n].as_str()));
+    }
+    spec
 }
 
 #[cfg(test)]
@@ -265,6 +351,13 @@ mod tests {
         })
     }
 
+    fn own<'a>(f: &'a SwarmFile, hive: &str) -> &'a AgentTable {
+        f.hives[&HiveName::new(hive).unwrap()]
+            .agents
+            .as_ref()
+            .unwrap()
+    }
+
     #[test]
     fn a_valid_file() {
         let f = parse(
@@ -274,13 +367,12 @@ mod tests {
              [hives.beta]\nagents = {}\n",
         )
         .unwrap();
-        let alpha = &f.hives[&HiveName::new("alpha").unwrap()];
+        let alpha = own(&f, "alpha");
         assert_eq!(alpha.agents.len(), 2);
         let bot = &alpha.agents[&AgentName::new("mail-bot").unwrap()];
         assert_eq!(bot.spec.env["LOG"], "info");
         assert_eq!(bot.line, 1);
-        let beta = &f.hives[&HiveName::new("beta").unwrap()];
-        assert!(beta.agents.is_empty());
+        assert!(own(&f, "beta").agents.is_empty());
         assert!(f.groups.is_empty() && f.rollout.is_none());
     }
 
@@ -324,7 +416,7 @@ mod tests {
              [hives.alpha.agents.plain]\nimage = \"x\"\n",
         )
         .unwrap();
-        let alpha = &f.hives[&HiveName::new("alpha").unwrap()];
+        let alpha = own(&f, "alpha");
         let quick = &alpha.agents[&AgentName::new("quick").unwrap()].spec;
         assert_eq!(quick.min_running_secs, Some(3));
         let plain = &alpha.agents[&AgentName::new("plain").unwrap()].spec;
@@ -364,6 +456,7 @@ mod tests {
             err[0].contains("line 1") && err[0].contains("agents = {}"),
             "{err:?}"
         );
+        assert!(err[0].contains("[hives.alpha.values]"), "{err:?}");
         let err = parse("[groups.web]\nselect = {}\n").unwrap_err();
         assert!(err[0].contains("agents"), "{err:?}");
         let err = parse("[groups.web]\nagents = {}\n").unwrap_err();
@@ -407,5 +500,66 @@ mod tests {
         assert_eq!(f.rollout.unwrap().max_failed, 1);
         let err = parse("[rollout]\nwaves = [\"0\"]\n").unwrap_err();
         assert!(err[0].starts_with("line 1: rollout: "), "{err:?}");
+    }
+
+    #[test]
+    fn values_tables_and_placeholders_parse_with_their_lines() {
+        let f = parse(
+            "[hives.alpha.values]\nregion = \"eu\"\n\n\
+             [groups.web]\nselect = {}\nvalues = { region = \"us\" }\n\
+             [groups.web.agents.api]\nimage = \"api:${values.region}\"\n",
+        )
+        .unwrap();
+        let alpha = &f.hives[&HiveName::new("alpha").unwrap()];
+        assert!(alpha.agents.is_none(), "values only: no agents of its own");
+        let region = ValueName::new("region").unwrap();
+        assert_eq!(alpha.values[&region].value, "eu");
+        assert_eq!(alpha.values[&region].line, 2);
+        let web = &f.groups[&GroupName::new("web").unwrap()];
+        assert_eq!(web.values[&region].line, 6);
+        let api = &web.table.agents[&AgentName::new("api").unwrap()];
+        assert_eq!(api.spec.image.as_deref(), Some("api:${values.region}"));
+        assert_eq!(api.templates.len(), 1);
+    }
+
+    #[test]
+    fn bad_placeholders_and_value_names_are_refused_with_their_lines() {
+        let err = parse(
+            "[groups.web]\nselect = {}\nvalues = { Region = \"x\" }\n\
+             [groups.web.agents.api]\nimage = \"api:${foo}\"\n\
+             command = [\"run\", \"${values.x\"]\n\n\
+             [hives.alpha.values]\nok = \"1\"\n\"bad.name\" = \"2\"\n",
+        )
+        .unwrap_err();
+        let all = err.join("\n");
+        for want in [
+            "line 4: groups.web.agents.api.image: `${foo}` is not a placeholder; a placeholder \
+             is ${values.NAME}",
+            "line 4: groups.web.agents.api.command[1]: `${values.x` has no closing }",
+            "line 3: groups.web.values: \"Region\" is not a value name",
+            "line 10: hives.alpha.values: \"bad.name\" is not a value name",
+        ] {
+            assert!(all.contains(want), "{want}\nin\n{all}");
+        }
+        // A value is a string: the toml error names the line.
+        let err = parse("[hives.beta.values]\nn = 3\n").unwrap_err();
+        assert!(
+            err[0].starts_with("line 2") && err[0].contains("string"),
+            "{err:?}"
+        );
+        // The rest of an agent with placeholders is still checked.
+        let err = parse(
+            "[hives.a.values]\nv = \"1\"\n[hives.a.agents.b]\nimage = \"x:${values.v}\"\nmemory_mb = 1\n",
+        )
+        .unwrap_err();
+        assert!(
+            err[0].contains("line 3: hives.a.agents.b.memory_mb is 1"),
+            "{err:?}"
+        );
+        let err = parse("[hives.a.agents.b]\nimage = \"x y ${values.v}\"\n").unwrap_err();
+        assert!(
+            err[0].contains("image \"x y ${values.v}\" is not an image reference"),
+            "{err:?}"
+        );
     }
 }

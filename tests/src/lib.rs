@@ -24,11 +24,14 @@
 //! - [`Daemon`]: a `hive` or `swarm-controller` process with its log
 //!   captured, killed by its own pid on drop.
 //! - [`reply_probes`]: a hive's answers aimed at what it must not reach.
+//! - [`foreign`]: KV reads through nats-py, a client this project did not
+//!   write.
 //! - [`wait_until`]: poll a condition with a deadline; tests never sleep.
 
 pub mod bare;
 pub mod browser;
 pub mod docker;
+pub mod foreign;
 pub mod hive;
 pub mod identity;
 pub mod jobs;

@@ -5,33 +5,11 @@
 use std::process::Command;
 use std::time::Duration;
 
+use hyperhive_tests::foreign::kv_get as kv_get_external;
 use hyperhive_tests::hive::{warning_keys, HiveProc, HiveSpec};
 use hyperhive_tests::{wait_until, NatsServer};
 
 const T: Duration = Duration::from_secs(30);
-
-/// Read a KV entry with nats-py (a client this project did not write).
-fn kv_get_external(url: &str, bucket: &str, key: &str) -> Option<(u64, serde_json::Value)> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tools/kv_get.py");
-    let out = Command::new("python3")
-        .args([script, url, bucket, key])
-        .output()
-        .expect("python3 with nats-py (pip install nats-py)");
-    match out.status.code() {
-        Some(0) => {
-            let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-            let value: serde_json::Value =
-                serde_json::from_str(doc["value"].as_str().unwrap()).expect("value is JSON");
-            Some((doc["revision"].as_u64().unwrap(), value))
-        }
-        Some(3) => None,
-        _ => panic!(
-            "kv_get.py failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    }
-}
 
 async fn kv_entry(url: &str, key: &str) -> Option<async_nats::jetstream::kv::Entry> {
     let client = async_nats::connect(url).await.ok()?;

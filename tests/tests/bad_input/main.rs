@@ -11,6 +11,8 @@
 //!   requests (wrong method, content type or origin), through a running
 //!   `hive` over the real dockerd;
 //! - the nats-server (oversized values and messages);
+//! - a swarm file's per-hive values (a missing value, a malformed
+//!   placeholder), through the real `swarm-controller`;
 //! - credential rotation: a bad `on_credential_change` in a declaration
 //!   and a swarm file, bad names given to `credential delete`;
 //! - the hive's deploy and credential subjects and its wanted key, through
@@ -27,7 +29,7 @@
 //! `credential_verbs`, `in_process` (the server's limits and the hive's
 //! tasks run in-process),
 //! `running_hive`, `hostile_builds`, `local_contexts` and
-//! `secrets_in_errors` (a real `hive` process).
+//! `secrets_in_errors` (a real `hive` process), and `swarm_values`.
 
 mod configs;
 mod credential_verbs;
@@ -37,6 +39,7 @@ mod in_process;
 mod local_contexts;
 mod running_hive;
 mod secrets_in_errors;
+mod swarm_values;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;

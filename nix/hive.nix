@@ -156,6 +156,7 @@ in
         publish_interval_secs = 60;
         knowledge_repo = "/srv/git/knowledge.git";
         nats.buckets.status.replicas = 3;
+        port_addresses = [ "127.0.0.1" "10.0.0.5" ];
       }
     '';
     settingsDescription = ''

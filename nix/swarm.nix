@@ -241,13 +241,19 @@ in
             cpus = 0.5;
             credentials = [ "smtp" ];
             on_credential_change = "restart";
+            user = "1000:1000";
+            stop_grace_secs = 60;
+            ports = [ "8025:25/tcp" ];
+            volumes = [ { name = "mail-cache"; target = "/cache"; } ];
+            restart_on_unhealthy = 3;
           };
         }
       '';
       description = ''
         What each hive runs: hive -> agent -> agent spec (image or build,
-        command, env, power, memory_mb, cpus, credentials,
-        on_credential_change = "none" or "restart"; see docs/protocol.md).
+        command, env, power, memory_mb, cpus, credentials, health,
+        min_running_secs, user, stop_grace_secs, ports, volumes, network,
+        restart_on_unhealthy, on_credential_change; see docs/protocol.md).
         Written to the swarm file and published by the
         hyperhive-swarm-declare unit on the controller host. An empty set for
         a hive (`alpha = { }`) is an explicit empty declaration: that hive

@@ -12,6 +12,9 @@ use std::time::Duration;
 use serde::Deserialize;
 use swarm_queue_client::{HiveName, NatsConfig};
 
+mod host;
+pub use host::HostPolicy;
+
 pub const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:7390";
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/hyperhive";
 /// The operator API's socket when the state dir is the default one.
@@ -68,6 +71,8 @@ pub struct FileConfig {
     pub container_pids_limit: Option<u64>,
     pub container_log_max_mb: Option<u64>,
     pub container_log_files: Option<u64>,
+    pub port_addresses: Vec<String>,
+    pub volume_roots: Vec<PathBuf>,
     pub registry_auth_file: Option<PathBuf>,
     pub nats: NatsConfig,
 }
@@ -130,6 +135,8 @@ pub struct HiveConfig {
     /// Docker's pids limit and log cap on every container the hive
     /// creates.
     pub container_limits: crate::runtime::HostLimits,
+    /// What agents' ports and host-path volumes may use ([`HostPolicy`]).
+    pub host: HostPolicy,
     /// A Docker `config.json` whose logins go with pulls; re-read when it
     /// changes (see [`crate::registry_auth`]).
     pub registry_auth_file: Option<PathBuf>,
@@ -186,23 +193,20 @@ pub fn load(
     let mut problems = Vec::new();
     let (agent_retry_base, crash) = agent_backoffs(&file, &mut problems);
     let container_limits = container_limits(&file, &mut problems);
-    let name_text = overrides
-        .name
-        .clone()
-        .or_else(|| env("HYPERHIVE_HIVE_NAME").filter(|s| !s.is_empty()))
-        .or(file.name);
+    let host = host::host_policy(&file.port_addresses, &file.volume_roots, &mut problems);
+    // A command-line value, else the environment's (when not empty).
+    let given = |over: &Option<String>, var: &str| {
+        over.clone().or_else(|| env(var).filter(|s| !s.is_empty()))
+    };
+    let name_text = given(&overrides.name, "HYPERHIVE_HIVE_NAME").or(file.name);
     let name = hive_name(name_text, &mut problems);
-    let nats_url = overrides
-        .nats_url
-        .clone()
-        .or_else(|| env("HYPERHIVE_NATS_URL").filter(|s| !s.is_empty()));
+    let nats_url = given(&overrides.nats_url, "HYPERHIVE_NATS_URL");
     let nats = nats_config(file.nats, nats_url, &mut problems);
-    let listen_text = overrides
+    let listen = overrides
         .http_listen
-        .clone()
-        .or(file.http_listen)
-        .unwrap_or_else(|| DEFAULT_HTTP_LISTEN.to_string());
-    let http_listen = http_listen(&listen_text, &mut problems);
+        .as_deref()
+        .or(file.http_listen.as_deref());
+    let http_listen = http_listen(listen, &mut problems);
     let state_dir = overrides
         .state_dir
         .clone()
@@ -252,6 +256,7 @@ pub fn load(
         build_roots: file.build_roots,
         build_context_max_bytes,
         container_limits,
+        host,
         registry_auth_file: file.registry_auth_file,
         nats,
     })
@@ -296,7 +301,9 @@ fn nats_config(
 }
 
 /// The HTTP listener's address: loopback only.
-fn http_listen(text: &str, problems: &mut Vec<String>) -> SocketAddr {
+/// The given listen address, or the default.
+fn http_listen(text: Option<&str>, problems: &mut Vec<String>) -> SocketAddr {
+    let text = text.unwrap_or(DEFAULT_HTTP_LISTEN);
     match text.parse::<SocketAddr>() {
         Ok(a) if a.ip().is_loopback() => return a,
         Ok(a) => problems.push(format!(

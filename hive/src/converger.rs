@@ -21,7 +21,8 @@
 //!    containers not in the installed record) are reaped only after the
 //!    grace period, and never when the record cannot be read; a retire that
 //!    finished while the same containers are still there is not queued
-//!    again.
+//!    again. The hive's networks that no installed agent names go after
+//!    the same grace ([`networks`]).
 //! 4. **report**: the agents' wanted and observed state, spec hashes, last
 //!    jobs and retry state (failing step, attempts, next try) go into
 //!    [`Health`], every string from Docker made safe first
@@ -38,6 +39,7 @@
 //! only reads inputs and queues what was decided.
 
 mod crash;
+mod networks;
 mod queue;
 mod status;
 
@@ -165,6 +167,8 @@ struct Converger<R> {
     settle_at: Option<Instant>,
     /// Some agent exited and waits for its start to be queued.
     restart_pending: bool,
+    /// The hive's networks no agent names, removed after the grace.
+    networks: networks::NetworkReaper,
 }
 
 /// The failed node of a failed job: its op and error.
@@ -196,6 +200,7 @@ impl<R: ContainerRuntime> Converger<R> {
             reaped: BTreeMap::new(),
             settle_at: None,
             restart_pending: false,
+            networks: networks::NetworkReaper::default(),
         }
     }
 
@@ -207,7 +212,8 @@ impl<R: ContainerRuntime> Converger<R> {
             .await
             .map_err(|e| PassError::Docker(crate::error_chain(&e)))?;
         self.report_images_and_health(&containers).await;
-        let observed = observe::group(&self.deps.hive, containers);
+        let mut observed = observe::group(&self.deps.hive, containers);
+        self.read_failing_streaks(&mut observed.seen).await;
         if observed.odd.is_empty() {
             self.deps.health.clear(keys::ODD_CONTAINERS);
         } else {
@@ -307,6 +313,7 @@ impl<R: ContainerRuntime> Converger<R> {
                 now
             });
         }
+        self.networks.sweep(&self.deps, now).await;
         let past_grace: BTreeSet<AgentName> = self
             .orphan_first_seen
             .iter()
@@ -349,6 +356,21 @@ impl<R: ContainerRuntime> Converger<R> {
             self.deps.wake.notify_one();
         }
         Ok(queued)
+    }
+
+    /// Each unhealthy agent's failing streak, from an inspect of its main
+    /// container (a list does not carry it); left unknown when the inspect
+    /// fails, so no restart is decided on it.
+    async fn read_failing_streaks(&self, seen: &mut BTreeMap<AgentName, Seen>) {
+        for (agent, s) in seen.iter_mut() {
+            if s.health.as_deref() != Some("unhealthy") {
+                continue;
+            }
+            let name = swarm_queue_client::containers::container_name(&self.deps.hive, agent);
+            if let Ok(Some(info)) = self.deps.runtime.inspect(&name).await {
+                s.failing_streak = info.failing_streak;
+            }
+        }
     }
 
     /// Observe, raising or clearing the `docker` warning.

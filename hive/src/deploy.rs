@@ -158,7 +158,7 @@ mod tests {
             image: Some("local/mail:2".into()),
             ..Default::default()
         };
-        newer.unknown.insert("user".into(), "1000:1000".into());
+        newer.unknown.insert("user_ns".into(), "remap".into());
         tx.send_replace(Some(Arc::new(Wanted {
             revision: 8,
             declaration: Declaration {
@@ -170,7 +170,7 @@ mod tests {
         let e = d.deploy(name("mail")).await.unwrap_err().to_string();
         assert!(
             e.contains("agent mail on hive alpha declares fields this hive")
-                && e.contains("does not know: user; it is left as it is"),
+                && e.contains("does not know: user_ns; it is left as it is"),
             "{e}"
         );
         assert_eq!(store.jobs(Default::default()).await.unwrap().len(), 1);

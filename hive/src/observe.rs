@@ -88,6 +88,8 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            stop_grace_secs: None,
+            failing_streak: None,
         }
     }
 

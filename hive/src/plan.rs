@@ -42,6 +42,9 @@ pub struct Seen {
     pub ids: Vec<String>,
     /// Docker's health status of the main container, when it has a check.
     pub health: Option<String>,
+    /// How many of its health checks in a row have failed, when Docker
+    /// calls it unhealthy (read by an inspect then, and only then).
+    pub failing_streak: Option<u64>,
 }
 
 impl Seen {
@@ -65,6 +68,10 @@ pub enum Action {
     /// A container with our labels whose agent is not in the installed
     /// record, past its grace period.
     ReapOrphan(AgentName),
+    /// Running but unhealthy for the spec's `restart_on_unhealthy` checks
+    /// in a row: stop and start it (the stop counts as an exit, so the
+    /// crash-loop backoff spaces out the next one).
+    RestartUnhealthy(AgentName),
 }
 
 impl Action {
@@ -74,6 +81,7 @@ impl Action {
             | Action::Retire(a)
             | Action::Reconcile(a)
             | Action::ReapOrphan(a)
+            | Action::RestartUnhealthy(a)
             | Action::Rebuild { agent: a, .. } => a,
         }
     }
@@ -146,7 +154,9 @@ pub struct RoundInput<'a> {
 /// - container missing, spec label differs, or more than one container
 ///   with the agent's label: rebuild; wanted up but stopped, or down but
 ///   running: reconcile;
-/// - orphan past its grace period: reap.
+/// - orphan past its grace period: reap;
+/// - running, unhealthy, and failed `restart_on_unhealthy` checks in a
+///   row: restart.
 ///
 /// Without a declaration only the installed record is repaired.
 pub fn plan_round(input: &RoundInput<'_>) -> Vec<Action> {
@@ -169,7 +179,8 @@ pub fn plan_round(input: &RoundInput<'_>) -> Vec<Action> {
                 match input.installed.get(agent) {
                     None => out.push(Action::FirstDeploy(agent.clone())),
                     Some(i) if i.spec != spec.spec_hash() => out.push(rebuild),
-                    Some(i) => out.extend(repair(input, agent, i)),
+                    Some(i) => out
+                        .extend(repair(input, agent, i).or_else(|| unhealthy(input, agent, spec))),
                 }
             }
             for agent in input.installed.keys().filter(|a| idle(a)) {
@@ -205,6 +216,16 @@ fn repair(input: &RoundInput<'_>, agent: &AgentName, inst: &Installed) -> Option
         Some(s) if s.running != (want == Power::Up) => Some(Action::Reconcile(agent.clone())),
         Some(_) => None,
     }
+}
+
+/// A restart for a running agent that Docker calls unhealthy and whose
+/// checks have failed as often in a row as its spec allows.
+fn unhealthy(input: &RoundInput<'_>, agent: &AgentName, spec: &AgentSpec) -> Option<Action> {
+    let limit = u64::from(spec.restart_on_unhealthy?);
+    let s = input.seen.get(agent)?;
+    let failing = s.running && s.health.as_deref() == Some("unhealthy");
+    (failing && s.failing_streak.unwrap_or(0) >= limit)
+        .then(|| Action::RestartUnhealthy(agent.clone()))
 }
 
 /// Labelled containers whose agent is not in the installed record.
@@ -386,6 +407,7 @@ mod tests {
                     running,
                     spec: spec.map(str::to_string),
                     ids: vec!["c1".into()],
+                    failing_streak: None,
                 },
             )]
             .into()
@@ -465,6 +487,7 @@ mod tests {
             running,
             spec: Some(spec.spec_hash()),
             ids: vec!["c1".into()],
+            failing_streak: None,
         };
         let rebuild = |n: &str| Action::Rebuild {
             agent: a(n),
@@ -623,9 +646,9 @@ mod tests {
     fn an_agent_with_a_field_this_build_does_not_know_is_left_as_it_is() {
         let old = spec("img:1");
         let mut newer = spec("img:2");
-        newer.unknown.insert("user".into(), "1000:1000".into());
+        newer.unknown.insert("user_ns".into(), "remap".into());
         let mut fresh = spec("img:3");
-        fresh.unknown.insert("network".into(), "none".into());
+        fresh.unknown.insert("network_policy".into(), "deny".into());
         let declared: BTreeMap<_, _> = [(a("web"), newer.clone()), (a("new"), fresh)].into();
         let installed: BTreeMap<_, _> = [(a("web"), inst(&old))].into();
         // Neither rebuilt (web runs img:1) nor created (new), nor retired.
@@ -635,6 +658,7 @@ mod tests {
             spec: Some(old.spec_hash()),
             ids: vec!["c1".into()],
             health: None,
+            failing_streak: None,
         };
         let round = |seen: BTreeMap<AgentName, Seen>| {
             plan_round(&RoundInput {
@@ -657,8 +681,8 @@ mod tests {
         let gap = convergence_gap(&declared, &BTreeMap::new(), &seen, &installed, &[]);
         let gap = gap.expect("not converged");
         assert!(
-            gap.contains("declares fields this hive does not know (network)")
-                || gap.contains("declares fields this hive does not know (user)"),
+            gap.contains("declares fields this hive does not know (network_policy)")
+                || gap.contains("declares fields this hive does not know (user_ns)"),
             "{gap}"
         );
     }
@@ -730,6 +754,64 @@ mod tests {
                 &[]
             ),
             None
+        );
+    }
+
+    #[test]
+    fn an_unhealthy_agent_is_restarted_only_past_its_checks_and_only_if_it_asks() {
+        let mut asks = spec("img:1");
+        asks.restart_on_unhealthy = Some(3);
+        let plain = spec("img:1");
+        let installed: BTreeMap<_, _> = [(a("w"), inst(&asks))].into();
+        let installed_plain: BTreeMap<_, _> = [(a("w"), inst(&plain))].into();
+        let seen = |health: &str, streak: u64, running: bool| -> BTreeMap<_, _> {
+            [(
+                a("w"),
+                Seen {
+                    running,
+                    spec: Some(asks.spec_hash()),
+                    ids: vec!["c1".into()],
+                    health: Some(health.into()),
+                    failing_streak: Some(streak),
+                },
+            )]
+            .into()
+        };
+        let round = |declared: &AgentSpec, inst: &BTreeMap<_, _>, seen: &BTreeMap<_, _>| {
+            let declared: BTreeMap<_, _> = [(a("w"), declared.clone())].into();
+            plan_round(&RoundInput {
+                declared: Some(&declared),
+                installed: inst,
+                power: &BTreeMap::new(),
+                seen,
+                busy: &BTreeSet::new(),
+                orphans_past_grace: &BTreeSet::new(),
+            })
+        };
+        let restart = vec![Action::RestartUnhealthy(a("w"))];
+        assert_eq!(
+            round(&asks, &installed, &seen("unhealthy", 3, true)),
+            restart
+        );
+        assert_eq!(
+            round(&asks, &installed, &seen("unhealthy", 7, true)),
+            restart
+        );
+        assert_eq!(
+            round(&asks, &installed, &seen("unhealthy", 2, true)),
+            vec![]
+        );
+        assert_eq!(round(&asks, &installed, &seen("healthy", 9, true)), vec![]);
+        assert_eq!(round(&asks, &installed, &seen("starting", 9, true)), vec![]);
+        // Not running: that is a reconcile (a start), not a restart.
+        assert_eq!(
+            round(&asks, &installed, &seen("unhealthy", 9, false)),
+            vec![Action::Reconcile(a("w"))]
+        );
+        // Without the field an unhealthy agent is only shown, never touched.
+        assert_eq!(
+            round(&plain, &installed_plain, &seen("unhealthy", 50, true)),
+            vec![]
         );
     }
 }

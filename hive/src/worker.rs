@@ -31,6 +31,7 @@
 mod image;
 mod journal;
 mod node;
+mod objects;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -76,6 +77,9 @@ pub struct WorkerConfig {
     /// The hive config's pids limit and log cap, set on every container
     /// the worker creates.
     pub container_limits: crate::runtime::HostLimits,
+    /// The hive config's `port_addresses` and `volume_roots`: what an
+    /// agent's ports may bind and its host-path volumes may mount.
+    pub host: crate::config::HostPolicy,
 }
 
 impl Default for WorkerConfig {
@@ -89,6 +93,7 @@ impl Default for WorkerConfig {
             hold_before: None,
             build_roots: Vec::new(),
             container_limits: crate::runtime::HostLimits::default(),
+            host: crate::config::HostPolicy::default(),
         }
     }
 }
@@ -100,6 +105,7 @@ impl WorkerConfig {
         WorkerConfig {
             build_roots: config.build_roots.clone(),
             container_limits: config.container_limits,
+            host: config.host.clone(),
             ..WorkerConfig::default()
         }
         .with_test_hooks()

@@ -116,7 +116,7 @@ mod tests {
             ..Default::default()
         };
         let mut newer = plain.clone();
-        newer.unknown.insert("user".into(), "1000:1000".into());
+        newer.unknown.insert("user_ns".into(), "remap".into());
         let d = declaration(&[("web", newer), ("db", plain)]);
         // A hive of this build: only the field it does not know.
         let mut r = ReadinessBuilder::new("alpha", HiveState::Ok).build();
@@ -125,13 +125,31 @@ mod tests {
         assert_eq!(got.len(), 1, "{got:?}");
         assert_eq!(
             (got[0].agent.as_str(), &got[0].fields[..]),
-            ("web", &["user".to_string()][..])
+            ("web", &["user_ns".to_string()][..])
         );
         assert_eq!(
             got[0].to_string(),
-            "hive alpha (version 0.1.0) does not know the agent field user of web: it would \
+            "hive alpha (version 0.1.0) does not know the agent field user_ns of web: it would \
              leave web as it is; upgrade the hive first, or declare with --force"
         );
+        // A hive of spec 2 knows min_running_secs but none of spec 3's.
+        let mut strict = AgentSpec {
+            image: Some("i:1".into()),
+            min_running_secs: Some(5),
+            user: Some("1000".into()),
+            network: Some(swarm_queue_client::ObjectName::new("none").unwrap()),
+            ..Default::default()
+        };
+        r.agent_spec = Some(2);
+        let got = check(&hive, &declaration(&[("web", strict.clone())]), &r);
+        assert_eq!(got.len(), 1, "{got:?}");
+        let mut fields = got[0].fields.clone();
+        fields.sort();
+        assert_eq!(fields, ["network", "user"]);
+        strict.user = None;
+        strict.network = None;
+        assert!(check(&hive, &declaration(&[("web", strict)]), &r).is_empty());
+        r.agent_spec = Some(AGENT_SPEC);
         // A hive that does not say: the first spec's fields only, so
         // min_running_secs is refused for both agents.
         r.agent_spec = None;

@@ -281,8 +281,8 @@ fn agent_table(
         }
         for key in unknown {
             problems.push(format!(
-                "{here}: unknown key `{key}`; an agent takes image, build, command, env, \
-                 power, memory_mb, cpus, credentials, health and min_running_secs"
+                "{here}: unknown key `{key}`; an agent takes {}",
+                swarm_queue_client::AGENT_FIELDS.join(", ")
             ));
         }
         match spec {

@@ -137,6 +137,8 @@ fn bare_specs(
                 state_dir: &dir,
                 extra_binds: vec![],
                 limits: hive::runtime::HostLimits::default(),
+                ports: vec![],
+                volume_binds: vec![],
             })
         })
         .collect()

@@ -24,6 +24,7 @@ use futures_util::StreamExt;
 use hive::converger::{self, ConvergerDeps};
 use hive::jobs::JobStore;
 use hive::readiness::Health;
+use hive::runtime::objects::{ObjectInfo, ObjectKind, ObjectRuntime};
 use hive::runtime::{
     BuildRequest, ContainerInfo, ContainerRuntime, ContainerSpec, ProgressFn, RuntimeError,
 };
@@ -33,7 +34,7 @@ use hyperhive_tests::hive::{HiveProc, HiveSpec};
 use hyperhive_tests::kv::Swarm;
 use hyperhive_tests::{unique_name, NatsServer};
 use serde_json::json;
-use swarm_queue_client::{Bucket, BucketSettings, HiveName, NatsConfig};
+use swarm_queue_client::{Bucket, BucketSettings, HiveName, NatsConfig, ObjectName};
 
 /// A runtime with no containers that accepts every call: phase 1 measures
 /// the hive's own path from a put to a queued job, not Docker.
@@ -88,6 +89,18 @@ impl ContainerRuntime for NullRuntime {
     }
     async fn list(&self) -> Result<Vec<ContainerInfo>, RuntimeError> {
         Ok(vec![])
+    }
+}
+
+impl ObjectRuntime for NullRuntime {
+    async fn ensure_object(&self, _: ObjectKind, _: &ObjectName) -> Result<String, RuntimeError> {
+        Ok(String::new())
+    }
+    async fn list_objects(&self, _: ObjectKind) -> Result<Vec<ObjectInfo>, RuntimeError> {
+        Ok(vec![])
+    }
+    async fn remove_object(&self, _: ObjectKind, _: &str) -> Result<bool, RuntimeError> {
+        Ok(true)
     }
 }
 

@@ -256,6 +256,8 @@ async fn first_deploy_vs_bollard(mode: &Mode) {
             state_dir: &state,
             extra_binds: vec![],
             limits: hive::runtime::HostLimits::default(),
+            ports: vec![],
+            volume_binds: vec![],
         });
         let started = Instant::now();
         let body = hyperhive_tests::bare::create_body(&c);

@@ -175,6 +175,57 @@ impl Drop for ContainerGuard {
     }
 }
 
+/// Removes every container, volume and network carrying
+/// `org.hyperhive.hive=<hive>` on drop (the containers first: a volume or
+/// network in use cannot go), so a failed test leaves none of them behind.
+pub struct ObjectGuard {
+    pub hive: String,
+}
+
+impl ObjectGuard {
+    pub fn new(hive: &str) -> Self {
+        let g = ObjectGuard {
+            hive: hive.to_string(),
+        };
+        g.remove_all();
+        g
+    }
+
+    /// The Docker names of this hive's `kind` (`volume` or `network`).
+    /// Empty when the CLI fails: a guard's drop must not panic.
+    pub fn names(&self, kind: &str) -> Vec<String> {
+        let filter = format!("label=org.hyperhive.hive={}", self.hive);
+        let out = Command::new("docker")
+            .args([kind, "ls", "--filter", &filter, "--format", "{{.Name}}"])
+            .output();
+        out.map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+    }
+
+    pub fn remove_all(&self) {
+        ContainerGuard {
+            hive: self.hive.clone(),
+        }
+        .remove_all();
+        for kind in ["volume", "network"] {
+            for name in self.names(kind) {
+                let _ = Command::new("docker").args([kind, "rm", &name]).output();
+            }
+        }
+    }
+}
+
+impl Drop for ObjectGuard {
+    fn drop(&mut self) {
+        self.remove_all();
+    }
+}
+
 /// Removes an image by reference on drop: for images a test makes the hive
 /// build (their tags are the hive's, not `hhtest-…`).
 pub struct ImageGuard {

@@ -356,8 +356,8 @@ async fn agent_fields_this_hive_does_not_know_leave_the_agent_alone_and_never_co
     let (web_id, _, _) = container(&hive, "web").expect("web runs");
 
     let newer = json!({
-        "web": agent(&img.reference, json!({ "user": "1000:1000", "future_field_xyz": 1 })),
-        "cache": agent(&img.reference, json!({ "network": "none" })),
+        "web": agent(&img.reference, json!({ "future_user_ns": "remap", "future_field_xyz": 1 })),
+        "cache": agent(&img.reference, json!({ "future_network_policy": "deny-all" })),
     });
     let r2 = swarm.declare(&hive, &decl(newer)).await;
     let seen = swarm
@@ -375,9 +375,9 @@ async fn agent_fields_this_hive_does_not_know_leave_the_agent_alone_and_never_co
     assert_eq!(seen["agent_spec"], swarm_queue_client::AGENT_SPEC, "{seen}");
     let said = seen["warnings"].to_string();
     for field in [
-        "agents.web.user",
+        "agents.web.future_user_ns",
         "agents.web.future_field_xyz",
-        "agents.cache.network",
+        "agents.cache.future_network_policy",
     ] {
         assert!(said.contains(field), "{field} not named: {said}");
     }

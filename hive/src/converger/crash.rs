@@ -1,5 +1,6 @@
 //! The converger's part in crash loops: a start of an agent that keeps
-//! exiting waits out its delay ([`crate::crashloop`]), and an operator's
+//! exiting, or a restart of one that keeps failing its health checks,
+//! waits out its delay ([`crate::crashloop`]), and an operator's
 //! deploy or start, or a new revision, starts the delay again.
 
 use std::collections::BTreeMap;
@@ -31,10 +32,12 @@ impl<R: ContainerRuntime> Converger<R> {
         seen: &BTreeMap<AgentName, Seen>,
         exits: &BTreeMap<AgentName, ExitRecord>,
     ) -> bool {
-        let Action::Reconcile(agent) = action else {
-            return false;
+        let (agent, exited) = match action {
+            Action::Reconcile(agent) => (agent, seen.get(agent).is_some_and(|s| !s.running)),
+            // Its stop is an exit: it waits out the delay like a start.
+            Action::RestartUnhealthy(agent) => (agent, true),
+            _ => return false,
         };
-        let exited = seen.get(agent).is_some_and(|s| !s.running);
         let due = exits
             .get(agent)
             .and_then(|r| self.deps.crash.next_start_at(r, now_ms()));

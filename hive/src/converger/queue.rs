@@ -106,6 +106,7 @@ impl<R: ContainerRuntime> Converger<R> {
             }
             Action::Retire(_) | Action::ReapOrphan(_) => JobRequest::Retire,
             Action::Reconcile(_) => JobRequest::Reconcile,
+            Action::RestartUnhealthy(_) => JobRequest::Restart,
         };
         Ok(Some(request))
     }

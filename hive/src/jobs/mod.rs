@@ -18,7 +18,7 @@
 //! - [`schema`]: the versioned schema and its migrations.
 //! - [`store`]: the SQLite file, one module per table: jobs and nodes,
 //!   power intent, the installed-agents record, the cleanup journal, the
-//!   owned images; and [`JobStore`], its async handle.
+//!   owned images, the volumes and networks the hive made; and [`JobStore`], its async handle.
 //!
 //! ## How a job moves
 //!
@@ -119,7 +119,7 @@ pub use model::{now_ms, JobId, JobKind, JobRequest, JobState, Millis, NodeState,
 pub use store::{
     image_cleanup_plan, AgentRecords, Claim, CleanupAction, CleanupEntry, DeployRequest,
     Durability, Enqueued, ExitRecord, ExitSeen, Finished, InstalledAgent, JobFilter, JobStore,
-    JobView, NodeView, OwnedImage, Store, StoreError,
+    JobView, NodeView, OwnedImage, RecordedObject, Store, StoreError,
 };
 
 /// Where the job database lives under the hive's state directory.

@@ -112,6 +112,22 @@ pub const MIGRATIONS: &[&str] = &[
         streak           INTEGER NOT NULL DEFAULT 0
     );
     "#,
+    // 5: the volumes and networks this hive made for its agents, and which
+    // agents used each volume: the only input their removal uses.
+    r#"
+    CREATE TABLE objects (
+        kind          TEXT    NOT NULL,  -- 'volume' or 'network'
+        name          TEXT    NOT NULL,  -- as declared; Docker's is hyperhive.<hive>.<name>
+        created_at_ms INTEGER NOT NULL,
+        PRIMARY KEY (kind, name)
+    );
+    CREATE TABLE volume_users (
+        name  TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        PRIMARY KEY (name, agent)
+    );
+    CREATE INDEX volume_users_by_agent ON volume_users (agent);
+    "#,
 ];
 
 /// The schema version this build writes.

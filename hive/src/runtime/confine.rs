@@ -1,4 +1,4 @@
-//! # Which directories a build context may name
+//! # Which directories a build context or a host volume may name
 //!
 //! A build context is read in full by the hive and handed to Docker, so a
 //! spec that could name any directory could copy any file the hive can
@@ -22,8 +22,15 @@
 //! Symlinks *inside* a context are sent to Docker as symlinks (never
 //! followed), and Docker resolves them inside the context, so they cannot
 //! reach out either.
+//!
+//! An agent's `host` volumes are held to the same rules against the hive
+//! config's `volume_roots` ([`confine_volume`]): no `..`, the real path
+//! inside a root, never the state dir or anything containing it; the real
+//! path is what is mounted.
 
 use std::path::{Component, Path, PathBuf};
+
+use swarm_queue_client::AgentName;
 
 use super::RuntimeError;
 
@@ -162,6 +169,75 @@ pub fn confine_repo(path: &Path, roots: &BuildRoots) -> Result<PathBuf, RuntimeE
     }
 }
 
+/// Where an agent's `host` volumes may lie: inside one of the hive
+/// config's `volume_roots` (none by default, so no host path is mounted
+/// until the operator names a root), never the state dir nor anything
+/// containing it. The same rules as a build context's: no `..`, the real
+/// path (symlinks resolved) inside a root, a symlink never leaving it.
+#[derive(Debug, Clone)]
+pub struct VolumeRoots {
+    pub state_dir: PathBuf,
+    /// From the hive config's `volume_roots`.
+    pub configured: Vec<PathBuf>,
+}
+
+/// Check that `agent` may mount the host path `path`; its real path, which
+/// is what is mounted. The error names the path, the agent and the rule.
+pub fn confine_volume(
+    agent: &AgentName,
+    path: &Path,
+    roots: &VolumeRoots,
+) -> Result<PathBuf, RuntimeError> {
+    let refuse = |rule: String| RuntimeError::Refused {
+        agent: agent.clone(),
+        what: format!("volume host path {}", path.display()),
+        rule,
+    };
+    let allowed = || match roots.configured.as_slice() {
+        [] => "volume_roots (none configured)".to_string(),
+        list => format!(
+            "volume_roots ({})",
+            list.iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    if !path.is_absolute() || path.components().any(|c| c == Component::ParentDir) {
+        return Err(refuse(
+            "rule: a host path is absolute, without '..', inside the hive config's volume_roots"
+                .into(),
+        ));
+    }
+    let real = path
+        .canonicalize()
+        .map_err(|e| refuse(format!("cannot resolve it: {e} (rule: it must exist)")))?;
+    let state = real_or_same(&roots.state_dir);
+    if state.starts_with(&real) || real.starts_with(&state) {
+        return Err(refuse(format!(
+            "it is, contains or lies in the hive's state dir {} (rule: the state dir holds the \
+             hive's keys and every agent's credentials, and is never mounted as a volume)",
+            roots.state_dir.display()
+        )));
+    }
+    let configured: Vec<PathBuf> = roots.configured.iter().map(|r| real_or_same(r)).collect();
+    if configured.iter().any(|r| real.starts_with(r)) {
+        return Ok(real);
+    }
+    if roots.configured.iter().any(|r| path.starts_with(r)) && real != path {
+        return Err(refuse(format!(
+            "it resolves to {}, outside every root (rule: a symlink must not leave its root; \
+             allowed: {})",
+            real.display(),
+            allowed()
+        )));
+    }
+    Err(refuse(format!(
+        "it is outside every root (rule: a host path must be inside {})",
+        allowed()
+    )))
+}
+
 /// A root that does not exist (yet) cannot be resolved; compare as given.
 fn real_or_same(p: &Path) -> PathBuf {
     p.canonicalize().unwrap_or_else(|_| p.to_path_buf())
@@ -241,6 +317,46 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(msg.contains("build_roots (none configured)"), "{msg}");
+    }
+
+    #[test]
+    fn volume_host_paths_stay_inside_volume_roots() {
+        let f = fixture();
+        let agent = AgentName::new("web").unwrap();
+        let roots = VolumeRoots {
+            state_dir: f.base.join("state"),
+            configured: vec![f.base.join("srv")],
+        };
+        for rel in ["srv/ok", "srv", "srv/inner"] {
+            let p = f.base.join(rel);
+            confine_volume(&agent, &p, &roots).unwrap_or_else(|e| panic!("{rel}: {e}"));
+        }
+        let real = confine_volume(&agent, &f.base.join("srv/inner"), &roots).unwrap();
+        assert_eq!(real, f.base.join("srv/ok"), "the real path is mounted");
+        let table = [
+            ("srv/ok/../../secret", "without '..'"),
+            ("srv/escape", "a symlink must not leave its root"),
+            ("srv/state-link", "hive's state dir"),
+            ("state/agents/a", "hive's state dir"),
+            ("", "hive's state dir"),
+            ("secret", "outside every root"),
+            ("srv/nope", "cannot resolve"),
+        ];
+        for (rel, rule) in table {
+            let p = f.base.join(rel);
+            let msg = confine_volume(&agent, &p, &roots).unwrap_err().to_string();
+            assert!(msg.contains(rule), "{rel}: {msg}");
+            assert!(msg.contains(&p.display().to_string()), "{rel}: {msg}");
+            assert!(msg.contains("agent web"), "{rel}: {msg}");
+        }
+        let none = VolumeRoots {
+            configured: vec![],
+            ..roots
+        };
+        let msg = confine_volume(&agent, &f.base.join("srv/ok"), &none)
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("volume_roots (none configured)"), "{msg}");
     }
 
     #[test]

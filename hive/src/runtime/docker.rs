@@ -7,12 +7,13 @@
 //! connections on a unix socket, so each request connects afresh and a
 //! dockerd restart needs nothing more.
 
+mod create;
 mod errors;
 mod logs;
+mod objects;
 mod watch;
 
 pub use logs::log_config;
-
 pub use watch::{docker_time_ms, ContainerEvent, EventAction, RunState};
 
 use std::collections::{BTreeMap, HashMap};
@@ -20,7 +21,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bollard::errors::Error as BollardError;
-use bollard::models::{ContainerCreateBody, HostConfig, RestartPolicy, RestartPolicyNameEnum};
 use bollard::query_parameters::{
     BuildImageOptions, CreateContainerOptions, CreateImageOptions, InspectContainerOptions,
     ListContainersOptions, RemoveContainerOptions, StopContainerOptions,
@@ -36,7 +36,7 @@ use crate::registry_auth::{Login, RegistryAuth};
 use super::pull_progress::PullTally;
 use super::{
     check_owner, context, split_image_ref, BuildRequest, ContainerInfo, ContainerRuntime,
-    ContainerSpec, ProgressFn, RuntimeError, NO_NEW_PRIVILEGES,
+    ContainerSpec, ProgressFn, RuntimeError,
 };
 
 /// Seconds bollard waits for a response's headers. Streams (pull, build)
@@ -370,38 +370,7 @@ impl ContainerRuntime for DockerRuntime {
 
     async fn create(&self, spec: &ContainerSpec) -> Result<String, RuntimeError> {
         let docker = self.client()?;
-        let host_config = HostConfig {
-            // Mounts, not binds: a missing state dir fails the start instead
-            // of Docker making an empty one (see `docker::logs::mount_of`).
-            mounts: Some(spec.binds.iter().map(logs::mount_of).collect()),
-            memory: spec.memory_bytes,
-            nano_cpus: spec.nano_cpus,
-            // A tiny init as PID 1 forwards SIGTERM to the agent and reaps
-            // zombies, so `stop` is quick and clean for any image.
-            init: Some(true),
-            // No process in the container gains privileges through a setuid
-            // binary or file capabilities; see docs/security.md, "Containers".
-            security_opt: Some(vec![NO_NEW_PRIVILEGES.to_string()]),
-            pids_limit: Some(spec.limits.pids),
-            log_config: Some(log_config(&spec.limits)),
-            // Docker never restarts an agent by itself: the hive does, with
-            // its crash-loop backoff ([`crate::crashloop`]), and shows it.
-            restart_policy: Some(RestartPolicy {
-                name: Some(RestartPolicyNameEnum::NO),
-                maximum_retry_count: None,
-            }),
-            ..Default::default()
-        };
-        let healthcheck = spec.health.as_ref().map(health_config);
-        let body = ContainerCreateBody {
-            image: Some(spec.image.clone()),
-            env: Some(spec.env.clone()),
-            cmd: spec.command.clone(),
-            labels: Some(spec.labels.clone().into_iter().collect()),
-            host_config: Some(host_config),
-            healthcheck,
-            ..Default::default()
-        };
+        let body = create::body(spec);
         let options = CreateContainerOptions {
             name: Some(spec.name.clone()),
             ..Default::default()
@@ -443,9 +412,13 @@ impl ContainerRuntime for DockerRuntime {
         if !info.running {
             return Ok(());
         }
-        let docker = self.client()?;
+        // The container's own grace (its spec's stop_grace_secs) wins; the
+        // request waits for the whole of it and a margin.
+        let grace = info.stop_grace_secs.unwrap_or(timeout.as_secs());
+        let wait = Duration::from_secs(grace.max(REQUEST_TIMEOUT_SECS) + 30);
+        let docker = self.client()?.with_timeout(wait);
         let options = StopContainerOptions {
-            t: Some(timeout.as_secs().min(i32::MAX as u64) as i32),
+            t: Some(grace.min(i32::MAX as u64) as i32),
             ..Default::default()
         };
         match perf::DOCKER_STOP
@@ -497,11 +470,17 @@ impl ContainerRuntime for DockerRuntime {
             image_id: found.image.unwrap_or_default(),
             running: state.running.unwrap_or(false),
             status: state.status.map(|s| s.to_string()).unwrap_or_default(),
+            failing_streak: state
+                .health
+                .as_ref()
+                .and_then(|h| h.failing_streak)
+                .and_then(|n| u64::try_from(n).ok()),
             health: state
                 .health
                 .and_then(|h| h.status)
                 .map(|s| s.to_string())
                 .filter(|s| matches!(s.as_str(), "starting" | "healthy" | "unhealthy")),
+            stop_grace_secs: config.stop_timeout.and_then(|t| u64::try_from(t).ok()),
             labels: labels_of(config.labels),
         }))
     }
@@ -571,27 +550,11 @@ impl DockerRuntime {
                     health: c.status.as_deref().and_then(super::health_of_status_text),
                     status,
                     labels: labels_of(c.labels),
+                    stop_grace_secs: None,
+                    failing_streak: None,
                 }
             })
             .collect())
-    }
-}
-
-/// The spec's health check in Docker's terms: exec form, durations in
-/// nanoseconds; unset ones stay unset so Docker's defaults apply.
-fn health_config(h: &swarm_queue_client::HealthSpec) -> bollard::models::HealthConfig {
-    let nanos = |secs: Option<u64>| {
-        secs.map(|s| (s.min(i64::MAX as u64 / 1_000_000_000) * 1_000_000_000) as i64)
-    };
-    let mut test = vec!["CMD".to_string()];
-    test.extend(h.command.iter().cloned());
-    bollard::models::HealthConfig {
-        test: Some(test),
-        interval: nanos(h.interval_secs),
-        timeout: nanos(h.timeout_secs),
-        retries: h.retries.map(i64::from),
-        start_period: nanos(h.start_period_secs),
-        ..Default::default()
     }
 }
 

@@ -9,8 +9,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use swarm_queue_client::containers::LABEL_HIVE;
-use swarm_queue_client::HiveName;
+use swarm_queue_client::{HiveName, ObjectName};
 
+use super::admit::object_name;
+use super::objects::{check_object_owner, object_labels, ObjectInfo, ObjectKind, ObjectRuntime};
 use super::{
     check_owner, BuildRequest, ContainerInfo, ContainerRuntime, ContainerSpec, ProgressFn,
     RuntimeError,
@@ -31,6 +33,10 @@ pub struct FakeRuntime {
     pub failures: Mutex<VecDeque<(&'static str, RuntimeError)>>,
     /// The spec of every create, in order.
     pub created: Mutex<Vec<ContainerSpec>>,
+    /// Volumes and networks, by kind and Docker name.
+    pub objects: Mutex<BTreeMap<(ObjectKind, String), ObjectInfo>>,
+    /// Docker names of objects a container uses: their remove says so.
+    pub objects_in_use: Mutex<BTreeSet<String>>,
     next_id: AtomicU64,
 }
 
@@ -70,8 +76,34 @@ impl FakeRuntime {
                 status: if running { "running" } else { "created" }.into(),
                 health: None,
                 labels,
+                stop_grace_secs: None,
+                failing_streak: None,
             },
         );
+    }
+
+    /// A volume or network some other party made under `docker_name`.
+    pub fn plant_object(&self, kind: ObjectKind, docker_name: &str, owner: Option<&str>) {
+        let labels = owner
+            .map(|o| BTreeMap::from([(LABEL_HIVE.to_string(), o.to_string())]))
+            .unwrap_or_default();
+        let info = ObjectInfo {
+            kind,
+            docker_name: docker_name.to_string(),
+            labels,
+        };
+        let key = (kind, docker_name.to_string());
+        self.objects.lock().unwrap().insert(key, info);
+    }
+
+    /// The Docker names of every `kind` there is, owned or not.
+    pub fn object_names(&self, kind: ObjectKind) -> Vec<String> {
+        let objects = self.objects.lock().unwrap();
+        objects
+            .keys()
+            .filter(|(k, _)| *k == kind)
+            .map(|(_, n)| n.clone())
+            .collect()
     }
 
     pub fn calls(&self) -> Vec<String> {
@@ -222,6 +254,8 @@ impl ContainerRuntime for FakeRuntime {
                 status: "created".into(),
                 health: None,
                 labels: spec.labels.clone(),
+                stop_grace_secs: spec.stop_grace_secs,
+                failing_streak: None,
             },
         );
         self.created.lock().unwrap().push(spec.clone());
@@ -286,5 +320,56 @@ impl ContainerRuntime for FakeRuntime {
                 container: container.to_string(),
             })?;
         Ok((!request.previous).then(|| futures_util::stream::empty().boxed()))
+    }
+}
+
+impl ObjectRuntime for FakeRuntime {
+    async fn ensure_object(
+        &self,
+        kind: ObjectKind,
+        name: &ObjectName,
+    ) -> Result<String, RuntimeError> {
+        let docker_name = object_name(self.hive(), name.as_str());
+        self.enter("ensure_object", &docker_name)?;
+        let mut objects = self.objects.lock().unwrap();
+        let entry = objects
+            .entry((kind, docker_name.clone()))
+            .or_insert_with(|| ObjectInfo {
+                kind,
+                docker_name: docker_name.clone(),
+                labels: object_labels(self.hive(), kind, name),
+            });
+        check_object_owner(self.hive(), entry)?;
+        Ok(docker_name)
+    }
+
+    async fn list_objects(&self, kind: ObjectKind) -> Result<Vec<ObjectInfo>, RuntimeError> {
+        self.enter("list_objects", kind.as_str())?;
+        let hive = self.hive().as_str();
+        let objects = self.objects.lock().unwrap();
+        Ok(objects
+            .values()
+            .filter(|o| o.kind == kind && o.owner() == Some(hive))
+            .cloned()
+            .collect())
+    }
+
+    async fn remove_object(
+        &self,
+        kind: ObjectKind,
+        docker_name: &str,
+    ) -> Result<bool, RuntimeError> {
+        self.enter("remove_object", docker_name)?;
+        let key = (kind, docker_name.to_string());
+        let mut objects = self.objects.lock().unwrap();
+        let Some(info) = objects.get(&key) else {
+            return Ok(true);
+        };
+        check_object_owner(self.hive(), info)?;
+        if self.objects_in_use.lock().unwrap().contains(docker_name) {
+            return Ok(false);
+        }
+        objects.remove(&key);
+        Ok(true)
     }
 }

@@ -17,16 +17,21 @@
 //! registry hiccup is transient; a missing image, a failed build or a
 //! foreign container is not.
 //!
+//! The volumes and networks agents name are the hive's own Docker objects
+//! too ([`objects`]): made with its labels, refused without them.
+//!
 //! Build contexts ([`context`]) are a directory inside an allowed root
 //! ([`confine`]) or a git checkout the hive makes with the `git` CLI;
 //! either is streamed to Docker as a tar under a size cap.
 
+pub mod admit;
 pub mod confine;
 pub mod context;
 mod docker;
 #[cfg(test)]
 pub mod fake;
 pub mod logs;
+pub mod objects;
 pub mod pull_progress;
 
 use std::collections::BTreeMap;
@@ -121,6 +126,20 @@ pub struct AgentContainer<'a> {
     pub extra_binds: Vec<Bind>,
     /// The hive config's limits on every container.
     pub limits: HostLimits,
+    /// The spec's ports, admitted by the hive config ([`admit::ports`]).
+    pub ports: Vec<admit::PublishedPort>,
+    /// The spec's host-path volumes, each confined to the hive config's
+    /// `volume_roots`.
+    pub volume_binds: Vec<Bind>,
+}
+
+/// A named Docker volume mounted into a container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedVolume {
+    /// `hyperhive.<hive>.<name>` ([`admit::object_name`]).
+    pub docker_name: String,
+    pub target: String,
+    pub read_only: bool,
 }
 
 /// One image build: the directory `context` (with `dockerfile` inside it),
@@ -154,6 +173,16 @@ pub struct ContainerSpec {
     pub health: Option<swarm_queue_client::HealthSpec>,
     /// The hive's pids limit and log cap ([`HostLimits`]).
     pub limits: HostLimits,
+    /// Run as this user instead of the image's.
+    pub user: Option<String>,
+    /// Docker's stop timeout on the container: every stop of it (a power
+    /// down, a rebuild, a retire) waits this long before SIGKILL.
+    pub stop_grace_secs: Option<u64>,
+    pub ports: Vec<admit::PublishedPort>,
+    /// `bridge`, `none` or the hive's own network; `None` is Docker's
+    /// default bridge.
+    pub network: Option<String>,
+    pub volumes: Vec<NamedVolume>,
 }
 
 impl ContainerSpec {
@@ -169,6 +198,8 @@ impl ContainerSpec {
             state_dir,
             extra_binds,
             limits,
+            ports,
+            volume_binds,
         } = input;
         let labels = BTreeMap::from([
             (LABEL_MANAGED.to_string(), "true".to_string()),
@@ -182,6 +213,18 @@ impl ContainerSpec {
             read_only: false,
         }];
         binds.extend(extra_binds);
+        binds.extend(volume_binds);
+        let volumes = spec
+            .volumes
+            .iter()
+            .filter_map(|v| {
+                Some(NamedVolume {
+                    docker_name: admit::object_name(hive, v.name.as_ref()?.as_str()),
+                    target: v.target.clone(),
+                    read_only: !v.writable(),
+                })
+            })
+            .collect();
         ContainerSpec {
             name: container_name(hive, agent),
             image: image.to_string(),
@@ -195,6 +238,11 @@ impl ContainerSpec {
             binds,
             health: spec.health.clone(),
             limits,
+            user: spec.user.clone(),
+            stop_grace_secs: spec.stop_grace_secs,
+            ports,
+            network: admit::network_name(hive, spec),
+            volumes,
         }
     }
 }
@@ -216,6 +264,12 @@ pub struct ContainerInfo {
     /// `None` without a health check.
     pub health: Option<String>,
     pub labels: BTreeMap<String, String>,
+    /// The container's own stop timeout (its spec's `stop_grace_secs`),
+    /// where Docker said it (an inspect does; a list does not).
+    pub stop_grace_secs: Option<u64>,
+    /// How many health checks in a row have failed (an inspect says; a
+    /// list does not).
+    pub failing_streak: Option<u64>,
 }
 
 impl ContainerInfo {
@@ -276,6 +330,20 @@ pub enum RuntimeError {
         hive: HiveName,
         owner: Option<String>,
     },
+    #[error(
+        "{kind} {name} {}, not hive {hive}'s; this hive never touches it. \
+         Rename or remove it yourself if the name is needed",
+        match owner {
+            Some(o) => format!("belongs to hive {o:?}"),
+            None => "has no org.hyperhive.hive label".to_string(),
+        }
+    )]
+    ForeignObject {
+        kind: objects::ObjectKind,
+        name: String,
+        hive: HiveName,
+        owner: Option<String>,
+    },
     #[error("container {container} does not exist")]
     NoSuchContainer { container: String },
     #[error("image {image} is not available: {message}")]
@@ -303,6 +371,12 @@ pub enum RuntimeError {
          make the context smaller or raise build_context_max_bytes in the hive config"
     )]
     ContextTooLarge { context: String, max_bytes: u64 },
+    #[error("agent {agent}: {what} is refused; {rule}")]
+    Refused {
+        agent: AgentName,
+        what: String,
+        rule: String,
+    },
     #[error("`git {args}` failed: {reason}")]
     Git { args: String, reason: String },
     #[error("Docker {op} {target} failed: {source}")]
@@ -334,7 +408,7 @@ impl RuntimeError {
 
 /// The operations the job worker needs from a container engine. Methods
 /// that change a container refuse one without this runtime's hive label.
-pub trait ContainerRuntime: Send + Sync + 'static {
+pub trait ContainerRuntime: objects::ObjectRuntime + Send + Sync + 'static {
     /// The hive whose containers this runtime may touch.
     fn hive(&self) -> &HiveName;
 
@@ -520,6 +594,8 @@ mod tests {
             state_dir: Path::new("/var/lib/hive/agents/mail-bot"),
             extra_binds: vec![knowledge],
             limits: HostLimits::default(),
+            ports: vec![],
+            volume_binds: vec![],
         };
         let c = ContainerSpec::for_agent(input.clone());
         assert_eq!(c.name, "hyperhive.alpha.mail-bot");
@@ -568,6 +644,8 @@ mod tests {
             running: true,
             status: "running".into(),
             health: None,
+            stop_grace_secs: None,
+            failing_streak: None,
             labels: owner
                 .map(|o| BTreeMap::from([(LABEL_HIVE.to_string(), o.to_string())]))
                 .unwrap_or_default(),

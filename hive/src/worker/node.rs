@@ -13,6 +13,7 @@ use super::journal::{delete_dir, replay_cleanups};
 use super::{agent_dir, image_ref, short_id, NodeError, WorkerDeps};
 use crate::jobs::model::default_power;
 use crate::jobs::{now_ms, Claim, CleanupAction, InstalledAgent, Op};
+use crate::runtime::admit;
 use crate::runtime::confine::BuildRoots;
 use crate::runtime::{
     check_owner, AgentContainer, ContainerInfo, ContainerRuntime, ContainerSpec, RuntimeError,
@@ -185,10 +186,11 @@ async fn purge_data<R: ContainerRuntime>(
         store.cleanup_done(id).await?;
     }
     store.forget_agent(agent).await?;
-    Ok(format!(
-        "deleted {}",
-        agent_dir(&deps.state_dir, agent).display()
-    ))
+    let deleted = format!("deleted {}", agent_dir(&deps.state_dir, agent).display());
+    Ok(match super::objects::release_volumes(deps, agent).await? {
+        Some(volumes) => format!("{deleted}, {volumes}"),
+        None => deleted,
+    })
 }
 
 /// The agent's containers as Docker shows them: every one with this hive's
@@ -316,6 +318,10 @@ async fn create<R: ContainerRuntime>(
     let spec_hash = spec.spec_hash();
     let image = image_ref(&deps.hive, agent, spec);
     let existing = existing_with_spec(deps, agent, name, &spec_hash).await?;
+    // What the hive config allows, checked before anything is recorded.
+    let ports = admit::ports(agent, spec, &deps.config.host.port_addresses)
+        .map_err(NodeError::runtime(format!("create {name}")))?;
+    let volume_binds = super::objects::prepare(deps, agent, spec).await?;
     let record = InstalledAgent {
         agent: agent.clone(),
         spec_hash: spec_hash.clone(),
@@ -341,6 +347,8 @@ async fn create<R: ContainerRuntime>(
         state_dir: &dir,
         extra_binds: deps.extra_binds.clone(),
         limits: deps.config.container_limits,
+        ports,
+        volume_binds,
     });
     match deps.runtime.create(&container).await {
         Ok(id) => Ok(Some(format!("created {}", short_id(&id)))),

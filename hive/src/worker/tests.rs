@@ -521,6 +521,8 @@ async fn a_node_cut_off_mid_create_runs_again_and_adopts_the_container() {
                 state_dir: &h.state_dir.join("agents/a"),
                 extra_binds: vec![],
                 limits: WorkerConfig::default().container_limits,
+                ports: vec![],
+                volume_binds: vec![],
             });
             h.runtime.create(&container).await.unwrap();
             break;

@@ -13,6 +13,8 @@
 //! - the nats-server (oversized values and messages);
 //! - a swarm file's per-hive values (a missing value, a malformed
 //!   placeholder), through the real `swarm-controller`;
+//! - volumes and networks: a bad one in a declaration, and host paths
+//!   outside `volume_roots`, through a running `hive`;
 //! - credential rotation: a bad `on_credential_change` in a declaration
 //!   and a swarm file, bad names given to `credential delete`;
 //! - the hive's deploy and credential subjects and its wanted key, through
@@ -32,6 +34,7 @@
 //! `secrets_in_errors` (a real `hive` process), and `swarm_values`.
 
 mod configs;
+mod container_fields;
 mod credential_verbs;
 mod decoders;
 mod hostile_builds;
@@ -40,6 +43,7 @@ mod local_contexts;
 mod running_hive;
 mod secrets_in_errors;
 mod swarm_values;
+mod volumes;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;

@@ -37,6 +37,7 @@ mod images;
 mod installed;
 mod jobs;
 mod nodes;
+mod objects;
 mod power;
 #[cfg(test)]
 mod tests;
@@ -48,6 +49,7 @@ pub use images::{image_cleanup_plan, OwnedImage};
 pub use installed::InstalledAgent;
 pub use jobs::{DeployRequest, Enqueued, JobFilter, JobView, NodeView};
 pub use nodes::{Claim, Finished};
+pub use objects::RecordedObject;
 
 /// How hard each commit is pushed to disk. See the module essay in
 /// [`crate::jobs`] for why the hive ships [`Durability::Full`].

@@ -157,6 +157,7 @@ in
         knowledge_repo = "/srv/git/knowledge.git";
         nats.buckets.status.replicas = 3;
         port_addresses = [ "127.0.0.1" "10.0.0.5" ];
+        volume_roots = [ "/srv/hyperhive" ];
       }
     '';
     settingsDescription = ''

@@ -223,6 +223,23 @@ async fn a_named_network_is_the_hives_and_goes_after_its_last_agent_is_retired()
     })
     .await;
 
+    // Removed behind the hive's back (both agents stopped): a start says
+    // so, and a rebuild makes the network and the container again.
+    for a in ["a", "b"] {
+        let job = h.api.queue(a, "stop", json!({})).await;
+        h.api.done(job, T).await;
+    }
+    docker(&["network", "rm", &network]);
+    let job = h.api.queue("b", "start", json!({})).await;
+    let failed = h.api.finished(job, T).await;
+    let error = failed["error"].as_str().unwrap_or_default();
+    println!("start without its network: {error}");
+    assert!(error.contains("its network is gone"), "{failed:#}");
+    let job = h.api.queue("b", "rebuild", json!({})).await;
+    h.api.done(job, T).await;
+    assert!(h.running("b"), "b did not run after its rebuild");
+    assert_ours("network", &network, &name, "back");
+
     let job = h.api.queue("a", "retire", json!({})).await;
     h.api.done(job, T).await;
     assert_eq!(

@@ -77,6 +77,20 @@ impl DockerRuntime {
             | BollardError::HyperLegacyError { .. }
             | BollardError::IOError { .. }
             | BollardError::HttpClientError { .. } => self.unreachable(&e),
+            // A start of a container whose network is gone (removed behind
+            // the hive's back) is no missing container: say what is missing.
+            BollardError::DockerResponseServerError {
+                status_code: 404,
+                ref message,
+            } if op == "start" && message.contains("network") => RuntimeError::Docker {
+                op,
+                target: format!(
+                    "{target} (its network is gone; `hive rebuild` makes the container and \
+                     the network again)"
+                ),
+                source: Box::new(e),
+                transient: false,
+            },
             BollardError::DockerResponseServerError {
                 status_code: 404,
                 message,

@@ -176,9 +176,9 @@ in
           "the image loads before the hive" = lib.elem "hyperhive-hive.service" fleetNodes.alpha.systemd.services.hyperhive-test-image.before;
           "the hive trusts the controller" = fleetNodes.alpha.services.hyperhive.settings.trusted_controller_xkeys == [ keys.controller.xkey ];
           "the declaration names alpha" = fleetNodes.controller.environment.etc."hyperhive/swarm.toml".source.value.hives.alpha.agents.hello.image == "hhtest/hello:1";
-          "the declaration keeps on_credential_change" = fleetNodes.controller.environment.etc."hyperhive/swarm.toml".source.value.hives.alpha.agents.hello.on_credential_change == "restart";
+          "the declaration keeps on_credential_change" = goodController.environment.etc."hyperhive/swarm.toml".source.value.hives.alpha.agents.hello.on_credential_change == "restart";
           "the declaration keeps the container fields" =
-            let hello = fleetNodes.controller.environment.etc."hyperhive/swarm.toml".source.value.hives.alpha.agents.hello;
+            let hello = goodController.environment.etc."hyperhive/swarm.toml".source.value.hives.alpha.agents.hello;
             in hello.user == "1000:1000" && hello.stop_grace_secs == 30 && hello.ports == [ "8080:80/tcp" ]
                && hello.network == "none" && hello.restart_on_unhealthy == 3;
         }

@@ -47,6 +47,7 @@ pub mod secured;
 pub mod sse;
 pub mod swarm;
 pub mod trace_log;
+pub mod upgrade_data;
 
 pub use nats::{check_config, NatsServer};
 pub use process::{controller_bin, hive_bin, Daemon};

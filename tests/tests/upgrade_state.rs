@@ -4,137 +4,28 @@
 //! are, converges on the same revision, and creates, removes or restarts
 //! none of them.
 //!
-//! The data was made by `capture_previous_release_state` below, run once
-//! with the previous release's `hive` binary (see its comment); the test
-//! itself needs only this build. The previous release's containers cannot
+//! The data was made by `examples/capture_upgrade_state.rs`, run once with
+//! the previous release's `hive` binary (see its comment); the test itself
+//! needs only this build. The previous release's containers cannot
 //! be committed, so the test makes them again from that release's
 //! `docker inspect` (`containers.json`): the same config, labels (with the
 //! spec hash that release computed), mounts and limits, on a fresh import
 //! of the same image.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::CreateContainerOptions;
-use hyperhive_tests::docker::{
-    busybox_rootfs, docker, import_rootfs, remove_image, ContainerGuard,
-};
+use hyperhive_tests::docker::{docker, ContainerGuard};
 use hyperhive_tests::hive::{HiveProc, HiveSpec};
 use hyperhive_tests::kv::{container, Swarm};
-use hyperhive_tests::process::Daemon;
+use hyperhive_tests::upgrade_data::{copy_job_store, data, import_image, HIVE, IMAGE, STATE};
 use hyperhive_tests::{wait_until, NatsServer};
 use serde_json::Value;
 
 const T: Duration = Duration::from_secs(90);
-/// Fixed: the committed spec hashes and container names depend on them.
-const HIVE: &str = "upgrade-prev";
-const IMAGE: &str = "hhtest-upgrade-prev:1";
-/// Stands for the capture's state dir in the committed files.
-const STATE: &str = "@STATE@";
-
-fn data() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("data/upgrade-prev")
-}
-
-/// What the previous release was given: every field of its agent spec
-/// (spec 2) but credentials, which need a controller's key.
-fn declaration() -> String {
-    serde_json::json!({ "schema": 1, "agents": {
-        "full": {
-            "image": IMAGE, "command": ["/bin/sleep", "3600"],
-            "env": { "MODE": "prod", "EMPTY": "" }, "power": "up",
-            "memory_mb": 64, "cpus": 0.5, "min_running_secs": 1,
-            "health": { "command": ["/bin/true"], "interval_secs": 5, "retries": 2,
-                        "timeout_secs": 3, "start_period_secs": 1 }
-        },
-        "plain": { "image": IMAGE, "command": ["/bin/sleep", "3600"] },
-        "parked": { "image": IMAGE, "command": ["/bin/sleep", "3600"], "power": "down" },
-    }})
-    .to_string()
-}
-
-/// Removes the fixed image on drop.
-struct ImageGuard;
-impl Drop for ImageGuard {
-    fn drop(&mut self) {
-        remove_image(IMAGE);
-    }
-}
-
-fn import_image() -> ImageGuard {
-    let root = busybox_rootfs();
-    import_rootfs(root.path(), IMAGE);
-    ImageGuard
-}
-
-/// Run by hand, never in CI: `HYPERHIVE_PREVIOUS_HIVE=/path/to/old/hive
-/// cargo test -p hyperhive-tests --test upgrade_state capture -- --ignored`
-/// writes `tests/data/upgrade-prev/` from that binary: the declaration it
-/// converged on, its state dir's job store, and its containers' inspect.
-#[tokio::test]
-#[ignore = "a tool: makes the committed test data with a previous release's hive"]
-async fn capture_previous_release_state() {
-    let old = std::env::var("HYPERHIVE_PREVIOUS_HIVE").expect("HYPERHIVE_PREVIOUS_HIVE");
-    let nats = NatsServer::start();
-    let url = nats.url();
-    let _image = import_image();
-    let _guard = ContainerGuard::new(HIVE);
-    let swarm = Swarm::connect(&url).await;
-    let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().join("state");
-    let config = dir.path().join("hive.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "name = {HIVE:?}\nstate_dir = {:?}\nhttp_listen = \"127.0.0.1:0\"\n\
-             publish_interval_secs = 1\nmin_running_secs = 1\n[nats]\nurl = {url:?}\n",
-            state.display().to_string()
-        ),
-    )
-    .unwrap();
-    let r1 = swarm.declare(HIVE, &declaration()).await;
-    assert_eq!(r1, 1);
-    let cfg = config.display().to_string();
-    let mut hive = Daemon::spawn_in(
-        None,
-        Path::new(&old),
-        &["run", "--config", &cfg],
-        &[],
-        &dir.path().join("hive.log"),
-    );
-    swarm.converged(HIVE, r1, T).await;
-    assert_eq!(
-        hive.terminate(),
-        Some(0),
-        "the old hive did not stop cleanly"
-    );
-    let out = data();
-    std::fs::create_dir_all(out.join("state")).unwrap();
-    std::fs::write(out.join("declaration.json"), declaration()).unwrap();
-    copy_job_store(&state, &out.join("state"));
-    let mut inspected = Vec::new();
-    for agent in ["full", "plain", "parked"] {
-        let text = docker(&["inspect", &format!("hyperhive.{HIVE}.{agent}")]);
-        let mut v: Vec<Value> = serde_json::from_str(&text).unwrap();
-        inspected.push(v.remove(0));
-    }
-    let text = serde_json::to_string_pretty(&inspected)
-        .unwrap()
-        .replace(&state.display().to_string(), STATE);
-    std::fs::write(out.join("containers.json"), text + "\n").unwrap();
-}
-
-/// The job store's files (its write-ahead log, if a crash left one).
-fn copy_job_store(from: &Path, to: &Path) {
-    for f in ["hive.db", "hive.db-wal"] {
-        if from.join(f).exists() {
-            std::fs::copy(from.join(f), to.join(f)).unwrap();
-        }
-    }
-}
-
 /// The previous release's container `c` made again: its config and host
 /// config as inspect showed them, the state dir put back in its mounts.
 fn create_body(c: &Value, state: &Path) -> ContainerCreateBody {

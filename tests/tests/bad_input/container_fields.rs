@@ -121,30 +121,16 @@ fn a_declaration_with_a_bad_container_field_is_refused_naming_field_and_value() 
     .unwrap();
 }
 
-/// `declare --dry-run` of a swarm file holding `text`, with a config whose
-/// server does not exist (each refusal comes before any connect).
+/// `declare --dry-run` of a swarm file holding `text`.
 fn dry_run(text: &str) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("controller.toml");
-    std::fs::write(
-        &config,
-        "[nats]\nurl = \"nats://127.0.0.1:1\"\n\n[hives.alpha]\n",
-    )
-    .unwrap();
+    let config = offline_controller_config(dir.path());
     let swarm = dir.path().join("swarm.toml");
     std::fs::write(&swarm, text).unwrap();
-    let out = Command::new(hyperhive_tests::controller_bin())
-        .arg("--config")
-        .arg(&config)
-        .args(["declare", "--dry-run"])
-        .arg(&swarm)
-        .env_remove("HYPERHIVE_NATS_URL")
-        .env_remove("HYPERHIVE_CONTROLLER_CONFIG")
-        .output()
-        .unwrap();
-    let text = said(&out);
+    let swarm = swarm.display().to_string();
+    let (code, text) = controller(&config, &["declare", "--dry-run", &swarm]);
     println!("{text}");
-    (out.status.code(), text)
+    (code, text)
 }
 
 #[test]

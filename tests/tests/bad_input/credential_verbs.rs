@@ -25,19 +25,6 @@ fn a_declaration_with_a_bad_on_credential_change_is_refused_naming_the_value() {
     );
 }
 
-/// The controller's run of `args` with `config`: (exit code, all it said).
-fn controller(config: &std::path::Path, args: &[&str]) -> (Option<i32>, String) {
-    let out = Command::new(hyperhive_tests::controller_bin())
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .env_remove("HYPERHIVE_NATS_URL")
-        .env_remove("HYPERHIVE_CONTROLLER_CONFIG")
-        .output()
-        .unwrap();
-    (out.status.code(), said(&out))
-}
-
 /// A swarm file with a bad policy, and every bad name in every position of
 /// `credential delete`, and a hive not on the roster. Nothing here needs a
 /// server: each is refused before the controller connects (the config's
@@ -45,12 +32,7 @@ fn controller(config: &std::path::Path, args: &[&str]) -> (Option<i32>, String) 
 #[test]
 fn the_controller_refuses_a_bad_policy_and_bad_delete_names_before_connecting() {
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("controller.toml");
-    std::fs::write(
-        &config,
-        "[nats]\nurl = \"nats://127.0.0.1:1\"\n\n[hives.alpha]\n",
-    )
-    .unwrap();
+    let config = offline_controller_config(dir.path());
     let swarm = dir.path().join("swarm.toml");
     std::fs::write(
         &swarm,

@@ -108,6 +108,31 @@ fn said(out: &std::process::Output) -> String {
     )
 }
 
+/// A controller config whose server does not exist, with hive alpha on the
+/// roster: every refusal tested with it comes before any connect.
+fn offline_controller_config(dir: &std::path::Path) -> std::path::PathBuf {
+    let config = dir.join("controller.toml");
+    std::fs::write(
+        &config,
+        "[nats]\nurl = \"nats://127.0.0.1:1\"\n\n[hives.alpha]\n",
+    )
+    .unwrap();
+    config
+}
+
+/// The controller's run of `args` with `config`: (exit code, all it said).
+fn controller(config: &std::path::Path, args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(hyperhive_tests::controller_bin())
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .env_remove("HYPERHIVE_NATS_URL")
+        .env_remove("HYPERHIVE_CONTROLLER_CONFIG")
+        .output()
+        .unwrap();
+    (out.status.code(), said(&out))
+}
+
 fn decode_err<T: Payload + std::fmt::Debug>(bytes: &[u8]) -> String {
     match decode::<T>(bytes) {
         Ok(v) => panic!("{} accepted bad input: {v:?}", T::WHAT),

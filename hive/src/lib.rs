@@ -15,15 +15,22 @@
 //! - [`access`]: who may reach the operator API ([`api`]): its Unix socket
 //!   (0660, group `hyperhive`), and the guarded TCP remote writes;
 //!   [`client`] speaks to either.
+//! - [`cli`]: the command line; [`ops`]: its operator verbs, a client of
+//!   the API; [`agent_logs`]: an agent's output, for the API and NATS.
+//! - [`events`]: the listener for the hive's NATS subjects (deploy,
+//!   credential, knowledge); [`knowledge`]: the knowledge checkout;
+//!   [`fleet_events`]: the hive's agents' lifecycle into `hyperhive-events`.
 //! - [`daemon`]: `hive run`, which wires the tasks and drains on shutdown;
 //!   [`supervisor`]: restarts a task that dies and names it in readiness
 //!   meanwhile; [`deploy`]: the deploy subject's handler.
 //! - [`jobs`]: the durable job DAG in SQLite (power intent, installed
 //!   agents, cleanup journal); [`runtime`]: the Docker runtime behind a
-//!   narrow trait; [`registry_auth`]: the registry logins pulls send.
-//!   narrow trait.
+//!   narrow trait; [`registry_auth`]: the registry logins pulls send;
+//!   [`images`]: the images the hive made or pulled, and their cleanup;
+//!   [`worker`]: the task that runs the jobs' nodes.
 //! - [`plan`] decides and [`converger`] does: declaration, Docker and
-//!   job store compared every round; [`retry`]: the per-agent backoff;
+//!   job store compared every round, Docker's containers grouped and
+//!   cleaned by [`observe`]; [`retry`]: the per-agent backoff;
 //!   [`backoff`]: the one doubling delay every retry loop uses;
 //!   [`crashloop`]: when an agent that exited starts again, and when it
 //!   counts as up; [`docker_events`]: Docker's event stream, which marks
@@ -31,8 +38,8 @@
 //! - [`git`]: the one way git is run (knowledge, build contexts);
 //!   [`xkey`]: the hive's sealing key; [`nofollow`]: writes below an
 //!   agent's state dir that follow no link the agent planted;
-//!   [`systemd`]: sd_notify; [`shutdown`]: the signal every task takes; [`test_hooks`]: hooks that
-//!   exist only with the `test-hooks` feature.
+//!   [`systemd`]: sd_notify; [`shutdown`]: the signal every task takes;
+//!   [`test_hooks`]: hooks that exist only with the `test-hooks` feature.
 //!
 //! Invariants: one NATS connection per process; nothing stamps its own time;
 //! the hive keeps running its agents when NATS or the controller is away.

@@ -41,7 +41,13 @@
 //!   with per-hive NATS identities (see `docs/security.md`).
 //! - [`cli`]: the command line; `main.rs` only calls [`cli::main`];
 //!   [`cli_declare`] holds the declaring verbs, `cli_events` the event
-//!   verbs and `cli_status` the `status` verb.
+//!   verbs, `cli_status` the `status` verb, `cli_history` the `events`
+//!   verb and `cli_logs` the `logs` verb.
+//! - [`rollback`]: an earlier declaration from the wanted bucket's history,
+//!   declared again; [`capability`]: the agent fields each hive's build
+//!   knows, so no declaration sets one a hive would ignore.
+//! - [`audit`]: one `hyperhive-events` event per operator verb;
+//!   [`nkey_file`]: the `nkey` verb's user seed and public key.
 
 pub mod audit;
 pub mod capability;

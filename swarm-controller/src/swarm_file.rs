@@ -446,6 +446,11 @@ mod tests {
         let all = err.join("\n");
         assert!(all.contains("unknown key `min_runing_secs`"), "{all}");
         assert!(all.contains("unknown key `health.retrys`"), "{all}");
+        // The hint lists every agent field, `health` among them.
+        assert!(
+            all.contains("credentials, health, min_running_secs"),
+            "{all}"
+        );
         assert_eq!(err.len(), 2, "{all}");
     }
 

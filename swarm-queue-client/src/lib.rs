@@ -5,8 +5,9 @@
 //!
 //! - [`names`]: `HiveName`, `AgentName`, `AccountName`, `GroupName`, validated DNS labels.
 //! - [`subjects`]: every core-NATS subject and KV key format.
-//! - [`buckets`]: the three KV buckets, the settings they are created with
-//!   and the check of an existing bucket's settings.
+//! - [`buckets`]: the six KV buckets (`Bucket::ALL`; a hive uses the three
+//!   of `Bucket::HIVE`), the settings they are created with and the check
+//!   of an existing bucket's settings.
 //! - [`direct`]: a hive's JetStream use: read a key by direct get, put its
 //!   own key; no stream info, no consumer.
 //! - [`payload`]: `Declaration`, `Readiness`, `DeployRequest`,
@@ -24,6 +25,10 @@
 //!   any text that leaves a process.
 //! - [`permissions`]: the per-identity nats-server authorization (which
 //!   subjects each hive and the controller may use).
+//! - [`event_stream`]: the `hyperhive-events` stream, its subjects and the
+//!   event payload.
+//! - [`presence`]: the server's connect and disconnect events and its
+//!   connection list, as the controller reads them.
 //! - `test_support` (feature `test-support`): payload builders for tests.
 //!
 //! Invariants: no payload carries a timestamp (freshness is the KV entry's

@@ -27,6 +27,15 @@
 //! - [`foreign`]: KV reads through nats-py, a client this project did not
 //!   write.
 //! - [`wait_until`]: poll a condition with a deadline; tests never sleep.
+//! - [`swarm`]: a whole swarm on one machine (one or three servers, real
+//!   hives, the controller); [`secured`]: a hive under the accounts
+//!   `nats-config` renders; [`identity`]: nkey users and their server.
+//! - [`kv`]: the buckets read and written directly; [`trace_log`]: the
+//!   logs of code run in-process, captured to a file.
+//! - [`oracle`]: the seeded fault schedule checked against `status --json`;
+//!   [`upgrade_data`]: the previous release's state the upgrade test uses.
+//!
+//! [`NatsServer`] is in [`nats`] and [`Daemon`] in [`process`].
 
 pub mod bare;
 pub mod browser;

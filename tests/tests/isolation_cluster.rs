@@ -66,7 +66,7 @@ impl Cluster {
         }
     }
 
-    /// The controller on the second server, the four buckets made with 3
+    /// The controller on the second server, every bucket made with 3
     /// replicas (once the cluster has its meta leader).
     async fn controller(&self) -> (Connection, Swarm) {
         let conn = connect_as(

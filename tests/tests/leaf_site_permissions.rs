@@ -122,7 +122,7 @@ impl Site {
     }
 
     /// The controller's side: connected to the hub as the controller, the
-    /// four buckets made.
+    /// every bucket (`Bucket::ALL`) made.
     async fn controller(&self) -> Swarm {
         let conn = connect_as(
             &self.hub.url(),

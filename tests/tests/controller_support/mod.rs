@@ -1,5 +1,5 @@
 //! What the controller's end-to-end tests share: a real nats-server with
-//! the three buckets, a controller config with a roster, the controller
+//! the hives' three buckets, a controller config with a roster, the controller
 //! binary run as a one-shot command or as `serve`, and real `Readiness`
 //! values written into the status bucket the way a hive writes them.
 

@@ -34,7 +34,6 @@ use futures_util::StreamExt;
 use serde_json::{json, Value};
 use swarm_controller::config::Config;
 use swarm_controller::fleet::Fleet;
-use swarm_controller::render::Report;
 use swarm_queue_client::{
     encode_pretty, AgentName, AgentSpec, AgentStatus, Declaration, HiveName, HiveState, JobSummary,
     Level, Observed, Power, Readiness, Warning,
@@ -232,8 +231,26 @@ async fn put_all(
     results.into_iter().collect()
 }
 
+/// `HH_BENCH_WRAP` (for example `heaptrack -o /tmp/status` or `perf record
+/// -g -o /tmp/perf-{mode}.data`): a profiler every measured child runs
+/// under; `{mode}` is replaced by the child's mode.
+fn wrapped(exe: &Path, mode: &str) -> Command {
+    let wrap = std::env::var("HH_BENCH_WRAP")
+        .unwrap_or_default()
+        .replace("{mode}", mode);
+    let mut words = wrap.split_whitespace();
+    match words.next() {
+        Some(tool) => {
+            let mut cmd = Command::new(tool);
+            cmd.args(words).arg(exe);
+            cmd
+        }
+        None => Command::new(exe),
+    }
+}
+
 fn run_child(exe: &Path, mode: &str, config: &Path, extra: Option<&str>) -> Res<Value> {
-    let mut cmd = Command::new(exe);
+    let mut cmd = wrapped(exe, mode);
     cmd.args(["--child", mode]).arg(config);
     if let Some(e) = extra {
         cmd.arg(e);
@@ -310,14 +327,9 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
             .map(|r| r["load_ms"].as_f64().unwrap_or(0.0))
             .collect(),
     );
-    let eval_ms = median(
+    let write_ms = median(
         runs.iter()
-            .map(|r| r["evaluate_ms"].as_f64().unwrap_or(0.0))
-            .collect(),
-    );
-    let render_ms = median(
-        runs.iter()
-            .map(|r| r["render_ms"].as_f64().unwrap_or(0.0))
+            .map(|r| r["write_ms"].as_f64().unwrap_or(0.0))
             .collect(),
     );
     let hwm_kb = runs
@@ -362,6 +374,7 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
     }
     let check_ms = median(check_ms);
     let raw = run_child(&exe, "raw-watch", &config, None)?;
+    let decode = run_child(&exe, "decode", &config, None)?;
 
     let dash = run_child(&exe, "dashboard", &config, Some(&updates.to_string()))?;
 
@@ -376,14 +389,19 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
     println!("| measure | value |");
     println!("|---|---|");
     println!("| status (library path), total, median of 3 | {status_ms:.1} ms |");
-    println!("| - read both buckets (KV watch with history) | {load_ms:.1} ms |");
-    println!("| - evaluate every hive | {eval_ms:.1} ms |");
-    println!("| - render JSON + table | {render_ms:.1} ms |");
+    println!("| - read the buckets, decode and keep each value (KV watch with history) | {load_ms:.1} ms |");
+    println!(
+        "| - evaluate every row once and write the JSON document as it goes | {write_ms:.1} ms |"
+    );
     println!("| `swarm-controller status --json` binary, wall, median of 3 | {bin_ms:.1} ms |");
     println!("| - of which process start + config with the roster (`--check-config`) | {check_ms:.1} ms |");
     println!(
         "| floor: both buckets through a bare KV watch, no decode | {:.1} ms |",
         raw["raw_ms"].as_f64().unwrap_or(0.0)
+    );
+    println!(
+        "| decode floor: the same values decoded into the contract's types, nothing else | {:.1} ms |",
+        decode["decode_ms"].as_f64().unwrap_or(0.0)
     );
     println!(
         "| peak memory (VmHWM) of status | {:.1} MiB |",
@@ -459,7 +477,16 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
         f("full_bytes") / f("snapshot_bytes").max(1e-9)
     );
     println!(
-        "| peak memory (VmHWM) of the dashboard child | {:.1} MiB |",
+        "| peak memory (VmHWM) of serve: started, one page open, {} updates | {:.1} MiB |",
+        updates * 2 + 1,
+        f("serve_hwm_kb") / 1024.0
+    );
+    println!(
+        "| - after one full `/api/status` | {:.1} MiB |",
+        f("full_hwm_kb") / 1024.0
+    );
+    println!(
+        "| - after the baseline re-read (a second fleet in the same process) | {:.1} MiB |",
         f("vm_hwm_kb") / 1024.0
     );
     println!();
@@ -506,32 +533,61 @@ async fn child(mode: &str, config_path: &Path, extra: Option<String>) -> Res<Val
             }
             Ok(json!({ "raw_ms": ms(start.elapsed()), "entries": entries }))
         }
-        "status" => {
+        "decode" => {
+            // The same bytes, read first, then decoded into the contract's
+            // types (and validated) with nothing else: the decode floor.
+            let mut values: [Vec<Bytes>; 2] = [Vec::new(), Vec::new()];
+            for (i, store) in [&buckets.status, &buckets.wanted].into_iter().enumerate() {
+                let mut watch = store.watch_with_history(">").await?;
+                while let Some(entry) = watch.next().await {
+                    let entry = entry?;
+                    values[i].push(entry.value);
+                    if entry.delta == 0 {
+                        break;
+                    }
+                }
+            }
             let start = Instant::now();
-            let fleet = RwLock::new(Fleet::new(
-                config.hives.clone(),
-                config.stale_after,
-                OffsetDateTime::now_utc(),
-            ));
-            swarm_controller::nats::load(&buckets, &fleet).await?;
+            let mut failed = 0usize;
+            for v in &values[0] {
+                failed += usize::from(swarm_queue_client::decode::<Readiness>(v).is_err());
+            }
+            for v in &values[1] {
+                failed += usize::from(swarm_queue_client::decode::<Declaration>(v).is_err());
+            }
+            if failed > 0 {
+                return Err(format!("{failed} values did not decode").into());
+            }
+            Ok(json!({ "decode_ms": ms(start.elapsed()) }))
+        }
+        "status" => {
+            // The work of `status --json`: read the values (no rows yet),
+            // then evaluate each row once as it is written out.
+            let start = Instant::now();
+            let fleet = RwLock::new(
+                Fleet::for_config(&config, OffsetDateTime::now_utc()).without_age_charts(),
+            );
+            swarm_controller::nats::read_values(&buckets, &fleet).await?;
             let loaded = start.elapsed();
             let t = Instant::now();
-            let report = {
+            let mut out = Counted::default();
+            let summary = {
                 let f = fleet.read().map_err(|_| "poisoned")?;
-                Report::of_fleet(&f, OffsetDateTime::now_utc())
+                swarm_controller::render::write_fleet(
+                    &f,
+                    OffsetDateTime::now_utc(),
+                    None,
+                    true,
+                    &mut out,
+                )?
             };
-            let evaluated = t.elapsed();
-            let t = Instant::now();
-            let json_text = serde_json::to_string_pretty(&report)?;
-            let table = report.table();
-            let rendered = t.elapsed();
+            let written = t.elapsed();
             Ok(json!({
-                "total_ms": ms(start.elapsed()),
+                "total_ms": ms(loaded + written),
                 "load_ms": ms(loaded),
-                "evaluate_ms": ms(evaluated),
-                "render_ms": ms(rendered),
-                "json_bytes": json_text.len() + table.len(),
-                "summary": report.summary.line,
+                "write_ms": ms(written),
+                "json_bytes": out.0,
+                "summary": summary.line,
                 "vm_hwm_kb": vm_hwm_kb(),
             }))
         }
@@ -545,6 +601,21 @@ async fn child(mode: &str, config_path: &Path, extra: Option<String>) -> Res<Val
             .await
         }
         other => Err(format!("unknown child mode {other}").into()),
+    }
+}
+
+/// A writer that only counts: where the document goes in the library run
+/// (the binary's run writes it to a pipe).
+#[derive(Default)]
+struct Counted(usize);
+
+impl std::io::Write for Counted {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -599,11 +670,6 @@ async fn dashboard(
     .await?;
     let start_ms = ms(t.elapsed());
     let base = format!("http://{}", server.addr);
-    let full_bytes = reqwest::get(format!("{base}/api/status"))
-        .await?
-        .bytes()
-        .await?
-        .len();
     let resp = reqwest::get(format!("{base}/api/events?sort=attention&limit=100")).await?;
     let mut sse = Sse {
         resp,
@@ -718,6 +784,15 @@ async fn dashboard(
         hidden_summaries += usize::from(event == "summary");
     }
 
+    // What serve itself holds: started, one page open, the updates applied.
+    let serve_hwm_kb = vm_hwm_kb();
+    let full_bytes = reqwest::get(format!("{base}/api/status"))
+        .await?
+        .bytes()
+        .await?
+        .len();
+    let full_hwm_kb = vm_hwm_kb();
+
     // Baseline in the same run: what one update would cost as a re-read.
     let t = Instant::now();
     let fresh = RwLock::new(Fleet::new(
@@ -747,6 +822,8 @@ async fn dashboard(
         "reread_ms": reread_ms,
         "reread_decodes": reread.values_decoded,
         "reread_bytes": reread.bytes_decoded,
+        "serve_hwm_kb": serve_hwm_kb,
+        "full_hwm_kb": full_hwm_kb,
         "vm_hwm_kb": vm_hwm_kb(),
     }))
 }

@@ -4,7 +4,7 @@
 //! whenever a hive's NATS connection opens or closes (when the server gives
 //! connection events, [`crate::presence`]), until SIGINT or SIGTERM.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::sync::RwLock;
 use std::time::Duration;
 
@@ -45,21 +45,57 @@ pub(crate) async fn status_cmd(
     };
     let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
     let buckets = nats::open_buckets(&conn, &config.nats).await?;
-    let fleet = RwLock::new(Fleet::for_config(config, OffsetDateTime::now_utc()));
-    let follower = tokio::time::timeout(LOAD_WAIT, nats::load(&buckets, &fleet))
+    let mut fleet = Fleet::for_config(config, OffsetDateTime::now_utc());
+    if !watch_mode {
+        fleet = fleet.without_age_charts();
+    }
+    let fleet = RwLock::new(fleet);
+    // Once: every row is evaluated once, as it is printed. Watching: the
+    // fleet keeps its rows' classes and deadlines up to date.
+    let read = async {
+        if watch_mode {
+            nats::load(&buckets, &fleet).await
+        } else {
+            nats::read_values(&buckets, &fleet).await
+        }
+    };
+    let follower = tokio::time::timeout(LOAD_WAIT, read)
         .await
         .map_err(|_| anyhow::anyhow!("reading the buckets took over {LOAD_WAIT:?}"))?
         .context("reading the status and wanted buckets")?;
     let linkable = fleet.read().unwrap_or_else(|p| p.into_inner()).linkable();
     let watcher = Watcher::start(&conn.client, linkable).await;
+    let rollout = rollout_summary(&buckets.rollouts).await;
+    if !watch_mode {
+        let mut f = fleet.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(w) = &watcher {
+            f.note_links(w.links());
+        }
+        show_once(&f, rollout, json)?;
+        return Ok(EXIT_OK);
+    }
     if let Some(w) = &watcher {
         apply_links(&fleet, w.links());
     }
-    show(&fleet, rollout_summary(&buckets.rollouts).await, out)?;
-    if !watch_mode {
-        return Ok(EXIT_OK);
-    }
+    show(&fleet, rollout, out)?;
     watch_fleet(&fleet, follower, watcher, &buckets.rollouts, out).await
+}
+
+/// Print the report once: the JSON document written row by row as each is
+/// evaluated, or the table.
+fn show_once(fleet: &Fleet, rollout: Option<serde_json::Value>, json: bool) -> anyhow::Result<()> {
+    let now = OffsetDateTime::now_utc();
+    let mut stdout = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    if json {
+        crate::render::write_fleet(fleet, now, rollout.as_ref(), true, &mut stdout)?;
+        writeln!(stdout)?;
+    } else {
+        let mut report = Report::of_fleet(fleet, now);
+        report.rollout = rollout;
+        write!(stdout, "{}", report.table())?;
+    }
+    stdout.flush()?;
+    Ok(())
 }
 
 fn apply_links(fleet: &RwLock<Fleet>, links: Vec<(String, Link)>) -> usize {

@@ -295,6 +295,20 @@ pub async fn load(
     buckets: &Buckets,
     fleet: &std::sync::RwLock<Fleet>,
 ) -> Result<Follower, NatsError> {
+    let follower = read_values(buckets, fleet).await?;
+    fleet
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .refresh_all(time::OffsetDateTime::now_utc());
+    Ok(follower)
+}
+
+/// [`load`] without computing any row: for a reader that evaluates every
+/// row once, next, and then stops ([`Fleet::rows`]).
+pub async fn read_values(
+    buckets: &Buckets,
+    fleet: &std::sync::RwLock<Fleet>,
+) -> Result<Follower, NatsError> {
     let mut follower = Follower::start(buckets).await?;
     // Rows are computed once at the end, not once per entry: a hive has an
     // entry in each bucket, and only the last state of the pair matters.
@@ -305,9 +319,5 @@ pub async fn load(
             .unwrap_or_else(|p| p.into_inner())
             .store(Update::from_entry(source, &entry));
     }
-    fleet
-        .write()
-        .unwrap_or_else(|p| p.into_inner())
-        .refresh_all(time::OffsetDateTime::now_utc());
     Ok(follower)
 }

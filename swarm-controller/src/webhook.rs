@@ -293,26 +293,17 @@ pub struct Plan {
 }
 
 /// Decide what to publish for `push`, given the knowledge repo and every
-/// hive's current declaration.
+/// built agent of every hive's current declaration (hive, agent, build).
 pub fn plan<'a>(
     push: &Push,
     knowledge_repo: Option<&str>,
-    declarations: impl Iterator<Item = (&'a str, &'a swarm_queue_client::Declaration)>,
+    builds: impl Iterator<Item = (&'a str, &'a AgentName, &'a BuildSpec)>,
 ) -> Plan {
     let knowledge = knowledge_repo.is_some_and(|k| repo_matches(k, push));
-    let mut deploys = Vec::new();
-    for (hive, declaration) in declarations {
-        let Ok(hive) = HiveName::new(hive) else {
-            continue;
-        };
-        for (agent, spec) in &declaration.agents {
-            if let Some(build) = &spec.build {
-                if repo_matches(&build.context, push) && ref_matches(build, push) {
-                    deploys.push((hive.clone(), agent.clone()));
-                }
-            }
-        }
-    }
+    let deploys = builds
+        .filter(|(_, _, build)| repo_matches(&build.context, push) && ref_matches(build, push))
+        .filter_map(|(hive, agent, _)| Some((HiveName::new(hive).ok()?, agent.clone())))
+        .collect();
     Plan { knowledge, deploys }
 }
 
@@ -485,10 +476,17 @@ mod tests {
             ("gamma", &gamma),
             ("delta", &delta),
         ];
+        let builds = || {
+            decls.into_iter().flat_map(|(hive, d)| {
+                d.agents
+                    .iter()
+                    .filter_map(move |(agent, spec)| Some((hive, agent, spec.build.as_ref()?)))
+            })
+        };
         let p = plan(
             &push("org/bot", "refs/heads/main"),
             Some("org/knowledge"),
-            decls.into_iter(),
+            builds(),
         );
         assert!(!p.knowledge);
         let hives: Vec<&str> = p.deploys.iter().map(|(h, _)| h.as_str()).collect();
@@ -496,7 +494,7 @@ mod tests {
         let k = plan(
             &push("org/knowledge", "refs/heads/main"),
             Some("org/knowledge"),
-            decls.into_iter(),
+            builds(),
         );
         assert!(k.knowledge && k.deploys.is_empty());
     }

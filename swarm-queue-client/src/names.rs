@@ -124,6 +124,14 @@ macro_rules! dns_label_name {
             }
         }
 
+        // Eq, Ord and Hash are those of the inner string, so a map keyed by
+        // names can be searched with a `&str`.
+        impl std::borrow::Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
         impl AsRef<str> for $name {
             fn as_ref(&self) -> &str {
                 &self.0

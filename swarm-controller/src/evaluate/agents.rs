@@ -3,16 +3,14 @@
 
 use std::time::Duration;
 
-use swarm_queue_client::{
-    AgentName, AgentStatus, JobSummary, Observed, Power, Readiness, Unsettled,
-};
+use swarm_queue_client::{AgentName, AgentStatus, JobSummary, Observed, Power, Unsettled};
 
-use super::{human_age, retry_text, AgentRow, Declared};
+use super::{human_age, retry_text, AgentRow, Declared, Reported};
 
 /// One row per agent that is declared, reported, or both, sorted by name.
 pub(super) fn agent_rows(
     declared: Option<&Declared>,
-    readiness: Option<&Readiness>,
+    readiness: Option<&Reported>,
     age: Duration,
 ) -> Vec<AgentRow> {
     let mut names: Vec<&AgentName> = Vec::new();

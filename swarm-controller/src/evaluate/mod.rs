@@ -37,10 +37,8 @@ use std::fmt;
 use std::time::Duration;
 
 use serde::Serialize;
-use swarm_queue_client::payload::{readiness_matches_key, DecodeError};
 use swarm_queue_client::{
-    decode, AgentName, Declaration, ExitReport, HiveName, HiveState, JobSummary, Observed, Power,
-    Readiness, RetryStatus, Unsettled,
+    ExitReport, HiveState, JobSummary, Observed, Power, RetryStatus, Unsettled,
 };
 use time::OffsetDateTime;
 
@@ -48,7 +46,10 @@ use crate::config::RosterEntry;
 use crate::maintenance::{HoldEntry, HoldView};
 
 mod agents;
+mod entries;
 mod rules;
+
+pub use entries::{ByName, Declared, EntryError, Reported, StatusEntry, WantedEntry};
 
 /// How recent a hive's report is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -153,115 +154,6 @@ impl Convergence {
 impl fmt::Display for Convergence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-/// Why a stored status or declaration is no evidence. Clone and comparable
-/// (rows are), so a decode error is kept as its operator-grade text.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum EntryError {
-    /// The value does not decode: [`DecodeError`]'s message.
-    #[error("{0}")]
-    Undecodable(String),
-    /// A status value under one hive's key that says it is another hive.
-    #[error("the value stored under key {key:?} says it is hive {claims:?}")]
-    ClaimsOtherHive { key: String, claims: String },
-}
-
-impl EntryError {
-    fn undecodable(e: &DecodeError) -> Self {
-        EntryError::Undecodable(e.to_string())
-    }
-}
-
-/// One value of `hyperhive-status/<hive>`, decoded once when it arrives.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StatusEntry {
-    /// KV revision of this value.
-    pub revision: u64,
-    /// When the server stored it: the only clock freshness trusts.
-    pub created: OffsetDateTime,
-    /// The readiness, or why it could not be read.
-    pub readiness: Result<Readiness, EntryError>,
-    /// Things the reader should know (for example a newer schema).
-    pub notes: Vec<String>,
-}
-
-impl StatusEntry {
-    /// Decode a status value stored under `key`. A value that claims to be
-    /// another hive is refused: it is no evidence about this one.
-    pub fn decode(key: &str, revision: u64, created: OffsetDateTime, bytes: &[u8]) -> Self {
-        let (readiness, notes) = match decode::<Readiness>(bytes) {
-            Ok(d) => {
-                let claims_other = HiveName::new(key)
-                    .map(|k| !readiness_matches_key(&d.value, &k))
-                    .unwrap_or(true);
-                if claims_other {
-                    (
-                        Err(EntryError::ClaimsOtherHive {
-                            key: key.to_string(),
-                            claims: d.value.hive.as_str().to_string(),
-                        }),
-                        d.warnings,
-                    )
-                } else {
-                    (Ok(d.value), d.warnings)
-                }
-            }
-            Err(e) => (Err(EntryError::undecodable(&e)), Vec::new()),
-        };
-        StatusEntry {
-            revision,
-            created,
-            readiness,
-            notes,
-        }
-    }
-}
-
-/// A decoded declaration with each agent's spec hash computed once.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Declared {
-    pub declaration: Declaration,
-    pub spec_hashes: BTreeMap<AgentName, String>,
-}
-
-impl Declared {
-    pub fn new(declaration: Declaration) -> Self {
-        let spec_hashes = declaration
-            .agents
-            .iter()
-            .map(|(name, spec)| (name.clone(), spec.spec_hash()))
-            .collect();
-        Declared {
-            declaration,
-            spec_hashes,
-        }
-    }
-}
-
-/// One value of `hyperhive-wanted/<hive>`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WantedEntry {
-    /// KV revision: the declaration's identity.
-    pub revision: u64,
-    pub created: OffsetDateTime,
-    pub declared: Result<Declared, EntryError>,
-    pub notes: Vec<String>,
-}
-
-impl WantedEntry {
-    pub fn decode(revision: u64, created: OffsetDateTime, bytes: &[u8]) -> Self {
-        let (declared, notes) = match decode::<Declaration>(bytes) {
-            Ok(d) => (Ok(Declared::new(d.value)), d.warnings),
-            Err(e) => (Err(EntryError::undecodable(&e)), Vec::new()),
-        };
-        WantedEntry {
-            revision,
-            created,
-            declared,
-            notes,
-        }
     }
 }
 
@@ -536,7 +428,7 @@ fn problems(
     problems
 }
 
-fn row_warnings(r: &Readiness) -> Vec<RowWarning> {
+fn row_warnings(r: &Reported) -> Vec<RowWarning> {
     r.warnings
         .iter()
         .map(|w| RowWarning {

@@ -11,10 +11,12 @@
 
 use std::time::Duration;
 
-use swarm_queue_client::{HiveState, Level, Observed, Readiness};
+use swarm_queue_client::{HiveState, Level, Observed};
 
 use super::agents::{job_text, observed_matches, short_hash, unsettled_text};
-use super::{human_age, retry_text, Convergence, Declared, Freshness, StatusEntry, WantedEntry};
+use super::{
+    human_age, retry_text, Convergence, Declared, Freshness, Reported, StatusEntry, WantedEntry,
+};
 
 /// A convergence and why, in words.
 pub(super) type Verdict = (Convergence, String);
@@ -101,7 +103,7 @@ const RULES: &[Rule] = &[
 fn comparable<'a>(
     status: Option<&'a StatusEntry>,
     wanted: Option<&'a WantedEntry>,
-) -> Result<(u64, &'a Declared, &'a Readiness), Verdict> {
+) -> Result<(u64, &'a Declared, &'a Reported), Verdict> {
     let unknown = |why: String| (Convergence::Unknown, why);
     // An undecodable status is the first thing to say: it is never hidden
     // behind anything else about the hive.
@@ -140,7 +142,7 @@ struct Evidence<'a> {
     rev: u64,
     /// The newest revision the hive says it has read or converged on.
     seen: Option<u64>,
-    readiness: &'a Readiness,
+    readiness: &'a Reported,
     declared_agents: usize,
     agents: AgentFindings,
 }
@@ -151,7 +153,7 @@ impl<'a> Evidence<'a> {
         age: Option<Duration>,
         rev: u64,
         declared: &Declared,
-        readiness: &'a Readiness,
+        readiness: &'a Reported,
     ) -> Self {
         Evidence {
             timely,
@@ -184,7 +186,7 @@ struct AgentFindings {
 }
 
 impl AgentFindings {
-    fn gather(declared: &Declared, r: &Readiness, age: Duration) -> Self {
+    fn gather(declared: &Declared, r: &Reported, age: Duration) -> Self {
         let mut found = AgentFindings::default();
         for (agent, hash) in &declared.spec_hashes {
             let Some(a) = r.agents.get(agent) else {

@@ -1,6 +1,8 @@
 use super::*;
 use swarm_queue_client::test_support::{agent_status, ReadinessBuilder};
-use swarm_queue_client::{AgentSpec, AgentStatus, Level, Warning};
+use swarm_queue_client::{
+    AgentName, AgentSpec, AgentStatus, Declaration, Level, Readiness, Warning,
+};
 
 const STALE_AFTER: Duration = Duration::from_secs(120);
 
@@ -53,7 +55,7 @@ fn status_at(age_secs: i64, r: Readiness) -> StatusEntry {
     StatusEntry {
         revision: 3,
         created: t0() - time::Duration::seconds(age_secs),
-        readiness: Ok(r),
+        readiness: Ok(r.into()),
         notes: vec![],
     }
 }

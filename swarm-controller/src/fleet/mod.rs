@@ -32,14 +32,16 @@ use async_nats::jetstream::kv::Operation;
 use serde::Serialize;
 use time::OffsetDateTime;
 
-use crate::config::{Roster, RosterEntry};
-use crate::evaluate::{
-    evaluate, Convergence, Declared, Freshness, Inputs, Link, StatusEntry, WantedEntry,
-};
+use crate::config::Roster;
+use crate::evaluate::{evaluate, Declared, Inputs, Link, StatusEntry, WantedEntry};
 use crate::maintenance::HoldEntry;
 use crate::view::{self, Class, Progress, Query, ViewRow, DEFAULT_PROGRESSING_ATTENTION};
 
 pub mod status_age;
+mod summary;
+
+use summary::Counts;
+pub use summary::{Summary, Tally};
 
 use status_age::AgeRing;
 pub use status_age::AgeSample;
@@ -111,89 +113,6 @@ pub struct ReadStats {
     pub bytes_decoded: u64,
 }
 
-/// The one-line fleet summary, with its counts.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Summary {
-    pub hives: usize,
-    pub freshness: BTreeMap<&'static str, usize>,
-    pub convergence: BTreeMap<&'static str, usize>,
-    /// Hives that need attention (see [`crate::view::attention`]).
-    pub attention: usize,
-    pub line: String,
-}
-
-impl Summary {
-    /// The summary of a set of rows, counted.
-    pub fn of_rows(rows: &[ViewRow]) -> Summary {
-        let mut counts = Counts::default();
-        for row in rows {
-            counts.add(&row.class());
-        }
-        Summary::from_counts(rows.len(), &counts)
-    }
-
-    fn from_counts(hives: usize, counts: &Counts) -> Summary {
-        let (freshness_counts, convergence_counts) = (&counts.freshness, &counts.convergence);
-        let freshness: BTreeMap<&'static str, usize> = Freshness::ALL
-            .iter()
-            .map(|f| (f.as_str(), *freshness_counts.get(f).unwrap_or(&0)))
-            .collect();
-        let convergence: BTreeMap<&'static str, usize> = Convergence::ALL
-            .iter()
-            .map(|c| (c.as_str(), *convergence_counts.get(c).unwrap_or(&0)))
-            .collect();
-        let part = |names: Vec<&'static str>, counts: &BTreeMap<&'static str, usize>| {
-            let parts: Vec<String> = names
-                .into_iter()
-                .filter(|n| counts[n] > 0)
-                .map(|n| format!("{} {n}", counts[n]))
-                .collect();
-            if parts.is_empty() {
-                "none".to_string()
-            } else {
-                parts.join(", ")
-            }
-        };
-        let line = format!(
-            "{hives} hive{}: {} | {}",
-            if hives == 1 { "" } else { "s" },
-            part(Freshness::ALL.map(|f| f.as_str()).to_vec(), &freshness),
-            part(Convergence::ALL.map(|c| c.as_str()).to_vec(), &convergence),
-        );
-        Summary {
-            hives,
-            freshness,
-            convergence,
-            attention: counts.attention,
-            line,
-        }
-    }
-}
-
-/// Rows per class, adjusted one row at a time.
-#[derive(Debug, Default)]
-struct Counts {
-    freshness: HashMap<Freshness, usize>,
-    convergence: HashMap<Convergence, usize>,
-    attention: usize,
-}
-
-impl Counts {
-    fn add(&mut self, c: &Class) {
-        *self.freshness.entry(c.freshness).or_default() += 1;
-        *self.convergence.entry(c.convergence).or_default() += 1;
-        self.attention += usize::from(c.attention.is_some());
-    }
-
-    fn remove(&mut self, c: &Class) {
-        decrement(&mut self.freshness, c.freshness);
-        decrement(&mut self.convergence, c.convergence);
-        self.attention = self
-            .attention
-            .saturating_sub(usize::from(c.attention.is_some()));
-    }
-}
-
 #[derive(Debug, Default)]
 struct Slot {
     status: Option<StatusEntry>,
@@ -212,9 +131,9 @@ struct Slot {
 /// See the module documentation.
 #[derive(Debug)]
 pub struct Fleet {
+    /// Searched by the plain name a KV key arrives as (a hive name
+    /// borrows as its string).
     roster: Roster,
-    /// Roster entries by plain name, since KV keys arrive as strings.
-    roster_by_key: HashMap<String, RosterEntry>,
     stale_after: Duration,
     /// A declaration still progressing after this needs attention.
     progress_limit: Duration,
@@ -232,18 +151,16 @@ pub struct Fleet {
     /// Rows evaluated so far (a counter, atomic so that readers under the
     /// read lock may count too): what one hive's page costs is checked by it.
     evaluated: AtomicU64,
+    /// Whether each hive's status ages are charted (off for a fleet read
+    /// once: 736 bytes a hive that nobody would look at).
+    chart_ages: bool,
 }
 
 impl Fleet {
     /// A fleet of the rostered hives, none of which has reported yet.
     pub fn new(roster: Roster, stale_after: Duration, now: OffsetDateTime) -> Self {
-        let roster_by_key = roster
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect();
         let mut fleet = Fleet {
             roster,
-            roster_by_key,
             stale_after,
             progress_limit: DEFAULT_PROGRESSING_ATTENTION,
             slots: BTreeMap::new(),
@@ -253,6 +170,7 @@ impl Fleet {
             stats: ReadStats::default(),
             links: HashMap::new(),
             evaluated: AtomicU64::new(0),
+            chart_ages: true,
         };
         let names: Vec<String> = fleet.roster.keys().map(|h| h.to_string()).collect();
         for name in names {
@@ -268,6 +186,13 @@ impl Fleet {
         let mut fleet = Fleet::new(config.hives.clone(), config.stale_after, now);
         fleet.set_progress_limit(config.attention_progressing, now);
         fleet
+    }
+
+    /// This fleet keeps no status ages ([`Fleet::status_age`] is then
+    /// empty): for a reader that looks once and stops.
+    pub fn without_age_charts(mut self) -> Self {
+        self.chart_ages = false;
+        self
     }
 
     pub fn roster(&self) -> &Roster {
@@ -309,7 +234,7 @@ impl Fleet {
         }
         match update.source {
             Source::Status => {
-                if present {
+                if present && self.chart_ages {
                     slot.ages.get_or_insert_default().record(update.created);
                 }
                 slot.status = present.then(|| {
@@ -340,7 +265,7 @@ impl Fleet {
     fn refresh(&mut self, name: &str, now: OffsetDateTime) -> Change {
         self.seq += 1;
         let labels = self
-            .roster_by_key
+            .roster
             .get(name)
             .map(|r| r.labels.clone())
             .unwrap_or_default();
@@ -361,7 +286,7 @@ impl Fleet {
         if let Some(c) = &change.before {
             self.counts.remove(c);
         }
-        let rostered = self.roster_by_key.contains_key(name);
+        let rostered = self.roster.contains_key(name);
         if !rostered && slot.status.is_none() && slot.wanted.is_none() && slot.hold.is_none() {
             self.slots.remove(name);
             return change;
@@ -388,7 +313,7 @@ impl Fleet {
         let wanted = slot.and_then(|s| s.wanted.as_ref());
         let row = evaluate(Inputs {
             name,
-            roster: self.roster_by_key.get(name),
+            roster: self.roster.get(name),
             status: slot.and_then(|s| s.status.as_ref()),
             wanted,
             hold: slot.and_then(|s| s.hold.as_ref()),
@@ -421,6 +346,14 @@ impl Fleet {
             None => self.links.remove(name).is_some(),
         };
         (changed && self.slots.contains_key(name)).then(|| self.refresh(name, now))
+    }
+
+    /// Record what the connection events say of each hive without
+    /// recomputing a row: for a reader that evaluates every row next
+    /// ([`Fleet::rows`]), after [`Fleet::store`] without
+    /// [`Fleet::refresh_all`].
+    pub fn note_links(&mut self, links: Vec<(String, Link)>) {
+        self.links.extend(links);
     }
 
     /// [`Fleet::set_link`] for each hive; the rows that changed.
@@ -465,10 +398,15 @@ impl Fleet {
     /// incremental state (the summary counts and deadlines stay those of the
     /// rows last pushed).
     pub fn peek_rows(&self, now: OffsetDateTime) -> Vec<ViewRow> {
+        self.rows(now).collect()
+    }
+
+    /// [`Fleet::peek_rows`], each row evaluated as it is taken: a caller
+    /// that writes rows out holds one at a time.
+    pub fn rows(&self, now: OffsetDateTime) -> impl ExactSizeIterator<Item = ViewRow> + '_ {
         self.slots
             .keys()
-            .map(|name| self.view_row(name, now).0)
-            .collect()
+            .map(move |name| self.view_row(name, now).0)
     }
 
     /// One hive's row evaluated at `now`, if it has one.
@@ -505,8 +443,8 @@ impl Fleet {
             .filter_map(|(name, slot)| {
                 let class = slot.class.as_ref()?;
                 let labels = self
-                    .roster_by_key
-                    .get(name)
+                    .roster
+                    .get(name.as_str())
                     .map_or(&no_labels, |r| &r.labels);
                 query
                     .filter
@@ -557,12 +495,6 @@ impl Fleet {
     /// The status entry of one hive, if any.
     pub fn status(&self, name: &str) -> Option<&StatusEntry> {
         self.slots.get(name)?.status.as_ref()
-    }
-}
-
-fn decrement<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, usize>, key: K) {
-    if let Some(n) = counts.get_mut(&key) {
-        *n = n.saturating_sub(1);
     }
 }
 

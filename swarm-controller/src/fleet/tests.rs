@@ -2,6 +2,9 @@ use super::*;
 use swarm_queue_client::test_support::ReadinessBuilder;
 use swarm_queue_client::{encode, HiveName, HiveState, Readiness};
 
+use crate::config::RosterEntry;
+use crate::evaluate::{Convergence, Freshness};
+
 fn t0() -> OffsetDateTime {
     OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap()
 }

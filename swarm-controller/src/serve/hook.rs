@@ -184,7 +184,9 @@ fn plan(shared: &Shared, push: &Push) -> Plan {
     webhook::plan(
         push,
         shared.knowledge_repo.as_deref(),
-        fleet.declarations().map(|(h, d)| (h, &d.declaration)),
+        fleet
+            .declarations()
+            .flat_map(|(h, d)| d.builds.iter().map(move |(a, b)| (h, a, b))),
     )
 }
 

@@ -245,13 +245,20 @@ impl AgentSpec {
     /// skipped when absent, so adding a field to the contract does not
     /// change the hash of specs that do not use it.
     pub fn spec_hash(&self) -> String {
+        self.clone().into_spec_hash()
+    }
+
+    /// [`AgentSpec::spec_hash`] of a spec the caller is done with: the same
+    /// hash without a copy of the spec (the controller hashes every agent
+    /// of every declaration it reads, then keeps only the hashes).
+    pub fn into_spec_hash(self) -> String {
         let hashed = AgentSpec {
             power: None,
             min_running_secs: None,
             restart_on_unhealthy: None,
             on_credential_change: None,
             unknown: BTreeMap::new(),
-            ..self.clone()
+            ..self
         };
         // Serializing a struct of strings, maps and numbers cannot fail.
         let bytes = serde_json::to_vec(&hashed).unwrap_or_default();

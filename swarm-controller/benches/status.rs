@@ -564,9 +564,7 @@ async fn child(mode: &str, config_path: &Path, extra: Option<String>) -> Res<Val
             // The work of `status --json`: read the values (no rows yet),
             // then evaluate each row once as it is written out.
             let start = Instant::now();
-            let fleet = RwLock::new(
-                Fleet::for_config(&config, OffsetDateTime::now_utc()).without_age_charts(),
-            );
+            let fleet = RwLock::new(Fleet::for_one_look(&config));
             swarm_controller::nats::read_values(&buckets, &fleet).await?;
             let loaded = start.elapsed();
             let t = Instant::now();

@@ -45,11 +45,11 @@ pub(crate) async fn status_cmd(
     };
     let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
     let buckets = nats::open_buckets(&conn, &config.nats).await?;
-    let mut fleet = Fleet::for_config(config, OffsetDateTime::now_utc());
-    if !watch_mode {
-        fleet = fleet.without_age_charts();
-    }
-    let fleet = RwLock::new(fleet);
+    let fleet = RwLock::new(if watch_mode {
+        Fleet::for_config(config, OffsetDateTime::now_utc())
+    } else {
+        Fleet::for_one_look(config)
+    });
     // Once: every row is evaluated once, as it is printed. Watching: the
     // fleet keeps its rows' classes and deadlines up to date.
     let read = async {

@@ -22,7 +22,7 @@ use futures_util::StreamExt;
 use swarm_queue_client::buckets::BucketError;
 use swarm_queue_client::{ensure_connected, open_or_create, Bucket, Connection, NatsConfig};
 
-use crate::fleet::{Change, Fleet, Source, Update};
+use crate::fleet::{Change, Decoded, Fleet, Source, Update};
 
 /// The buckets the controller reads and writes.
 #[derive(Clone, Debug)]
@@ -209,6 +209,53 @@ impl BucketWatch {
     }
 }
 
+impl BucketWatch {
+    /// The next entry of this bucket. Cancel-safe, like [`Follower::next`].
+    async fn next(&mut self) -> kv::Entry {
+        loop {
+            let item = self.watch.next().await;
+            if let Some(entry) = self.take(item).await {
+                return entry;
+            }
+        }
+    }
+
+    /// What the watch gave: its entry, or `None` after an error (logged,
+    /// carried on) or its end (the watch is started again, until it is).
+    async fn take(
+        &mut self,
+        item: Option<Result<kv::Entry, kv::WatcherError>>,
+    ) -> Option<kv::Entry> {
+        match item {
+            Some(Ok(entry)) => {
+                if entry.delta == 0 || entry.seen_current {
+                    self.caught_up = true;
+                }
+                Some(entry)
+            }
+            Some(Err(e)) => {
+                tracing::warn!(bucket = ?self.source, error = %e, "KV watch error; carrying on");
+                None
+            }
+            None => {
+                tracing::warn!(bucket = ?self.source, "KV watch ended; starting it again");
+                loop {
+                    match BucketWatch::start(self.source, &self.store).await {
+                        Ok(fresh) => {
+                            *self = fresh;
+                            return None;
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cannot restart the KV watch; retrying in 1 s");
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The three buckets' watches; see the module documentation.
 pub struct Follower {
     status: BucketWatch,
@@ -244,31 +291,8 @@ impl Follower {
                 Source::Wanted => &mut self.wanted,
                 Source::Maintenance => &mut self.maintenance,
             };
-            match item {
-                Some(Ok(entry)) => {
-                    if entry.delta == 0 || entry.seen_current {
-                        w.caught_up = true;
-                    }
-                    return (w.source, entry);
-                }
-                Some(Err(e)) => {
-                    tracing::warn!(bucket = ?w.source, error = %e, "KV watch error; carrying on");
-                }
-                None => {
-                    tracing::warn!(bucket = ?w.source, "KV watch ended; starting it again");
-                    loop {
-                        match BucketWatch::start(w.source, &w.store).await {
-                            Ok(fresh) => {
-                                *w = fresh;
-                                break;
-                            }
-                            Err(e) => {
-                                tracing::warn!(error = %e, "cannot restart the KV watch; retrying in 1 s");
-                                tokio::time::sleep(Duration::from_secs(1)).await;
-                            }
-                        }
-                    }
-                }
+            if let Some(entry) = w.take(item).await {
+                return (source, entry);
             }
         }
     }
@@ -309,15 +333,139 @@ pub async fn read_values(
     buckets: &Buckets,
     fleet: &std::sync::RwLock<Fleet>,
 ) -> Result<Follower, NatsError> {
-    let mut follower = Follower::start(buckets).await?;
     // Rows are computed once at the end, not once per entry: a hive has an
     // entry in each bucket, and only the last state of the pair matters.
-    while !follower.caught_up() {
-        let (source, entry) = follower.next().await;
-        fleet
+    // Decoding is most of the work: it runs on blocking threads, one lane
+    // per core, while the next entries arrive. A key always takes the same
+    // lane, so its entries are stored in the order they came. The buckets
+    // are read in turn, smallest first: a watch's values arrive as fast as
+    // the server sends them and wait in memory until decoded, so only one
+    // bucket's can be waiting.
+    let mut read = Reading::start(fleet);
+    let wanted = read.bucket(Source::Wanted, &buckets.wanted).await?;
+    let maintenance = read
+        .bucket(Source::Maintenance, &buckets.maintenance)
+        .await?;
+    let status = read.bucket(Source::Status, &buckets.status).await?;
+    read.finish().await?;
+    Ok(Follower {
+        status,
+        wanted,
+        maintenance,
+    })
+}
+
+/// One [`read_values`]: entries sent to the lanes, decoded ones stored.
+struct Reading<'a> {
+    fleet: &'a std::sync::RwLock<Fleet>,
+    lanes: DecodeLanes,
+    decoded: tokio::sync::mpsc::UnboundedReceiver<Decoded>,
+    sent: u64,
+    stored: u64,
+}
+
+impl<'a> Reading<'a> {
+    fn start(fleet: &'a std::sync::RwLock<Fleet>) -> Self {
+        let (lanes, decoded) = DecodeLanes::start();
+        Reading {
+            fleet,
+            lanes,
+            decoded,
+            sent: 0,
+            stored: 0,
+        }
+    }
+
+    fn store(&mut self, d: Decoded) {
+        self.fleet
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .store(Update::from_entry(source, &entry));
+            .store_decoded(d);
+        self.stored += 1;
     }
-    Ok(follower)
+
+    /// Watch one bucket until its current values have all been sent to the
+    /// lanes (storing what they decoded meanwhile); the watch, to follow.
+    async fn bucket(
+        &mut self,
+        source: Source,
+        bucket: &kv::Store,
+    ) -> Result<BucketWatch, NatsError> {
+        let mut watch = BucketWatch::start(source, bucket).await?;
+        while !watch.caught_up {
+            tokio::select! {
+                // Cancel-safe: see `BucketWatch::next`.
+                entry = watch.next() => {
+                    self.lanes.send(source, entry);
+                    self.sent += 1;
+                }
+                Some(d) = self.decoded.recv() => self.store(d),
+            }
+        }
+        Ok(watch)
+    }
+
+    /// Store the rest, once every lane has decoded what it was sent.
+    async fn finish(mut self) -> Result<(), NatsError> {
+        self.lanes.lanes.clear();
+        while let Some(d) = self.decoded.recv().await {
+            self.store(d);
+        }
+        if self.stored < self.sent {
+            return Err(NatsError::Watch {
+                bucket: swarm_queue_client::buckets::STATUS_BUCKET,
+                reason: format!(
+                    "a decoding thread ended with {} entries left",
+                    self.sent - self.stored
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Threads that decode KV entries for [`read_values`], one per core.
+struct DecodeLanes {
+    lanes: Vec<std::sync::mpsc::Sender<(Source, kv::Entry)>>,
+}
+
+impl DecodeLanes {
+    /// The lanes, and where their decoded entries come out.
+    fn start() -> (Self, tokio::sync::mpsc::UnboundedReceiver<Decoded>) {
+        let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let (tx, decoded) = tokio::sync::mpsc::unbounded_channel();
+        let lanes = (0..n)
+            .map(|_| {
+                let (lane, entries) = std::sync::mpsc::channel::<(Source, kv::Entry)>();
+                let tx = tx.clone();
+                // Ends when its sender is dropped (the read is over) or the
+                // reader is gone.
+                tokio::task::spawn_blocking(move || {
+                    for (source, entry) in entries {
+                        if tx
+                            .send(Decoded::of(Update::from_entry(source, &entry)))
+                            .is_err()
+                        {
+                            return;
+                        }
+                    }
+                });
+                lane
+            })
+            .collect();
+        (DecodeLanes { lanes }, decoded)
+    }
+
+    fn send(&self, source: Source, entry: kv::Entry) {
+        let lane = lane_of(&entry.key) % self.lanes.len();
+        // A lane ends only when this is dropped.
+        let _ = self.lanes[lane].send((source, entry));
+    }
+}
+
+/// A key's lane: any stable spread will do.
+fn lane_of(key: &str) -> usize {
+    key.bytes().fold(0usize, |h, b| {
+        h.wrapping_mul(31).wrapping_add(usize::from(b))
+    })
 }

@@ -79,6 +79,48 @@ impl<'a> Update<'a> {
     }
 }
 
+/// One KV entry decoded, not yet stored: [`Decoded::of`] is the costly
+/// part of [`Fleet::store`], and needs no fleet.
+#[derive(Debug)]
+pub struct Decoded {
+    key: String,
+    created: OffsetDateTime,
+    /// The value's length when it is a put (`None`: a delete or purge).
+    len: Option<usize>,
+    value: Value,
+}
+
+/// The decoded value of a [`Decoded`] entry, `None` when it was removed.
+#[derive(Debug)]
+enum Value {
+    Status(Option<StatusEntry>),
+    Wanted(Option<WantedEntry>),
+    Hold(Option<HoldEntry>),
+}
+
+impl Decoded {
+    pub fn of(u: Update<'_>) -> Self {
+        let put = u.operation == Operation::Put;
+        let value = match u.source {
+            Source::Status => Value::Status(
+                put.then(|| StatusEntry::decode(u.key, u.revision, u.created, u.value)),
+            ),
+            Source::Wanted => {
+                Value::Wanted(put.then(|| WantedEntry::decode(u.revision, u.created, u.value)))
+            }
+            Source::Maintenance => {
+                Value::Hold(put.then(|| HoldEntry::decode(u.revision, u.created, u.value)))
+            }
+        };
+        Decoded {
+            key: u.key.to_string(),
+            created: u.created,
+            len: put.then_some(u.value.len()),
+            value,
+        }
+    }
+}
+
 /// What one update did to one hive's row.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Change {
@@ -159,11 +201,46 @@ pub struct Fleet {
 impl Fleet {
     /// A fleet of the rostered hives, none of which has reported yet.
     pub fn new(roster: Roster, stale_after: Duration, now: OffsetDateTime) -> Self {
-        let mut fleet = Fleet {
+        let mut fleet = Fleet::unevaluated(roster, stale_after, DEFAULT_PROGRESSING_ATTENTION);
+        fleet.refresh_all(now);
+        fleet
+    }
+
+    /// The fleet a controller process watches: `config`'s roster,
+    /// stale_after and attention_progressing_secs.
+    pub fn for_config(config: &crate::config::Config, now: OffsetDateTime) -> Self {
+        let mut fleet = Fleet::for_one_look(config);
+        fleet.chart_ages = true;
+        fleet.refresh_all(now);
+        fleet
+    }
+
+    /// The fleet of a reader that looks once and stops (`status`): no row
+    /// is computed until it asks for them ([`Fleet::rows`], after
+    /// [`Fleet::store`] without [`Fleet::refresh_all`]), so the summary
+    /// counts stay empty; and it charts no status ages (736 bytes a hive,
+    /// for a chart nobody would see).
+    pub fn for_one_look(config: &crate::config::Config) -> Self {
+        let mut fleet = Fleet::unevaluated(
+            config.hives.clone(),
+            config.stale_after,
+            config.attention_progressing,
+        );
+        fleet.chart_ages = false;
+        fleet
+    }
+
+    /// A slot for each rostered hive, no row computed.
+    fn unevaluated(roster: Roster, stale_after: Duration, progress_limit: Duration) -> Self {
+        let slots = roster
+            .keys()
+            .map(|h| (h.to_string(), Slot::default()))
+            .collect();
+        Fleet {
             roster,
             stale_after,
-            progress_limit: DEFAULT_PROGRESSING_ATTENTION,
-            slots: BTreeMap::new(),
+            progress_limit,
+            slots,
             counts: Counts::default(),
             deadlines: BTreeSet::new(),
             seq: 0,
@@ -171,28 +248,7 @@ impl Fleet {
             links: HashMap::new(),
             evaluated: AtomicU64::new(0),
             chart_ages: true,
-        };
-        let names: Vec<String> = fleet.roster.keys().map(|h| h.to_string()).collect();
-        for name in names {
-            fleet.slots.insert(name.clone(), Slot::default());
-            fleet.refresh(&name, now);
         }
-        fleet
-    }
-
-    /// The fleet a controller process watches: `config`'s roster,
-    /// stale_after and attention_progressing_secs.
-    pub fn for_config(config: &crate::config::Config, now: OffsetDateTime) -> Self {
-        let mut fleet = Fleet::new(config.hives.clone(), config.stale_after, now);
-        fleet.set_progress_limit(config.attention_progressing, now);
-        fleet
-    }
-
-    /// This fleet keeps no status ages ([`Fleet::status_age`] is then
-    /// empty): for a reader that looks once and stops.
-    pub fn without_age_charts(mut self) -> Self {
-        self.chart_ages = false;
-        self
     }
 
     pub fn roster(&self) -> &Roster {
@@ -225,30 +281,26 @@ impl Fleet {
     /// Store one KV entry without recomputing its row: for the initial read
     /// of a whole bucket, which ends with [`Fleet::refresh_all`].
     pub fn store(&mut self, update: Update<'_>) {
-        let key = update.key;
-        let slot = self.slots.entry(key.to_string()).or_default();
-        let present = update.operation == Operation::Put;
-        if present {
+        self.store_decoded(Decoded::of(update));
+    }
+
+    /// [`Fleet::store`] of an entry decoded already (decoding needs no
+    /// fleet, so a reader may decode on other threads).
+    pub fn store_decoded(&mut self, d: Decoded) {
+        let slot = self.slots.entry(d.key).or_default();
+        if let Some(len) = d.len {
             self.stats.values_decoded += 1;
-            self.stats.bytes_decoded += update.value.len() as u64;
+            self.stats.bytes_decoded += len as u64;
         }
-        match update.source {
-            Source::Status => {
-                if present && self.chart_ages {
-                    slot.ages.get_or_insert_default().record(update.created);
+        match d.value {
+            Value::Status(status) => {
+                if status.is_some() && self.chart_ages {
+                    slot.ages.get_or_insert_default().record(d.created);
                 }
-                slot.status = present.then(|| {
-                    StatusEntry::decode(key, update.revision, update.created, update.value)
-                });
+                slot.status = status;
             }
-            Source::Wanted => {
-                slot.wanted = present
-                    .then(|| WantedEntry::decode(update.revision, update.created, update.value));
-            }
-            Source::Maintenance => {
-                slot.hold = present
-                    .then(|| HoldEntry::decode(update.revision, update.created, update.value));
-            }
+            Value::Wanted(wanted) => slot.wanted = wanted,
+            Value::Hold(hold) => slot.hold = hold,
         }
     }
 

@@ -48,6 +48,8 @@ fn main() -> Res<()> {
         let mode = args.get(i + 1).ok_or("--child needs a mode")?;
         let config = PathBuf::from(args.get(i + 2).ok_or("--child needs a config")?);
         let extra = args.get(i + 3).cloned();
+        // As the binary does, so the library path's memory is the binary's.
+        swarm_controller::cli::cap_malloc_arenas();
         let rt = tokio::runtime::Runtime::new()?;
         let out = rt.block_on(child(mode, &config, extra))?;
         println!("RESULT {out}");
@@ -264,6 +266,32 @@ fn run_child(exe: &Path, mode: &str, config: &Path, extra: Option<&str>) -> Res<
     Ok(serde_json::from_str(line)?)
 }
 
+/// Runs `cmd` with its output read and thrown away (as a pipe, as a
+/// script reads it), and returns whether it succeeded and its peak
+/// resident memory in KiB, from the kernel's accounting of the reaped child.
+fn run_measured(cmd: &mut Command) -> Res<(bool, u64)> {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let mut stdout = child.stdout.take().ok_or("no stdout")?;
+    let drain = std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is a valid value for wait4 to fill in.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: pid is our own unreaped child; std's Child is not waited on
+    // after this (dropping it does not wait).
+    let got = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    if got != pid {
+        return Err(format!("wait4: {}", std::io::Error::last_os_error()).into());
+    }
+    drain.join().map_err(|_| "stdout reader panicked")??;
+    let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+    // ru_maxrss is in KiB on Linux.
+    Ok((ok, usage.ru_maxrss as u64))
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
@@ -344,18 +372,19 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
     // connect, read, evaluate, print JSON).
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_swarm-controller"));
     let mut bin_ms = Vec::new();
+    let mut bin_rss_kb = 0;
     for _ in 0..3 {
         let t = Instant::now();
-        let out = Command::new(&bin)
-            .arg("--config")
-            .arg(&config)
-            .args(["status", "--json"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .output()?;
+        let (ok, max_rss_kb) = run_measured(
+            Command::new(&bin)
+                .arg("--config")
+                .arg(&config)
+                .args(["status", "--json"]),
+        )?;
         bin_ms.push(t.elapsed().as_secs_f64() * 1000.0);
-        if !out.status.success() {
-            return Err(format!("swarm-controller status failed: {}", out.status).into());
+        bin_rss_kb = bin_rss_kb.max(max_rss_kb);
+        if !ok {
+            return Err("swarm-controller status --json failed".into());
         }
     }
     let bin_ms = median(bin_ms);
@@ -395,6 +424,10 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
     );
     println!("| `swarm-controller status --json` binary, wall, median of 3 | {bin_ms:.1} ms |");
     println!("| - of which process start + config with the roster (`--check-config`) | {check_ms:.1} ms |");
+    println!(
+        "| peak memory (max RSS) of the `status --json` binary | {:.1} MiB |",
+        bin_rss_kb as f64 / 1024.0
+    );
     println!(
         "| floor: both buckets through a bare KV watch, no decode | {:.1} ms |",
         raw["raw_ms"].as_f64().unwrap_or(0.0)

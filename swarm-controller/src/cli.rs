@@ -238,8 +238,31 @@ enum CredentialCommand {
     Xkey,
 }
 
+/// At most two glibc malloc arenas, whatever the core count. Call it
+/// first, while the process has one thread.
+///
+/// glibc gives each thread that allocates under contention an arena of
+/// its own, up to eight per core, and keeps the pages each held at its
+/// peak. A one-look `status` decodes on one thread per core while the
+/// runtime's threads read, so at 10,000 hives the arenas, not the live
+/// heap, set its peak: 56 MiB resident over a 29 MB heap peak, 47 MiB
+/// with two arenas (`docs/benchmarks-controller.md`). Two keep the
+/// decoding threads from queueing on one lock. `MALLOC_ARENA_MAX` in the
+/// environment wins: glibc reads it itself, and this is skipped.
+pub fn cap_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        // SAFETY: mallopt only sets a glibc tunable, here before any
+        // other thread exists.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, 2);
+        }
+    }
+}
+
 /// Parse arguments, run, return the exit code.
 pub fn main() -> i32 {
+    cap_malloc_arenas();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

@@ -396,7 +396,7 @@ impl<'a> Reading<'a> {
             tokio::select! {
                 // Cancel-safe: see `BucketWatch::next`.
                 entry = watch.next() => {
-                    self.lanes.send(source, entry);
+                    self.lanes.send(source, entry).await;
                     self.sent += 1;
                 }
                 Some(d) = self.decoded.recv() => self.store(d),
@@ -425,9 +425,17 @@ impl<'a> Reading<'a> {
 }
 
 /// Threads that decode KV entries for [`read_values`], one per core.
+///
+/// A lane holds at most [`LANE_DEPTH`] entries waiting. When every lane
+/// is full the reader stops taking entries from the watch, so the watch
+/// answers the server's flow control late and the server stops sending:
+/// what waits to be decoded is bounded by that window, not by the bucket.
 struct DecodeLanes {
-    lanes: Vec<std::sync::mpsc::Sender<(Source, kv::Entry)>>,
+    lanes: Vec<tokio::sync::mpsc::Sender<(Source, kv::Entry)>>,
 }
+
+/// Entries a decoding lane may hold waiting.
+const LANE_DEPTH: usize = 64;
 
 impl DecodeLanes {
     /// The lanes, and where their decoded entries come out.
@@ -436,12 +444,13 @@ impl DecodeLanes {
         let (tx, decoded) = tokio::sync::mpsc::unbounded_channel();
         let lanes = (0..n)
             .map(|_| {
-                let (lane, entries) = std::sync::mpsc::channel::<(Source, kv::Entry)>();
+                let (lane, mut entries) =
+                    tokio::sync::mpsc::channel::<(Source, kv::Entry)>(LANE_DEPTH);
                 let tx = tx.clone();
                 // Ends when its sender is dropped (the read is over) or the
                 // reader is gone.
                 tokio::task::spawn_blocking(move || {
-                    for (source, entry) in entries {
+                    while let Some((source, entry)) = entries.blocking_recv() {
                         if tx
                             .send(Decoded::of(Update::from_entry(source, &entry)))
                             .is_err()
@@ -456,10 +465,10 @@ impl DecodeLanes {
         (DecodeLanes { lanes }, decoded)
     }
 
-    fn send(&self, source: Source, entry: kv::Entry) {
+    async fn send(&self, source: Source, entry: kv::Entry) {
         let lane = lane_of(&entry.key) % self.lanes.len();
         // A lane ends only when this is dropped.
-        let _ = self.lanes[lane].send((source, entry));
+        let _ = self.lanes[lane].send((source, entry)).await;
     }
 }
 

@@ -41,6 +41,7 @@
 mod crash;
 mod networks;
 mod queue;
+pub mod stages;
 mod status;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -423,6 +424,12 @@ impl<R: ContainerRuntime> Converger<R> {
 
     async fn pass(&mut self) {
         let wanted = self.deps.wanted.borrow().clone();
+        if wanted
+            .as_deref()
+            .is_some_and(|w| self.applied != Some(message_id(w)))
+        {
+            crate::stage!("pass");
+        }
         // The agents with a job in flight *before* Docker is looked at, and
         // those the declaration queues after it: a job that ends between
         // the look and the round changed what Docker shows or what is
@@ -435,6 +442,7 @@ impl<R: ContainerRuntime> Converger<R> {
         // only a pass that used it successfully clears it.
         let mut store = match wanted.as_deref() {
             Some(w) if self.applied != Some(message_id(w)) => {
+                crate::stage!("looked");
                 let applied = self.apply_new(w, &observation).await;
                 // Queued after the look: their agents too.
                 busy_before.extend(self.revision_jobs.iter().map(|(a, _)| a.clone()));

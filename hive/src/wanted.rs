@@ -210,6 +210,7 @@ impl Session<'_> {
         let hive = &self.deps.hive;
         let started = Instant::now();
         let read = reader.last(hive.as_str()).await;
+        crate::stage!("read");
         tracing::debug!(%hive, why, took = ?started.elapsed(), ok = read.is_ok(), "declaration read");
         match read {
             Ok(found) => {
@@ -368,7 +369,9 @@ impl Session<'_> {
 
     fn put(&self, entry: KeyEntry) {
         let hive = &self.deps.hive;
-        match decode::<Declaration>(&entry.value) {
+        let decoded = decode::<Declaration>(&entry.value);
+        crate::stage!("decoded");
+        match decoded {
             Err(e) => {
                 tracing::warn!(%hive, revision = entry.revision, error = %e, "undecodable declaration ignored");
                 self.deps.health.raise(
@@ -397,6 +400,7 @@ impl Session<'_> {
                 }
                 tracing::info!(%hive, revision = wanted.revision, agents = wanted.declaration.agents.len(), "new declaration");
                 save(&self.deps.state_dir, &wanted);
+                crate::stage!("saved");
                 self.deps.tx.send_replace(Some(Arc::new(wanted)));
             }
         }
@@ -494,7 +498,10 @@ impl Session<'_> {
                 }
                 ring = doorbell.next() => match ring {
                     None => return SessionEnd::Failed(format!("the subscription to {subject} ended")),
-                    Some(_) => self.ring(&reader, "doorbell", 0).await,
+                    Some(_) => {
+                        crate::stage!("doorbell");
+                        self.ring(&reader, "doorbell", 0).await
+                    }
                 }
             }
         }

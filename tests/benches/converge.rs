@@ -1,28 +1,39 @@
 //! Benchmark: how fast a hive acts on a declaration.
 //!
 //! `cargo bench -p hyperhive-tests --bench converge` (300 puts, 30 container
-//! rebuilds), or `-- --quick` for CI (60 puts, 5 rebuilds).
+//! rebuilds), or `-- --quick` for CI (60 puts, 5 rebuilds); `--queued-only`
+//! skips phase 3 (no Docker).
 //!
 //! 1. **put -> first job queued**, in-process over a real nats-server: the
-//!    hive's real wanted task (pull + watch) and real converger (plan +
-//!    SQLite enqueue, `synchronous = FULL`), over the in-memory runtime so
-//!    Docker is out of the picture. The converger wakes the job worker
-//!    through a `Notify`; the bench waits on that same `Notify`, so the end
-//!    of each sample is the moment the job is durably queued. Each put
-//!    changes the agent's spec, so every one is a new revision to act on.
-//! 2. **baseline**, interleaved with (1) in the same run: a bare KV put to
-//!    another key and its delivery to a plain `watch` on the same server.
+//!    hive's real wanted task (doorbell + direct get) and real converger
+//!    (plan + SQLite enqueue, `synchronous = FULL`), over the in-memory
+//!    runtime so Docker is out of the picture. The converger wakes the job
+//!    worker through a `Notify`; the bench waits on that same `Notify`, so
+//!    the end of each sample is the moment the job is durably queued. Each
+//!    put changes the agent's spec, so every one is a new revision to act
+//!    on. A tracing layer timestamps the hive's stage events
+//!    (`hive::converger::stages`), which split each sample into doorbell
+//!    delivery, direct get, decode, save, hand-off, look, plan, commit and
+//!    wake.
+//! 2. **the floor**, interleaved with (1) in the same run, each sample the
+//!    sum of three bare operations on the same server and disk: (a) a KV
+//!    put to another key and its delivery to a plain `watch`; (b) one
+//!    direct get (`kv::Store::entry`, the bucket has `allow_direct`) of a
+//!    key holding a value the size of the declaration; (c) one SQLite
+//!    commit of a row that size on a store opened as the hive opens its job
+//!    store (WAL, `synchronous = FULL`), in the same directory.
 //! 3. **put -> container running**: a real `hive` process and the real
 //!    dockerd; each put changes the spec, and the sample ends when Docker
 //!    shows the container with the new spec label running (polled through
 //!    bollard every 5 ms, so a sample is at most 5 ms late).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
+use hive::converger::stages::TARGET_PREFIX;
 use hive::converger::{self, ConvergerDeps};
-use hive::jobs::JobStore;
+use hive::jobs::{Durability, JobStore, Store};
 use hive::readiness::Health;
 use hive::runtime::objects::{ObjectInfo, ObjectKind, ObjectRuntime};
 use hive::runtime::{
@@ -35,6 +46,78 @@ use hyperhive_tests::kv::Swarm;
 use hyperhive_tests::{unique_name, NatsServer};
 use serde_json::json;
 use swarm_queue_client::{Bucket, BucketSettings, HiveName, NatsConfig, ObjectName};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::Layer;
+
+/// The hive's stage events in the order one declaration passes them
+/// (`hive::converger::stages`).
+const STAGES: [&str; 8] = [
+    "doorbell",
+    "read",
+    "decoded",
+    "saved",
+    "pass",
+    "looked",
+    "planned",
+    "committed",
+];
+
+/// Each stage of a sample, named by the span it measures: from the put
+/// (or the previous event) to this event; the last from `committed` to
+/// the bench's wake.
+const STAGE_ROWS: [&str; 9] = [
+    "put -> doorbell delivered",
+    "direct get",
+    "decode + validate",
+    "save wanted.json",
+    "hand-off to the converger",
+    "jobs in flight + look at Docker",
+    "plan (installed, exits, requests)",
+    "commit (enqueue_all)",
+    "commit -> bench woken",
+];
+
+/// Timestamps every stage event as it is emitted.
+#[derive(Clone, Default)]
+struct StageClock(Arc<Mutex<Vec<(&'static str, Instant)>>>);
+
+impl<S: tracing::Subscriber> Layer<S> for StageClock {
+    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+        let at = Instant::now();
+        let target = event.metadata().target();
+        if let Some(name) = target.strip_prefix(TARGET_PREFIX) {
+            if let Some(stage) = STAGES.iter().find(|s| **s == name) {
+                self.0.lock().unwrap().push((stage, at));
+            }
+        }
+    }
+}
+
+impl StageClock {
+    fn clear(&self) {
+        self.0.lock().unwrap().clear();
+    }
+
+    /// The sample's stage spans in ms, from `t0` (the put) to `end` (the
+    /// wake): each event is the first of its name after the one before.
+    fn spans(&self, t0: Instant, end: Instant) -> Option<Vec<f64>> {
+        let events = self.0.lock().unwrap();
+        let mut at = Vec::with_capacity(STAGES.len());
+        let mut from = 0;
+        for stage in STAGES {
+            let i = from + events[from..].iter().position(|(s, _)| *s == stage)?;
+            at.push(events[i].1);
+            from = i + 1;
+        }
+        let mut prev = t0;
+        let mut spans = Vec::with_capacity(STAGE_ROWS.len());
+        for t in at.into_iter().chain([end]) {
+            spans.push(t.saturating_duration_since(prev).as_secs_f64() * 1000.0);
+            prev = t;
+        }
+        Some(spans)
+    }
+}
 
 /// A runtime with no containers that accepts every call: phase 1 measures
 /// the hive's own path from a put to a queued job, not Docker.
@@ -128,6 +211,14 @@ fn row(what: &str, samples: &mut [f64]) -> (f64, f64) {
 #[tokio::main]
 async fn main() {
     let quick = std::env::args().any(|a| a == "--quick") || std::env::var("HH_BENCH_QUICK").is_ok();
+    let queued_only = std::env::args().any(|a| a == "--queued-only");
+    let clock = StageClock::default();
+    let stage_filter =
+        tracing_subscriber::filter::filter_fn(|m| m.target().starts_with(TARGET_PREFIX));
+    tracing::subscriber::set_global_default(
+        tracing_subscriber::registry().with(clock.clone().with_filter(stage_filter)),
+    )
+    .unwrap();
     let (puts, rebuilds) = if quick { (60, 5) } else { (300, 30) };
     let nats = NatsServer::start();
     let url = nats.url();
@@ -180,23 +271,53 @@ async fn main() {
     ));
 
     let wanted_store = swarm.bucket("hyperhive-wanted").await;
+    assert!(
+        wanted_store.stream.cached_info().config.allow_direct,
+        "the wanted bucket is read by direct get"
+    );
     let mut baseline_watch = wanted_store.watch("baseline").await.unwrap();
+    // (b): a key holding a value the size of the declarations put below.
+    let sized = decl("bench/img:1", puts);
+    wanted_store
+        .put("floor-get", sized.clone().into())
+        .await
+        .unwrap();
+    // (c): a store opened as the job store is, beside it.
+    let mut floor_db = Store::open_floor(&dir.path().join("floor.db"), Durability::Full).unwrap();
     let mut queued = Vec::new();
-    let mut baseline = Vec::new();
+    let (mut baseline, mut gets, mut commits, mut floor) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut stages: Vec<Vec<f64>> = vec![Vec::new(); STAGE_ROWS.len()];
     for i in 0..puts {
-        // Baseline: a bare put and its watch delivery.
+        // (a): a bare put and its watch delivery.
         let t0 = Instant::now();
         wanted_store
             .put("baseline", format!("{i}").into())
             .await
             .unwrap();
         baseline_watch.next().await.unwrap().unwrap();
-        baseline.push(t0.elapsed().as_secs_f64() * 1000.0);
+        let a = t0.elapsed().as_secs_f64() * 1000.0;
+
+        // (b): one direct get of a declaration-sized value.
+        let t0 = Instant::now();
+        let got = wanted_store.entry("floor-get").await.unwrap().unwrap();
+        let b = t0.elapsed().as_secs_f64() * 1000.0;
+        assert_eq!(got.value.len(), sized.len());
+
+        // (c): one commit of a row that size.
+        let t0 = Instant::now();
+        floor_db.bare_commit(sized.as_bytes()).unwrap();
+        let c = t0.elapsed().as_secs_f64() * 1000.0;
+        baseline.push(a);
+        gets.push(b);
+        commits.push(c);
+        floor.push(a + b + c);
 
         // The hive: put -> job durably queued.
         let notified = wake.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
+        clock.clear();
         let t0 = Instant::now();
         wanted_store
             .put(hive.as_str(), decl("bench/img:1", i).into())
@@ -205,17 +326,74 @@ async fn main() {
         tokio::time::timeout(Duration::from_secs(30), notified)
             .await
             .expect("the converger queued a job");
-        queued.push(t0.elapsed().as_secs_f64() * 1000.0);
+        let end = Instant::now();
+        queued.push((end - t0).as_secs_f64() * 1000.0);
+        if let Some(spans) = clock.spans(t0, end) {
+            for (row, v) in stages.iter_mut().zip(spans) {
+                row.push(v);
+            }
+        }
     }
     trigger.trigger();
 
+    let mut running = if queued_only {
+        Vec::new()
+    } else {
+        container_running(&swarm, &url, rebuilds).await
+    };
+
+    println!();
+    println!(
+        "machine: {} cores, {}",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0),
+        cpu_model()
+    );
+    println!(
+        "{:<44} {:>6} {:>10} {:>10}",
+        "latency (ms)", "n", "p50", "p99"
+    );
+    let (b50, b99) = row("floor (a): KV put -> watch delivery", &mut baseline);
+    row("floor (b): KV direct get, declaration-sized", &mut gets);
+    row("floor (c): SQLite commit, synchronous=FULL", &mut commits);
+    let (f50, f99) = row("floor: a + b + c, per sample", &mut floor);
+    let (q50, q99) = row("hive: declaration put -> first job queued", &mut queued);
+    let running = (!running.is_empty())
+        .then(|| row("hive: declaration put -> container running", &mut running));
+    println!();
+    println!("put -> queued by stage (ms), {} samples:", stages[0].len());
+    for (name, samples) in STAGE_ROWS.iter().zip(&mut stages) {
+        if !samples.is_empty() {
+            row(&format!("  {name}"), samples);
+        }
+    }
+    println!();
+    println!(
+        "put -> queued vs the floor: {:.2}x (p50) {:.2}x (p99); vs put -> watch alone: {:.1}x (p50) {:.1}x (p99)",
+        q50 / f50,
+        q99 / f99,
+        q50 / b50,
+        q99 / b99
+    );
+    if let Some((r50, r99)) = running {
+        println!(
+            "put -> container running vs put -> watch: {:.0}x (p50) {:.0}x (p99)",
+            r50 / b50,
+            r99 / b99
+        );
+    }
+}
+
+/// Phase 3: a real hive process and dockerd, put -> container running.
+async fn container_running(swarm: &Swarm, url: &str, rebuilds: usize) -> Vec<f64> {
     // A real hive process and dockerd: put -> container running.
     let img = TestImage::busybox("bench-conv");
     let real = unique_name("bench-conv");
     let _guard = ContainerGuard::new(&real);
     let h = HiveProc::start(HiveSpec {
         name: Some(&real),
-        nats_url: Some(&url),
+        nats_url: Some(url),
         ..Default::default()
     });
     h.api().await;
@@ -254,30 +432,7 @@ async fn main() {
         }
     }
     drop(h);
-
-    println!();
-    println!(
-        "machine: {} cores, {}",
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(0),
-        cpu_model()
-    );
-    println!(
-        "{:<44} {:>6} {:>10} {:>10}",
-        "latency (ms)", "n", "p50", "p99"
-    );
-    let (b50, b99) = row("baseline: KV put -> watch delivery", &mut baseline);
-    let (q50, q99) = row("hive: declaration put -> first job queued", &mut queued);
-    let (r50, r99) = row("hive: declaration put -> container running", &mut running);
-    println!();
-    println!(
-        "ratios vs baseline: queued {:.1}x (p50) {:.1}x (p99); running {:.0}x (p50) {:.0}x (p99)",
-        q50 / b50,
-        q99 / b99,
-        r50 / b50,
-        r99 / b99
-    );
+    running
 }
 
 fn cpu_model() -> String {

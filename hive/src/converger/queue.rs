@@ -123,7 +123,9 @@ impl<R: ContainerRuntime> Converger<R> {
             .iter()
             .map(|(a, r)| (a.clone(), r.kind()))
             .collect();
+        crate::stage!("planned");
         let queued = self.deps.store.enqueue_all(requests, now_ms()).await?;
+        crate::stage!("committed");
         for ((agent, kind), q) in kinds.iter().zip(&queued) {
             tracing::info!(hive = %self.deps.hive, %agent, job = q.job.0, kind = kind.as_str(), coalesced = q.coalesced, "job queued");
         }

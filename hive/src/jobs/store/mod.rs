@@ -32,6 +32,8 @@ use super::schema::{self, APPLICATION_ID};
 
 mod cleanup;
 mod exits;
+#[cfg(feature = "test-hooks")]
+mod floor;
 mod handle;
 mod images;
 mod installed;

@@ -52,9 +52,7 @@ use swarm_queue_client::{AgentName, HiveName, Level};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::jobs::{
-    now_ms, JobFilter, JobId, JobState, JobStore, JobView, Millis, NodeState, StoreError,
-};
+use crate::jobs::{now_ms, JobId, JobState, JobStore, JobView, Millis, NodeState, StoreError};
 use crate::observe;
 use crate::perf;
 use crate::plan::{self, Action, Installed, Seen};
@@ -255,12 +253,7 @@ impl<R: ContainerRuntime> Converger<R> {
     }
 
     async fn busy(&self) -> Result<BTreeSet<AgentName>, StoreError> {
-        let jobs = self.deps.store.jobs(JobFilter::default()).await?;
-        Ok(jobs
-            .into_iter()
-            .filter(|j| !j.state.is_finished())
-            .map(|j| j.agent)
-            .collect())
+        self.deps.store.busy_agents().await
     }
 
     async fn apply(&mut self, wanted: &Wanted, observation: &Observation) -> Result<(), PassError> {

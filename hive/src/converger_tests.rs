@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 use swarm_queue_client::RetryStatus;
 
 use super::*;
-use crate::jobs::{now_ms, JobRequest};
+use crate::jobs::{now_ms, JobFilter, JobRequest};
 use crate::runtime::fake::FakeRuntime;
 
 fn converger(dir: &std::path::Path, interval: Duration) -> Converger<FakeRuntime> {

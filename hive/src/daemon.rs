@@ -156,7 +156,11 @@ async fn open_state(config: &HiveConfig) -> Result<State, DaemonError> {
     if let Err(e) = std::fs::write(&addr_file, format!("{addr}\n")) {
         tracing::warn!(path = %addr_file.display(), error = %e, "cannot record the local API address");
     }
-    let saved = wanted::load_saved(&config.state_dir).map(Arc::new);
+    let saved = wanted::unless_older(
+        wanted::load_saved(&config.state_dir),
+        store.blocking(|s| s.applied_revision()),
+    )
+    .map(Arc::new);
     let (wanted_tx, wanted_rx) = tokio::sync::watch::channel(saved);
     Ok(State {
         store,

@@ -10,12 +10,29 @@
 //!   test makes that supervised task die once: it panics when the file holds
 //!   `panic`, otherwise it returns. The hook removes the file, so the
 //!   supervisor's restart runs normally.
+//! - `HYPERHIVE_TEST_SKIP_WANTED_SAVE=1`: `wanted.json` is never written,
+//!   as if the hive died each time between a declaration's jobs being
+//!   committed and its copy being saved.
 
 use std::future::Future;
 
 /// Names a node op the worker must not claim.
 #[cfg(feature = "test-hooks")]
 pub const HOLD_ENV: &str = "HYPERHIVE_TEST_HOLD_BEFORE_NODE";
+
+/// Stops `wanted.json` being written.
+#[cfg(feature = "test-hooks")]
+pub const SKIP_WANTED_SAVE_ENV: &str = "HYPERHIVE_TEST_SKIP_WANTED_SAVE";
+
+/// Whether [`SKIP_WANTED_SAVE_ENV`] is compiled in and set.
+pub fn skip_wanted_save() -> bool {
+    #[cfg(feature = "test-hooks")]
+    {
+        std::env::var(SKIP_WANTED_SAVE_ENV).is_ok_and(|v| v == "1")
+    }
+    #[cfg(not(feature = "test-hooks"))]
+    false
+}
 
 /// Names the directory watched for task kill files.
 #[cfg(feature = "test-hooks")]

@@ -56,6 +56,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
+use crate::jobs::{AppliedRevision, StoreError};
 use crate::readiness::{keys, Health};
 use crate::revision::{judge, Seen, Suspect, Verdict, CONFIRM_AFTER};
 use crate::shutdown::Shutdown;
@@ -133,6 +134,57 @@ pub fn load_saved(state_dir: &Path) -> Option<Wanted> {
             tracing::warn!(path = %path.display(), error = %e, "the saved declaration is unreadable; waiting for the swarm's");
             None
         }
+    }
+}
+
+/// The saved declaration, unless the job store shows jobs queued for a
+/// newer one: a crash after that commit and before the save left the copy
+/// behind, and acting on it would undo the newer declaration. Then, as
+/// when the store cannot tell, the hive waits for the swarm's declaration.
+pub fn unless_older(
+    saved: Option<Wanted>,
+    applied: Result<Option<AppliedRevision>, StoreError>,
+) -> Option<Wanted> {
+    let saved = saved?;
+    match applied {
+        Ok(Some(a)) if a.is_newer_than(saved.revision, saved.created_ns) => {
+            tracing::warn!(saved = saved.revision, queued_for = a.revision, "the saved declaration is older than the one jobs were queued for; waiting for the swarm's");
+            None
+        }
+        Ok(_) => Some(saved),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read which declaration jobs were queued for; the saved declaration is not used until the swarm's is read");
+            None
+        }
+    }
+}
+
+/// Save each declaration handed to the converger in `wanted.json`, in the
+/// order they were handed over (only the latest, when several came while
+/// one was being written). The save is off the path to a queued job: the
+/// converger plans while the copy is written and synced. A crash before it
+/// ends leaves the copy older than the jobs already queued; those jobs'
+/// commit records their declaration (`jobs::AppliedRevision`), and at start
+/// a copy older than that record is not used.
+async fn save_each(state_dir: PathBuf, mut handed: WantedRx) {
+    // What is there at start came from the file, or is nothing.
+    handed.borrow_and_update();
+    if crate::test_hooks::skip_wanted_save() {
+        tracing::warn!("test hook: wanted.json is never saved");
+        return;
+    }
+    while handed.changed().await.is_ok() {
+        let Some(wanted) = handed.borrow_and_update().clone() else {
+            continue;
+        };
+        let dir = state_dir.clone();
+        if tokio::task::spawn_blocking(move || save(&dir, &wanted))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        crate::stage!("saved");
     }
 }
 
@@ -399,8 +451,7 @@ impl Session<'_> {
                     return;
                 }
                 tracing::info!(%hive, revision = wanted.revision, agents = wanted.declaration.agents.len(), "new declaration");
-                save(&self.deps.state_dir, &wanted);
-                crate::stage!("saved");
+                // Saved by `save_each` once handed over, not before.
                 self.deps.tx.send_replace(Some(Arc::new(wanted)));
             }
         }
@@ -510,6 +561,8 @@ impl Session<'_> {
 
 /// Run until shutdown.
 pub async fn run(deps: WantedDeps, mut shutdown: Shutdown) {
+    // Ends when the last sender of the declaration is dropped.
+    tokio::spawn(save_each(deps.state_dir.clone(), deps.tx.subscribe()));
     let mut connects = deps.nats.connects.clone();
     let mut session = Session {
         deps: &deps,

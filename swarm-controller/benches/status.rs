@@ -2,7 +2,9 @@
 //! update while the dashboard is open.
 //!
 //! `cargo bench -p swarm-controller --bench status` (10,000 hives), or with
-//! `-- --quick` (or `HH_BENCH_QUICK=1`) for a short CI run (500 hives).
+//! `-- --quick` (or `HH_BENCH_QUICK=1`) for a short CI run (500 hives);
+//! `-- --hives N` for another fleet size (the 50,000-hive figures in
+//! `docs/benchmarks-scale.md`).
 //!
 //! A real nats-server (from PATH) gets one status and one declaration per
 //! hive from a generator (mixed converged / progressing / failed / degraded
@@ -57,7 +59,13 @@ fn main() -> Res<()> {
     }
     let quick = args.iter().any(|a| a == "--quick")
         || std::env::var("HH_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
-    let (hives, updates) = if quick { (500, 20) } else { (10_000, 200) };
+    let (mut hives, updates) = if quick { (500, 20) } else { (10_000, 200) };
+    if let Some(i) = args.iter().position(|a| a == "--hives") {
+        let n = args.get(i + 1).ok_or("--hives needs a number")?;
+        hives = n
+            .parse()
+            .map_err(|e| format!("--hives {n:?}: not a number of hives ({e})"))?;
+    }
     tokio::runtime::Runtime::new()?.block_on(parent(hives, updates, quick))
 }
 
@@ -435,6 +443,19 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
     println!(
         "| decode floor: the same values decoded into the contract's types, nothing else | {:.1} ms |",
         decode["decode_ms"].as_f64().unwrap_or(0.0)
+    );
+    let raw_ms = raw["raw_ms"].as_f64().unwrap_or(0.0);
+    let goal_ms = 1.5 * raw_ms + decode["decode_ms"].as_f64().unwrap_or(0.0);
+    println!("| goal: 1.5 x the bare watch + the decode floor | {goal_ms:.1} ms |");
+    println!(
+        "| ratio status (library path) / goal; binary / goal | {:.2}x; {:.2}x |",
+        status_ms / goal_ms.max(1e-9),
+        bin_ms / goal_ms.max(1e-9)
+    );
+    println!(
+        "| per hive: status (library path); binary | {:.1} us; {:.1} us |",
+        status_ms * 1000.0 / hives as f64,
+        bin_ms * 1000.0 / hives as f64
     );
     println!(
         "| peak memory (VmHWM) of status | {:.1} MiB |",

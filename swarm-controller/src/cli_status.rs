@@ -72,6 +72,10 @@ pub(crate) async fn status_cmd(
             f.note_links(w.links());
         }
         show_once(&f, rollout, json)?;
+        drop(f);
+        // The process ends once this returns: freeing every hive's entry
+        // one at a time would only make the caller wait longer.
+        std::mem::forget(fleet);
         return Ok(EXIT_OK);
     }
     if let Some(w) = &watcher {

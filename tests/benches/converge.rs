@@ -13,8 +13,8 @@
 //!    put changes the agent's spec, so every one is a new revision to act
 //!    on. A tracing layer timestamps the hive's stage events
 //!    (`hive::converger::stages`), which split each sample into doorbell
-//!    delivery, direct get, decode, save, hand-off, look, plan, commit and
-//!    wake.
+//!    delivery, direct get, decode, hand-off, look, plan, commit and wake
+//!    (`wanted.json` is saved beside the converger, off that path).
 //! 2. **the floor**, interleaved with (1) in the same run, each sample the
 //!    sum of three bare operations on the same server and disk: (a) a KV
 //!    put to another key and its delivery to a plain `watch`; (b) one
@@ -51,11 +51,12 @@ use tracing_subscriber::Layer;
 
 /// The hive's stage events in the order one declaration passes them
 /// (`hive::converger::stages`).
-const STAGES: [&str; 8] = [
+/// (`saved` is not one: `wanted.json` is written beside the converger,
+/// not before it.)
+const STAGES: [&str; 7] = [
     "doorbell",
     "read",
     "decoded",
-    "saved",
     "pass",
     "looked",
     "planned",
@@ -65,11 +66,10 @@ const STAGES: [&str; 8] = [
 /// Each stage of a sample, named by the span it measures: from the put
 /// (or the previous event) to this event; the last from `committed` to
 /// the bench's wake.
-const STAGE_ROWS: [&str; 9] = [
+const STAGE_ROWS: [&str; 8] = [
     "put -> doorbell delivered",
     "direct get",
     "decode + validate",
-    "save wanted.json",
     "hand-off to the converger",
     "jobs in flight + look at Docker",
     "plan (installed, exits, requests)",

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use swarm_queue_client::AgentName;
 
 use super::Converger;
-use crate::jobs::{now_ms, JobId, JobRequest, JobState, StoreError};
+use crate::jobs::{now_ms, AppliedRevision, JobId, JobRequest, JobState, StoreError};
 use crate::plan::{Action, Seen};
 use crate::runtime::ContainerRuntime;
 use crate::wanted::Wanted;
@@ -34,7 +34,12 @@ impl<R: ContainerRuntime> Converger<R> {
             .iter()
             .map(|(a, r)| (a.agent().clone(), r.clone()))
             .collect();
-        let queued = self.queue_all(requests).await?;
+        // The declaration they come from is recorded with them.
+        let applied = wanted.map(|w| AppliedRevision {
+            revision: w.revision,
+            created_ns: w.created_ns,
+        });
+        let queued = self.queue_all(requests, applied).await?;
         let mut jobs = Vec::new();
         for ((action, _), job) in planned.iter().zip(queued) {
             self.queued.insert(action.agent().clone(), job);
@@ -115,6 +120,7 @@ impl<R: ContainerRuntime> Converger<R> {
     async fn queue_all(
         &self,
         requests: Vec<(AgentName, JobRequest)>,
+        applied: Option<AppliedRevision>,
     ) -> Result<Vec<JobId>, StoreError> {
         if requests.is_empty() {
             return Ok(Vec::new());
@@ -124,7 +130,11 @@ impl<R: ContainerRuntime> Converger<R> {
             .map(|(a, r)| (a.clone(), r.kind()))
             .collect();
         crate::stage!("planned");
-        let queued = self.deps.store.enqueue_all(requests, now_ms()).await?;
+        let queued = self
+            .deps
+            .store
+            .enqueue_all(requests, applied, now_ms())
+            .await?;
         crate::stage!("committed");
         for ((agent, kind), q) in kinds.iter().zip(&queued) {
             tracing::info!(hive = %self.deps.hive, %agent, job = q.job.0, kind = kind.as_str(), coalesced = q.coalesced, "job queued");

@@ -7,11 +7,11 @@
 //! | `doorbell` | the wanted task got the key's doorbell |
 //! | `read` | the direct get of the key answered |
 //! | `decoded` | the value was decoded and validated |
-//! | `saved` | `wanted.json` was written (and synced) |
 //! | `pass` | the converger began a pass with a declaration to apply |
 //! | `looked` | the pass read the jobs in flight and looked at Docker |
 //! | `planned` | it planned against the installed record, requests ready |
 //! | `committed` | the jobs' transaction committed (the worker is woken next) |
+//! | `saved` | `wanted.json` was written and synced, beside the converger (off the path above) |
 //!
 //! Nothing listens at `trace` in a running hive, so each costs one cached
 //! interest check; the converge benchmark installs a layer that timestamps

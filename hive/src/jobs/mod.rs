@@ -117,9 +117,9 @@ pub mod templates;
 pub use dag::{Outcome, PlanError, RetryPolicy};
 pub use model::{now_ms, JobId, JobKind, JobRequest, JobState, Millis, NodeState, Op, ParseError};
 pub use store::{
-    image_cleanup_plan, AgentRecords, Claim, CleanupAction, CleanupEntry, DeployRequest,
-    Durability, Enqueued, ExitRecord, ExitSeen, Finished, InstalledAgent, JobFilter, JobStore,
-    JobView, NodeView, OwnedImage, RecordedObject, Store, StoreError,
+    image_cleanup_plan, AgentRecords, AppliedRevision, Claim, CleanupAction, CleanupEntry,
+    DeployRequest, Durability, Enqueued, ExitRecord, ExitSeen, Finished, InstalledAgent, JobFilter,
+    JobStore, JobView, NodeView, OwnedImage, RecordedObject, Store, StoreError,
 };
 
 /// Where the job database lives under the hive's state directory.

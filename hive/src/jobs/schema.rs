@@ -128,6 +128,15 @@ pub const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX volume_users_by_agent ON volume_users (agent);
     "#,
+    // 6: the newest declaration jobs were queued for, written with them:
+    // a `wanted.json` older than it is not used at start (`applied`).
+    r#"
+    CREATE TABLE applied (
+        id         INTEGER PRIMARY KEY CHECK (id = 0),
+        revision   INTEGER NOT NULL,
+        created_ns INTEGER
+    );
+    "#,
 ];
 
 /// The schema version this build writes.

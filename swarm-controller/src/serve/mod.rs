@@ -40,7 +40,7 @@
 //! where the webhook records what it acted on ([`deliveries`]).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -117,6 +117,8 @@ pub struct Shared {
     shutdown: watch::Receiver<bool>,
     /// Requests the dashboard's routes answered (for `/metrics`).
     requests: AtomicU64,
+    /// The length of the last whole-fleet `/api/status`, to size the next.
+    full_len: AtomicUsize,
 }
 
 impl Shared {
@@ -163,14 +165,26 @@ impl Shared {
         }
     }
 
+    /// The page of rows `query` asks for.
     fn report(&self, query: &Query) -> Report {
         let fleet = self.fleet.read().unwrap_or_else(|p| p.into_inner());
-        let now = OffsetDateTime::now_utc();
-        if *query == Query::default() {
-            Report::of_fleet(&fleet, now)
-        } else {
-            Report::of_query(&fleet, query, now)
+        Report::of_query(&fleet, query, OffsetDateTime::now_utc())
+    }
+
+    /// The whole fleet's document ([`Report::of_fleet`]'s bytes), written
+    /// as each row is evaluated: what is held is the text, never the rows
+    /// as well. The text is made whole under the read lock and only then
+    /// sent, so a slow client never holds the lock.
+    fn full_document(&self) -> serde_json::Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(self.full_len.load(Ordering::Relaxed));
+        {
+            let fleet = self.fleet.read().unwrap_or_else(|p| p.into_inner());
+            crate::render::write_fleet(&fleet, OffsetDateTime::now_utc(), None, false, &mut out)?;
         }
+        // With room for a few more hives next time.
+        self.full_len
+            .store(out.len() + out.len() / 64, Ordering::Relaxed);
+        Ok(out)
     }
 }
 
@@ -226,6 +240,7 @@ pub async fn start(
         deliveries: buckets.deliveries.clone(),
         sse_slots: Arc::new(Semaphore::new(config.sse_max_clients)),
         sse_max_clients: config.sse_max_clients,
+        full_len: AtomicUsize::new(0),
         tail_slots: Arc::new(Semaphore::new(config.log_tails_max)),
         log_tails_max: config.log_tails_max,
         requests: AtomicU64::new(0),
@@ -475,9 +490,24 @@ fn bad_query(e: QueryError) -> Response {
 }
 
 async fn api_status(State(shared): State<Arc<Shared>>, pairs: Pairs) -> Response {
-    match Query::parse(&pairs.0) {
-        Ok(query) => Json(shared.report(&query)).into_response(),
-        Err(e) => bad_query(e),
+    let query = match Query::parse(&pairs.0) {
+        Ok(query) => query,
+        Err(e) => return bad_query(e),
+    };
+    if query != Query::default() {
+        return Json(shared.report(&query)).into_response();
+    }
+    // Every row is evaluated: off the async threads.
+    match tokio::task::spawn_blocking(move || shared.full_document()).await {
+        Ok(Ok(body)) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Ok(Err(e)) => reply(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            json!({ "error": format!("writing the fleet's document: {e}") }),
+        ),
+        Err(e) => reply(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            json!({ "error": format!("the document's writer failed: {e}") }),
+        ),
     }
 }
 

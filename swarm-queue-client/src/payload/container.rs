@@ -6,7 +6,7 @@
 //! refuses the same value on decode.
 
 use std::collections::BTreeMap;
-use std::fmt;
+use std::fmt::{self, Display};
 use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
@@ -145,7 +145,7 @@ pub const NETWORK_NONE: &str = "none";
 
 /// An absolute path of plain components: no `..`, no `.`, nothing Docker's
 /// mount syntax would split (`:` or `,`), no control character.
-fn plain_absolute(field: &str, path: &str) -> Result<(), InvalidField> {
+fn plain_absolute(field: impl Display + Copy, path: &str) -> Result<(), InvalidField> {
     check_text(field, path, MAX_PATH_LEN)?;
     let plain = path.starts_with('/')
         && !path.contains([':', ','])
@@ -163,7 +163,7 @@ fn plain_absolute(field: &str, path: &str) -> Result<(), InvalidField> {
     Ok(())
 }
 
-pub(super) fn check_user(field: &str, user: &str) -> Result<(), InvalidField> {
+pub(super) fn check_user(field: impl Display + Copy, user: &str) -> Result<(), InvalidField> {
     check_text(field, user, 64)?;
     let part = |s: &str| {
         !s.is_empty()
@@ -190,13 +190,16 @@ pub(super) fn check_user(field: &str, user: &str) -> Result<(), InvalidField> {
     Ok(())
 }
 
-pub(super) fn check_ports(field: &str, ports: &[String]) -> Result<Vec<PortSpec>, InvalidField> {
+pub(super) fn check_ports(
+    field: impl Display + Copy,
+    ports: &[String],
+) -> Result<Vec<PortSpec>, InvalidField> {
     check_count(field, ports.len(), MAX_PORTS)?;
     ports
         .iter()
         .enumerate()
         .map(|(i, p)| {
-            check_text(&format!("{field}[{i}]"), p, 64)?;
+            check_text(format_args!("{field}[{i}]"), p, 64)?;
             PortSpec::parse(p).ok_or_else(|| InvalidField::OutOfRange {
                 field: format!("{field}[{i}]"),
                 value: format!("{p:?}"),
@@ -206,14 +209,17 @@ pub(super) fn check_ports(field: &str, ports: &[String]) -> Result<Vec<PortSpec>
         .collect()
 }
 
-pub(super) fn check_volumes(field: &str, volumes: &[VolumeSpec]) -> Result<(), InvalidField> {
+pub(super) fn check_volumes(
+    field: impl Display + Copy,
+    volumes: &[VolumeSpec],
+) -> Result<(), InvalidField> {
     check_count(field, volumes.len(), MAX_VOLUMES)?;
     let mut targets = BTreeMap::new();
     for (i, v) in volumes.iter().enumerate() {
         let at = format!("{field}[{i}]");
         match (&v.name, &v.host) {
             (Some(_), None) => {}
-            (None, Some(host)) => plain_absolute(&format!("{at}.host"), host)?,
+            (None, Some(host)) => plain_absolute(format_args!("{at}.host"), host)?,
             _ => {
                 return Err(InvalidField::OutOfRange {
                     field: at,
@@ -222,12 +228,14 @@ pub(super) fn check_volumes(field: &str, volumes: &[VolumeSpec]) -> Result<(), I
                 })
             }
         }
-        plain_absolute(&format!("{at}.target"), &v.target)?;
+        plain_absolute(format_args!("{at}.target"), &v.target)?;
         let target = v.target.trim_end_matches('/');
         let reserved = target.is_empty()
-            || RESERVED_TARGETS
-                .iter()
-                .any(|r| target == *r || target.starts_with(&format!("{r}/")));
+            || RESERVED_TARGETS.iter().any(|r| {
+                target
+                    .strip_prefix(r)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+            });
         if reserved {
             return Err(InvalidField::OutOfRange {
                 field: format!("{at}.target"),
@@ -246,7 +254,10 @@ pub(super) fn check_volumes(field: &str, volumes: &[VolumeSpec]) -> Result<(), I
     Ok(())
 }
 
-pub(super) fn check_network(field: &str, network: &ObjectName) -> Result<(), InvalidField> {
+pub(super) fn check_network(
+    field: impl Display + Copy,
+    network: &ObjectName,
+) -> Result<(), InvalidField> {
     if matches!(network.as_str(), "host" | "default") {
         return Err(InvalidField::OutOfRange {
             field: field.to_string(),

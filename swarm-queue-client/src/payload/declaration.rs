@@ -8,7 +8,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::checks::{check_count, check_len, check_text};
+use super::checks::{check_count, check_len, check_text, AgentField};
 use super::codec::{InvalidField, Payload};
 #[cfg(doc)]
 use super::container::PortSpec;
@@ -137,19 +137,23 @@ pub struct HealthSpec {
 pub const MAX_HEALTH_SECS: u64 = 3600;
 
 impl HealthSpec {
-    fn validate(&self, field: &str) -> Result<(), InvalidField> {
+    fn validate(&self, field: impl fmt::Display + Copy) -> Result<(), InvalidField> {
         if self.command.is_empty() {
             return Err(InvalidField::EmptyCommand {
                 field: format!("{field}.command"),
             });
         }
         check_count(
-            &format!("{field}.command"),
+            format_args!("{field}.command"),
             self.command.len(),
             MAX_HEALTH_ARGS,
         )?;
         for (i, arg) in self.command.iter().enumerate() {
-            check_text(&format!("{field}.command[{i}]"), arg, MAX_HEALTH_ARG_LEN)?;
+            check_text(
+                format_args!("{field}.command[{i}]"),
+                arg,
+                MAX_HEALTH_ARG_LEN,
+            )?;
         }
         for (name, v) in [
             ("interval_secs", self.interval_secs),
@@ -225,6 +229,10 @@ pub fn agent_fields_of(agent_spec: Option<u32>) -> &'static [&'static str] {
     }
 }
 
+/// What every spec hash starts with: the name of its algorithm.
+const SPEC_HASH_PREFIX: &str = "sha256:";
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
 impl AgentSpec {
     /// The fields this spec sets, as the declaration spells them (unset
     /// optional fields are not written, so they are not counted), unknown
@@ -260,13 +268,22 @@ impl AgentSpec {
             unknown: BTreeMap::new(),
             ..self
         };
+        // Serialized straight into the hash, with no copy of the JSON.
         // Serializing a struct of strings, maps and numbers cannot fail.
-        let bytes = serde_json::to_vec(&hashed).unwrap_or_default();
-        format!("sha256:{}", hex::encode(Sha256::digest(&bytes)))
+        let mut hasher = Sha256::new();
+        let _ = serde_json::to_writer(&mut hasher, &hashed);
+        let digest = hasher.finalize();
+        let mut out = String::with_capacity(SPEC_HASH_PREFIX.len() + 2 * digest.len());
+        out.push_str(SPEC_HASH_PREFIX);
+        for b in digest {
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xf)]));
+        }
+        out
     }
 
     pub fn validate(&self, agent: &AgentName) -> Result<(), InvalidField> {
-        let f = |name: &str| format!("agents.{agent}.{name}");
+        let f = |name| AgentField(agent, name);
         match (&self.image, &self.build) {
             (None, None) => {
                 return Err(InvalidField::NoImageOrBuild {
@@ -274,10 +291,10 @@ impl AgentSpec {
                 })
             }
             (Some(image), _) => {
-                check_text(&f("image"), image, MAX_IMAGE_LEN)?;
+                check_text(f("image"), image, MAX_IMAGE_LEN)?;
                 if image.trim().is_empty() || image.contains(char::is_whitespace) {
                     return Err(InvalidField::NotAnImageReference {
-                        field: f("image"),
+                        field: f("image").to_string(),
                         value: image.clone(),
                     });
                 }
@@ -285,22 +302,22 @@ impl AgentSpec {
             _ => {}
         }
         if let Some(build) = &self.build {
-            build.validate(&f("build"))?;
+            build.validate(f("build"))?;
         }
         if let Some(health) = &self.health {
-            health.validate(&f("health"))?;
+            health.validate(f("health"))?;
         }
         if let Some(command) = &self.command {
-            check_count(&f("command"), command.len(), MAX_COMMAND_ARGS)?;
+            check_count(f("command"), command.len(), MAX_COMMAND_ARGS)?;
             for (i, arg) in command.iter().enumerate() {
-                check_text(&format!("{}[{i}]", f("command")), arg, MAX_ARG_LEN)?;
+                check_text(format_args!("{}[{i}]", f("command")), arg, MAX_ARG_LEN)?;
             }
         }
-        check_env(&f("env"), &self.env)?;
+        check_env(f("env"), &self.env)?;
         if let Some(mb) = self.memory_mb {
             if !(MIN_MEMORY_MB..=MAX_MEMORY_MB).contains(&mb) {
                 return Err(InvalidField::OutOfRange {
-                    field: f("memory_mb"),
+                    field: f("memory_mb").to_string(),
                     value: mb.to_string(),
                     allowed: format!("{MIN_MEMORY_MB} to {MAX_MEMORY_MB}"),
                 });
@@ -308,7 +325,7 @@ impl AgentSpec {
         }
         if let Some(secs) = self.min_running_secs.filter(|s| *s > MAX_MIN_RUNNING_SECS) {
             return Err(InvalidField::OutOfRange {
-                field: f("min_running_secs"),
+                field: f("min_running_secs").to_string(),
                 value: secs.to_string(),
                 allowed: format!("0 to {MAX_MIN_RUNNING_SECS}"),
             });
@@ -316,14 +333,14 @@ impl AgentSpec {
         if let Some(cpus) = self.cpus {
             if !(cpus.is_finite() && cpus > 0.0 && cpus <= MAX_CPUS) {
                 return Err(InvalidField::OutOfRange {
-                    field: f("cpus"),
+                    field: f("cpus").to_string(),
                     value: cpus.to_string(),
                     allowed: format!("above 0 and at most {MAX_CPUS}"),
                 });
             }
         }
         check_count(
-            &f("credentials"),
+            f("credentials"),
             self.credentials.len(),
             MAX_CREDENTIALS_PER_AGENT,
         )?;
@@ -332,29 +349,29 @@ impl AgentSpec {
 
     /// The fields of [`super::container`].
     fn validate_container(&self, agent: &AgentName) -> Result<(), InvalidField> {
-        let f = |name: &str| format!("agents.{agent}.{name}");
+        let f = |name| AgentField(agent, name);
         if let Some(user) = &self.user {
-            check_user(&f("user"), user)?;
+            check_user(f("user"), user)?;
         }
         if let Some(secs) = self.stop_grace_secs.filter(|s| *s > MAX_STOP_GRACE_SECS) {
             return Err(InvalidField::OutOfRange {
-                field: f("stop_grace_secs"),
+                field: f("stop_grace_secs").to_string(),
                 value: secs.to_string(),
                 allowed: format!("0 to {MAX_STOP_GRACE_SECS}"),
             });
         }
-        check_ports(&f("ports"), &self.ports)?;
+        check_ports(f("ports"), &self.ports)?;
         check_port_clashes([(agent, &self.ports[..])].into_iter())?;
-        check_volumes(&f("volumes"), &self.volumes)?;
+        check_volumes(f("volumes"), &self.volumes)?;
         if let Some(network) = &self.network {
-            check_network(&f("network"), network)?;
+            check_network(f("network"), network)?;
         }
         if let Some(n) = self
             .restart_on_unhealthy
             .filter(|n| !(1..=MAX_UNHEALTHY_CHECKS).contains(n))
         {
             return Err(InvalidField::NotBetweenOneAnd {
-                field: f("restart_on_unhealthy"),
+                field: f("restart_on_unhealthy").to_string(),
                 value: u64::from(n),
                 max: u64::from(MAX_UNHEALTHY_CHECKS),
             });
@@ -416,9 +433,9 @@ impl Payload for Declaration {
 }
 
 impl BuildSpec {
-    fn validate(&self, field: &str) -> Result<(), InvalidField> {
+    fn validate(&self, field: impl fmt::Display + Copy) -> Result<(), InvalidField> {
         check_text(
-            &format!("{field}.context"),
+            format_args!("{field}.context"),
             &self.context,
             MAX_BUILD_FIELD_LEN,
         )?;
@@ -428,20 +445,23 @@ impl BuildSpec {
             });
         }
         if let Some(r) = &self.git_ref {
-            check_text(&format!("{field}.ref"), r, MAX_BUILD_FIELD_LEN)?;
+            check_text(format_args!("{field}.ref"), r, MAX_BUILD_FIELD_LEN)?;
         }
         if let Some(d) = &self.dockerfile {
-            check_text(&format!("{field}.dockerfile"), d, MAX_BUILD_FIELD_LEN)?;
+            check_text(format_args!("{field}.dockerfile"), d, MAX_BUILD_FIELD_LEN)?;
         }
         Ok(())
     }
 }
 
 /// An agent's environment: bounded, and every name a shell variable name.
-fn check_env(field: &str, env: &BTreeMap<String, String>) -> Result<(), InvalidField> {
+fn check_env(
+    field: impl fmt::Display + Copy,
+    env: &BTreeMap<String, String>,
+) -> Result<(), InvalidField> {
     check_count(field, env.len(), MAX_ENV_VARS)?;
     for (k, v) in env {
-        check_len(&format!("{field} key"), k, MAX_ENV_KEY_LEN)?;
+        check_len(format_args!("{field} key"), k, MAX_ENV_KEY_LEN)?;
         let valid_key = k
             .chars()
             .next()
@@ -453,7 +473,7 @@ fn check_env(field: &str, env: &BTreeMap<String, String>) -> Result<(), InvalidF
                 value: k.clone(),
             });
         }
-        check_text(&format!("{field}.{k}"), v, MAX_ENV_VALUE_LEN)?;
+        check_text(format_args!("{field}.{k}"), v, MAX_ENV_VALUE_LEN)?;
     }
     Ok(())
 }

@@ -305,7 +305,11 @@ impl Payload for Readiness {
         check_count("warnings", self.warnings.len(), MAX_WARNINGS)?;
         for w in &self.warnings {
             check_text("warning key", &w.key, MAX_WARNING_KEY_LEN)?;
-            check_text(&format!("warning {}", w.key), &w.message, MAX_MESSAGE_LEN)?;
+            check_text(
+                format_args!("warning {}", w.key),
+                &w.message,
+                MAX_MESSAGE_LEN,
+            )?;
         }
         check_count("agents", self.agents.len(), MAX_AGENTS_PER_HIVE)?;
         for (name, a) in &self.agents {
@@ -317,22 +321,26 @@ impl Payload for Readiness {
                 ("health", &a.health),
             ] {
                 if let Some(v) = v {
-                    check_text(&format!("agents.{name}.{field}"), v, MAX_SHORT_LEN)?;
+                    check_text(format_args!("agents.{name}.{field}"), v, MAX_SHORT_LEN)?;
                 }
             }
             if let Some(job) = &a.last_job {
                 check_text(
-                    &format!("agents.{name}.last_job.kind"),
+                    format_args!("agents.{name}.last_job.kind"),
                     &job.kind,
                     MAX_SHORT_LEN,
                 )?;
                 check_text(
-                    &format!("agents.{name}.last_job.state"),
+                    format_args!("agents.{name}.last_job.state"),
                     &job.state,
                     MAX_SHORT_LEN,
                 )?;
                 if let Some(e) = &job.error {
-                    check_text(&format!("agents.{name}.last_job.error"), e, MAX_MESSAGE_LEN)?;
+                    check_text(
+                        format_args!("agents.{name}.last_job.error"),
+                        e,
+                        MAX_MESSAGE_LEN,
+                    )?;
                 }
             }
             if let Some(e) = &a.exits {
@@ -340,10 +348,18 @@ impl Payload for Readiness {
             }
             if let Some(r) = &a.retry {
                 if let Some(step) = &r.step {
-                    check_text(&format!("agents.{name}.retry.step"), step, MAX_SHORT_LEN)?;
+                    check_text(
+                        format_args!("agents.{name}.retry.step"),
+                        step,
+                        MAX_SHORT_LEN,
+                    )?;
                 }
                 if let Some(e) = &r.error {
-                    check_text(&format!("agents.{name}.retry.error"), e, MAX_MESSAGE_LEN)?;
+                    check_text(
+                        format_args!("agents.{name}.retry.error"),
+                        e,
+                        MAX_MESSAGE_LEN,
+                    )?;
                 }
             }
         }

@@ -29,7 +29,8 @@
 //!    own time stamps, and the server's CPU time meanwhile; then its
 //!    `VmRSS` and `VmHWM`. Meanwhile one hive
 //!    puts its status every [`PROBE_EVERY`]: the longest put shows how
-//!    long the reload holds up traffic;
+//!    long the reload holds up traffic, and a put the server refuses
+//!    meanwhile is counted (the hive's publisher would retry it);
 //! 6. the same hives put their status again over the connections they
 //!    hold (a put that fails fails the bench), and how many of them had to
 //!    reconnect across the reload; the hive the reload added connects and
@@ -156,8 +157,10 @@ struct Cost {
     per_client_ms: Vec<f64>,
     /// The reload by the server's log, and the CPU time it used meanwhile.
     reload: (Duration, Duration),
-    /// The probe's puts during the reload (ms).
+    /// The probe's puts during the reload (ms), and how many of them the
+    /// server refused.
     probe_ms: Vec<f64>,
+    probe_refused: usize,
     reload_rss_kib: u64,
     peak_kib: u64,
     /// Clients that reconnected across the reload.
@@ -178,7 +181,7 @@ struct Added {
 type Read = fn(&Cost) -> f64;
 
 /// Every figure: its `FIGURES` key, its table label, how to read it.
-const FIGURES: [(&str, &str, Read); 21] = [
+const FIGURES: [(&str, &str, Read); 22] = [
     ("text_mib", "config text, MiB", |c| c.bytes as f64 / MIB),
     ("render_ms", "render, ms", |c| ms(c.render)),
     ("check_s", "`nats-server -t`, s", |c| {
@@ -229,6 +232,11 @@ const FIGURES: [(&str, &str, Read); 21] = [
         "reload_puts",
         "puts during the reload (one every 5 ms)",
         |c| c.probe_ms.len() as f64,
+    ),
+    (
+        "reload_puts_refused",
+        "of those, refused (the hive's publisher retries them)",
+        |c| c.probe_refused as f64,
     ),
     ("reload_rss_mib", "RSS after the reload, MiB", |c| {
         c.reload_rss_kib as f64 / 1024.0
@@ -304,7 +312,7 @@ async fn cost(form: Form, roster: &Roster, empty_kib: u64) -> Cost {
     let cpu_before = cpu_time(pid);
     let reload_wall = reload(&server, &form.render(roster, Roster::grown)).await;
     let reload = (reload_wall, cpu_time(pid).saturating_sub(cpu_before));
-    let probe_ms = probe.stop().await;
+    let (probe_ms, probe_refused) = probe.stop().await;
     let reload_rss_kib = proc_kib(pid, "VmRSS:");
     let peak_kib = proc_kib(pid, "VmHWM:");
     let reconnects = put_again(&clients).await;
@@ -320,6 +328,7 @@ async fn cost(form: Form, roster: &Roster, empty_kib: u64) -> Cost {
         per_client_ms,
         reload,
         probe_ms,
+        probe_refused,
         reload_rss_kib,
         peak_kib,
         reconnects,
@@ -565,6 +574,12 @@ async fn connect_hive(url: &str, hive: &HiveName, id: &Identity) -> Connection {
 }
 
 async fn put_status(conn: &Connection, hive: &HiveName) {
+    try_put_status(conn, hive)
+        .await
+        .unwrap_or_else(|e| panic!("hive {hive} could not put its own status: {e}"));
+}
+
+async fn try_put_status(conn: &Connection, hive: &HiveName) -> Result<(), String> {
     let value = format!("{{\"bench\":\"accounts\",\"hive\":\"{hive}\"}}");
     put_own(
         &conn.jetstream(),
@@ -573,7 +588,8 @@ async fn put_status(conn: &Connection, hive: &HiveName) {
         value.into(),
     )
     .await
-    .unwrap_or_else(|e| panic!("hive {hive} could not put its own status: {e}"));
+    .map(|_| ())
+    .map_err(|e| e.to_string())
 }
 
 /// Each client puts its status again; how many had reconnected since
@@ -591,10 +607,13 @@ async fn put_again(clients: &[(HiveName, Connection)]) -> usize {
         .sum()
 }
 
-/// One hive putting its status every [`PROBE_EVERY`] until stopped.
+/// One hive putting its status every [`PROBE_EVERY`] until stopped. While
+/// the server rebuilds its accounts a put can be refused (seen with
+/// nats-server 2.15.1: "bucket does not exist" for an existing bucket);
+/// the probe counts those and goes on, as the hive's publisher retries.
 struct Probe {
     stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<Vec<f64>>,
+    task: tokio::task::JoinHandle<(Vec<f64>, usize)>,
 }
 
 impl Probe {
@@ -605,22 +624,25 @@ impl Probe {
             let mut tick = tokio::time::interval(PROBE_EVERY);
             // After a stalled put, the next one at once, then on the beat.
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut times = Vec::new();
+            let (mut times, mut refused) = (Vec::new(), 0);
             loop {
                 tokio::select! {
                     _ = tick.tick() => {}
-                    _ = &mut stopped => return times,
+                    _ = &mut stopped => return (times, refused),
                 }
                 let t = Instant::now();
-                put_status(&conn, &hive).await;
+                if let Err(e) = try_put_status(&conn, &hive).await {
+                    tracing::warn!(%hive, error = %e, "probe put refused during the reload");
+                    refused += 1;
+                }
                 times.push(t.elapsed().as_secs_f64() * 1000.0);
             }
         });
         Probe { stop, task }
     }
 
-    /// Each put's time (ms).
-    async fn stop(self) -> Vec<f64> {
+    /// Each put's time (ms), and how many were refused.
+    async fn stop(self) -> (Vec<f64>, usize) {
         let _ = self.stop.send(());
         self.task.await.expect("the probe hive's puts")
     }

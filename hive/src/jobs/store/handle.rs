@@ -9,7 +9,7 @@
 //! **Invariant:** one call is one lock of the one connection, so the reads
 //! a method bundles ([`JobStore::agent_records`]) see one state.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,8 +17,8 @@ use std::time::Duration;
 use swarm_queue_client::{AgentName, Power};
 
 use super::{
-    Claim, CleanupAction, CleanupEntry, DeployRequest, Enqueued, ExitRecord, ExitSeen, Finished,
-    InstalledAgent, JobFilter, JobView, OwnedImage, Store, StoreError,
+    AppliedRevision, Claim, CleanupAction, CleanupEntry, DeployRequest, Enqueued, ExitRecord,
+    ExitSeen, Finished, InstalledAgent, JobFilter, JobView, OwnedImage, Store, StoreError,
 };
 use crate::jobs::dag::{Outcome, RetryPolicy};
 use crate::jobs::model::{JobId, JobRequest, JobState, Millis};
@@ -93,9 +93,11 @@ impl JobStore {
     pub async fn enqueue_all(
         &self,
         requests: Vec<(AgentName, JobRequest)>,
+        applied: Option<AppliedRevision>,
         now: Millis,
     ) -> Result<Vec<Enqueued>, StoreError> {
-        self.call(move |s| s.enqueue_all(requests, now)).await
+        self.call(move |s| s.enqueue_all(requests, applied, now))
+            .await
     }
 
     pub async fn request_deploy(
@@ -137,6 +139,10 @@ impl JobStore {
 
     pub async fn jobs(&self, filter: JobFilter) -> Result<Vec<JobView>, StoreError> {
         self.call(move |s| s.jobs(&filter)).await
+    }
+
+    pub async fn busy_agents(&self) -> Result<BTreeSet<AgentName>, StoreError> {
+        self.call(|s| s.busy_agents()).await
     }
 
     pub async fn last_jobs(&self) -> Result<BTreeMap<AgentName, JobView>, StoreError> {

@@ -5,7 +5,7 @@
 //! stale read; a pending job of the same agent and kind absorbs a new
 //! request (coalescing) and is re-planned, since it has never run a node.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::str::FromStr;
 
@@ -13,6 +13,7 @@ use rusqlite::{params, OptionalExtension, Transaction};
 use serde::{Deserialize, Serialize};
 use swarm_queue_client::{AgentName, AgentSpec};
 
+use super::applied::{record_applied_tx, AppliedRevision};
 use super::nodes::decode_deps_and_state;
 use super::power::seed_power_tx;
 use super::{sql_at, Store, StoreError};
@@ -104,10 +105,12 @@ impl Store {
 
     /// [`enqueue`](Self::enqueue) each request in order, all in one
     /// transaction: one commit (one fsync) for a whole declaration's jobs,
-    /// and none of them is queued unless all are.
+    /// and none of them is queued unless all are. `applied`: the
+    /// declaration they were decided from, recorded in the same commit.
     pub fn enqueue_all(
         &mut self,
         requests: Vec<(AgentName, JobRequest)>,
+        applied: Option<AppliedRevision>,
         now: Millis,
     ) -> Result<Vec<Enqueued>, StoreError> {
         let path = self.path.clone();
@@ -115,6 +118,9 @@ impl Store {
         let mut out = Vec::with_capacity(requests.len());
         for (agent, request) in requests {
             out.push(enqueue_tx(&tx, &path, &agent, request, now)?);
+        }
+        if let Some(applied) = applied {
+            record_applied_tx(&tx, &path, applied)?;
         }
         tx.commit().map_err(sql_at(&path, "commit enqueue"))?;
         Ok(out)
@@ -207,6 +213,24 @@ impl Store {
                           AND state IN ('done', 'failed') ORDER BY id DESC LIMIT ?2))",
             params![agent, RECENT_FINISHED],
         )
+    }
+
+    /// The agents with a job not finished, read from the index alone (the
+    /// converger asks at every pass: no job's nodes are read).
+    pub fn busy_agents(&self) -> Result<BTreeSet<AgentName>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT DISTINCT agent FROM jobs WHERE state NOT IN ('done', 'failed')")
+            .map_err(self.sql("list busy agents"))?;
+        let names = stmt
+            .query_map([], |r| r.get::<_, String>(0))
+            .map_err(self.sql("list busy agents"))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(self.sql("list busy agents"))?;
+        names
+            .into_iter()
+            .map(|n| AgentName::new(n).map_err(self.decode_err("agent name")))
+            .collect()
     }
 
     /// The newest job of each agent that has one.

@@ -30,6 +30,7 @@ use swarm_queue_client::AgentName;
 use super::model::JobId;
 use super::schema::{self, APPLICATION_ID};
 
+mod applied;
 mod cleanup;
 mod exits;
 #[cfg(feature = "test-hooks")]
@@ -44,6 +45,7 @@ mod power;
 #[cfg(test)]
 mod tests;
 
+pub use applied::AppliedRevision;
 pub use cleanup::{CleanupAction, CleanupEntry};
 pub use exits::{ExitRecord, ExitSeen};
 pub use handle::{AgentRecords, JobStore};

@@ -649,6 +649,7 @@ fn finish_and_claim_chains_one_agent_and_survives_a_crash() {
                 (a.clone(), first_deploy("local/x:1")),
                 (b.clone(), first_deploy("local/x:1")),
             ],
+            None,
             10,
         )
         .unwrap();

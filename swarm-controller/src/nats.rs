@@ -429,9 +429,11 @@ impl<'a> Reading<'a> {
 /// Threads that decode KV entries for [`read_values`], one per core.
 ///
 /// Entries go to a lane, and come back decoded, in batches of
-/// [`BATCH`]: one wake-up of each side per batch, not per entry (with
-/// one per entry, a 10,000-hive read spent more time switching threads
-/// than decoding). A lane holds at most [`LANE_DEPTH`] batches waiting.
+/// [`BATCH`]: one wake-up of each side per batch, not per entry (thread
+/// switches and futex wake-ups led the profile of a 10,000-hive read; the
+/// batches did not measurably change its time on 2 cores, see
+/// `docs/benchmarks-controller.md`). A lane holds at most [`LANE_DEPTH`]
+/// batches waiting.
 /// When every lane is full the reader stops taking entries from the
 /// watch, so the watch answers the server's flow control late and the
 /// server stops sending: what waits to be decoded is bounded by that

@@ -9,9 +9,7 @@ use clap::{Parser, Subcommand};
 
 use crate::config::{self, Overrides};
 
-pub const EXIT_OK: i32 = 0;
-pub const EXIT_FAILURE: i32 = 1;
-pub const EXIT_CONFIG: i32 = 64;
+pub use swarm_queue_client::cli::{EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, EXIT_USAGE};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -97,28 +95,13 @@ fn env_var(k: &str) -> Option<String> {
     std::env::var(k).ok()
 }
 
-fn init_tracing(json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Colour only on a terminal: a log file or journald gets plain text.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
-    let _ = if json {
-        builder.json().try_init()
-    } else {
-        builder.try_init()
-    };
-}
-
 /// Parse arguments, run, return the exit code.
 pub fn main() -> i32 {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() { 2 } else { EXIT_OK };
+            return if e.use_stderr() { EXIT_USAGE } else { EXIT_OK };
         }
     };
     if let Some(path) = &cli.check_config {
@@ -142,7 +125,7 @@ pub fn main() -> i32 {
     }
     let Some(command) = cli.command else {
         eprintln!("hive: a command is needed (try `hive --help`)");
-        return 2;
+        return EXIT_USAGE;
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -167,7 +150,7 @@ pub fn main() -> i32 {
     };
     match command {
         Command::Run(args) => {
-            init_tracing(args.log_json);
+            swarm_queue_client::cli::init_logging("info", args.log_json);
             let overrides = Overrides {
                 name: args.name,
                 nats_url: args.nats_url,

@@ -60,7 +60,7 @@ use crate::readiness::{keys, Health};
 use crate::retry::{Failure, Retries};
 use crate::runtime::ContainerRuntime;
 use crate::shutdown::Shutdown;
-use crate::wanted::{Wanted, WantedRx};
+use crate::wanted::{MessageId, PlannedTx, Wanted, WantedRx};
 
 /// How often Docker is looked at when nothing else wakes the converger.
 pub const OBSERVE_EVERY: Duration = Duration::from_secs(5);
@@ -86,6 +86,9 @@ pub struct ConvergerDeps<R> {
     pub docker_changed: Arc<Notify>,
     /// When an agent that exited starts again, and when it counts as up.
     pub crash: crate::crashloop::CrashPolicy,
+    /// Told each declaration once it is planned (for the saver of
+    /// `wanted.json`, which waits so as not to compete with the commit).
+    pub planned: Arc<PlannedTx>,
 }
 
 /// Run until shutdown.
@@ -130,15 +133,6 @@ enum PassError {
     Docker(String),
 }
 
-/// Which message of the wanted key: a revision number and the server's time
-/// for it. A bucket made again can reach the number handled before with
-/// another declaration, so the number alone does not name a message.
-type MessageId = (u64, Option<i64>);
-
-fn message_id(w: &Wanted) -> MessageId {
-    (w.revision, w.created_ns)
-}
-
 /// What one look at Docker showed; `None` when Docker could not be asked.
 type Observation = Option<BTreeMap<AgentName, Seen>>;
 
@@ -168,6 +162,13 @@ struct Converger<R> {
     restart_pending: bool,
     /// The hive's networks no agent names, removed after the grace.
     networks: networks::NetworkReaper,
+}
+
+/// The installed record as the plan reads it: each agent's spec hash.
+fn specs(all: BTreeMap<AgentName, crate::jobs::InstalledAgent>) -> BTreeMap<AgentName, Installed> {
+    all.into_iter()
+        .map(|(a, i)| (a, Installed { spec: i.spec_hash }))
+        .collect()
 }
 
 /// The failed node of a failed job: its op and error.
@@ -245,11 +246,7 @@ impl<R: ContainerRuntime> Converger<R> {
     }
 
     async fn installed(&self) -> Result<BTreeMap<AgentName, Installed>, StoreError> {
-        let all = self.deps.store.installed_all().await?;
-        Ok(all
-            .into_iter()
-            .map(|(a, i)| (a, Installed { spec: i.spec_hash }))
-            .collect())
+        Ok(specs(self.deps.store.installed_all().await?))
     }
 
     async fn busy(&self) -> Result<BTreeSet<AgentName>, StoreError> {
@@ -257,7 +254,9 @@ impl<R: ContainerRuntime> Converger<R> {
     }
 
     async fn apply(&mut self, wanted: &Wanted, observation: &Observation) -> Result<(), PassError> {
-        let installed = self.installed().await?;
+        // One store hop for both: this is on the path to a queued job.
+        let (installed, exits) = self.deps.store.installed_and_exits().await?;
+        let installed = specs(installed);
         let actions = plan::plan_declaration(&wanted.declaration.agents, &installed);
         tracing::info!(hive = %self.deps.hive, revision = wanted.revision, actions = actions.len(), "applying declaration");
         // A new revision: every agent may be tried at once.
@@ -265,7 +264,8 @@ impl<R: ContainerRuntime> Converger<R> {
         let at = wanted
             .created_ns
             .map_or_else(now_ms, |ns| (ns / 1_000_000) as Millis);
-        self.reset_crash_streaks(crash::Asked::Revision(at)).await?;
+        self.reset_crash_streaks(crash::Asked::Revision(at), &exits)
+            .await?;
         let all: Vec<&Action> = actions.iter().collect();
         let jobs = self
             .queue_actions(&all, Some(wanted), observation.as_ref())
@@ -274,11 +274,11 @@ impl<R: ContainerRuntime> Converger<R> {
         // not below this one's: it says nothing about this declaration.
         if self
             .converged
-            .is_some_and(|c| c.0 >= wanted.revision && c != message_id(wanted))
+            .is_some_and(|c| c.0 >= wanted.revision && c != wanted.id())
         {
             self.converged = None;
         }
-        self.applied = Some(message_id(wanted));
+        self.applied = Some(wanted.id());
         self.revision_jobs = jobs;
         self.deps.wake.notify_one();
         Ok(())
@@ -316,8 +316,13 @@ impl<R: ContainerRuntime> Converger<R> {
             .collect();
         let last = self.deps.store.last_jobs().await?;
         self.note_jobs(&last, now);
-        self.reset_crash_streaks(crash::Asked::Jobs(&last)).await?;
-        let exits = self.deps.store.exit_records().await?;
+        let mut exits = self.deps.store.exit_records().await?;
+        if self
+            .reset_crash_streaks(crash::Asked::Jobs(&last), &exits)
+            .await?
+        {
+            exits = self.deps.store.exit_records().await?;
+        }
         let needs = plan::plan_round(&plan::RoundInput {
             declared: wanted.map(|w| &w.declaration.agents),
             installed: &installed,
@@ -419,7 +424,7 @@ impl<R: ContainerRuntime> Converger<R> {
         let wanted = self.deps.wanted.borrow().clone();
         if wanted
             .as_deref()
-            .is_some_and(|w| self.applied != Some(message_id(w)))
+            .is_some_and(|w| self.applied != Some(w.id()))
         {
             crate::stage!("pass");
         }
@@ -434,9 +439,10 @@ impl<R: ContainerRuntime> Converger<R> {
         // (a full or read-only state dir) raises the `jobs` warning, and
         // only a pass that used it successfully clears it.
         let mut store = match wanted.as_deref() {
-            Some(w) if self.applied != Some(message_id(w)) => {
+            Some(w) if self.applied != Some(w.id()) => {
                 crate::stage!("looked");
                 let applied = self.apply_new(w, &observation).await;
+                self.deps.planned.send_replace(Some(w.id()));
                 // Queued after the look: their agents too.
                 busy_before.extend(self.revision_jobs.iter().map(|(a, _)| a.clone()));
                 applied

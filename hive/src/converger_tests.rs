@@ -22,6 +22,7 @@ fn converger(dir: &std::path::Path, interval: Duration) -> Converger<FakeRuntime
         retry_base: crate::retry::DEFAULT_BASE,
         docker_changed: Arc::new(Notify::new()),
         crash: crate::crashloop::CrashPolicy::default(),
+        planned: Default::default(),
     })
 }
 

@@ -37,7 +37,7 @@ use crate::readiness::{keys, Health};
 use crate::runtime::DockerRuntime;
 use crate::shutdown::Shutdown;
 use crate::supervisor::{Role, Supervisor};
-use crate::wanted::{WantedRx, WantedTx};
+use crate::wanted::{PlannedTx, WantedRx, WantedTx};
 use crate::{
     agent_logs, api, converger, credentials, docker_events, events, fleet_events, http, knowledge,
     publisher, systemd, wanted, worker, xkey,
@@ -74,6 +74,13 @@ pub enum DaemonError {
 /// Run the hive until `shutdown` fires.
 pub async fn run(config: HiveConfig, shutdown: Shutdown) -> Result<(), DaemonError> {
     let state = open_state(&config).await?;
+    // One saver of `wanted.json` for the daemon's life, however often the
+    // wanted task and the converger start; it ends with the last sender.
+    tokio::spawn(wanted::save_each(
+        config.state_dir.clone(),
+        state.wanted_rx.clone(),
+        state.planned_tx.subscribe(),
+    ));
     let mut tasks = Supervisor::new(state.health.clone(), shutdown.clone());
     let nats = connect_nats(&config, &state.health).await;
     let mut api_routes = None;
@@ -123,6 +130,8 @@ struct State {
     /// The sender lives until shutdown, also without NATS.
     wanted_tx: WantedTx,
     wanted_rx: WantedRx,
+    /// The declaration the converger last planned (for the saver).
+    planned_tx: Arc<PlannedTx>,
     /// Wakes the knowledge task; `None` without `knowledge_repo`.
     knowledge: Option<Arc<Notify>>,
 }
@@ -170,6 +179,7 @@ async fn open_state(config: &HiveConfig) -> Result<State, DaemonError> {
         socket: Arc::new(socket),
         wanted_tx,
         wanted_rx,
+        planned_tx: Arc::new(tokio::sync::watch::channel(None).0),
         knowledge: config.knowledge_repo.as_ref().map(|_| Arc::default()),
     })
 }
@@ -299,6 +309,18 @@ fn start_container_side(
     tasks.spawn("worker", Role::Essential, move |shutdown| {
         worker::run(worker_deps(), shutdown)
     });
+    start_converger(config, state, &side, tasks);
+    start_docker_events(config, state, &side, tasks);
+    side
+}
+
+/// The converger, which turns declarations into jobs (see `converger`).
+fn start_converger(
+    config: &HiveConfig,
+    state: &State,
+    side: &ContainerSide,
+    tasks: &mut Supervisor,
+) {
     let converger_deps = {
         let (store, runtime, hive) = (state.store.clone(), side.runtime.clone(), side.hive.clone());
         let (health, wake, wanted) = (
@@ -311,7 +333,11 @@ fn start_container_side(
             config.orphan_grace,
             config.agent_retry_base,
         );
-        let (docker_changed, crash) = (side.docker_changed.clone(), config.crash);
+        let (docker_changed, crash, planned) = (
+            side.docker_changed.clone(),
+            config.crash,
+            state.planned_tx.clone(),
+        );
         move || converger::ConvergerDeps {
             store: store.clone(),
             runtime: runtime.clone(),
@@ -324,13 +350,12 @@ fn start_container_side(
             retry_base,
             docker_changed: docker_changed.clone(),
             crash,
+            planned: planned.clone(),
         }
     };
     tasks.spawn("converger", Role::Essential, move |shutdown| {
         converger::run(converger_deps(), shutdown)
     });
-    start_docker_events(config, state, &side, tasks);
-    side
 }
 
 /// The Docker runtime as configured: host, context cap, registry logins.
@@ -402,13 +427,12 @@ fn start_nats_side(
     let wanted_deps = {
         let (conn, hive, health) = (conn.clone(), hive.clone(), health.clone());
         let bucket = config.nats.buckets.get(Bucket::Wanted);
-        let (state_dir, tx) = (config.state_dir.clone(), state.wanted_tx.clone());
+        let tx = state.wanted_tx.clone();
         move || wanted::WantedDeps {
             nats: conn.clone(),
             hive: hive.clone(),
             health: health.clone(),
             bucket: bucket.clone(),
-            state_dir: state_dir.clone(),
             tx: tx.clone(),
         }
     };

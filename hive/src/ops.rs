@@ -17,6 +17,7 @@ use std::time::Duration;
 use clap::Subcommand;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use swarm_queue_client::cli::{EXIT_FAILURE, EXIT_OK};
 use swarm_queue_client::{AgentName, AgentSpec};
 
 use crate::api::{AgentsView, DeployBody, ErrorBody, JobsView, PurgeBody, Queued, RebuildBody};
@@ -186,17 +187,14 @@ pub async fn run(cmd: Command, api: ApiClient, json: bool) -> i32 {
         Ok(code) => code,
         Err(e) => {
             eprintln!("hive: {e}");
-            1
+            EXIT_FAILURE
         }
     }
 }
 
+/// `--json`: the answer as the API gave it (plain data, always serializes).
 fn print_json(value: &impl Serialize) {
-    // API types are plain data and always serialize.
-    println!(
-        "{}",
-        serde_json::to_string_pretty(value).unwrap_or_default()
-    );
+    let _ = swarm_queue_client::cli::print_json(value);
 }
 
 async fn execute(cmd: Command, api: ApiClient, json: bool) -> Result<i32, OpsError> {
@@ -211,7 +209,7 @@ async fn execute(cmd: Command, api: ApiClient, json: bool) -> Result<i32, OpsErr
             } else {
                 print!("{}", agents_table(&view));
             }
-            return Ok(0);
+            return Ok(EXIT_OK);
         }
         Command::Jobs { all, agent } => return show_jobs(&client, all, agent, json).await,
         Command::Job { id } => {
@@ -221,7 +219,7 @@ async fn execute(cmd: Command, api: ApiClient, json: bool) -> Result<i32, OpsErr
             } else {
                 print!("{}", job_text(&job));
             }
-            return Ok(0);
+            return Ok(EXIT_OK);
         }
         Command::Deploy {
             agent,
@@ -256,7 +254,7 @@ async fn execute(cmd: Command, api: ApiClient, json: bool) -> Result<i32, OpsErr
         wait_for(&client, queued.job, json).await
     } else {
         print_queued(&queued, json);
-        Ok(0)
+        Ok(EXIT_OK)
     }
 }
 
@@ -279,7 +277,7 @@ async fn show_images(client: &Client, json: bool) -> Result<i32, OpsError> {
             );
         }
     }
-    Ok(0)
+    Ok(EXIT_OK)
 }
 
 async fn show_jobs(
@@ -302,7 +300,7 @@ async fn show_jobs(
             print!("{}", job_text(job));
         }
     }
-    Ok(0)
+    Ok(EXIT_OK)
 }
 
 fn print_queued(queued: &Queued, json: bool) {
@@ -328,7 +326,7 @@ async fn wait_for(client: &Client, job: JobId, json: bool) -> Result<i32, OpsErr
         print_json(&job);
     }
     match job.state {
-        JobState::Done => Ok(0),
+        JobState::Done => Ok(EXIT_OK),
         _ => Err(OpsError::JobFailed(format!(
             "job {} ({}) for agent {} failed: {}",
             job.id,

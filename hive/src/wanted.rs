@@ -41,7 +41,6 @@
 //! changes nothing and raises a readiness warning naming the revision and
 //! the reason.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,8 +54,9 @@ use swarm_queue_client::{
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+mod saved;
+
 use crate::backoff::Backoff;
-use crate::jobs::{AppliedRevision, StoreError};
 use crate::readiness::{keys, Health};
 use crate::revision::{judge, Seen, Suspect, Verdict, CONFIRM_AFTER};
 use crate::shutdown::Shutdown;
@@ -97,7 +97,16 @@ pub struct Wanted {
     pub created_ns: Option<i64>,
 }
 
+/// Which message of the wanted key: a revision number and the server's time
+/// for it. A bucket made again can reach the number handled before with
+/// another declaration, so the number alone does not name a message.
+pub type MessageId = (u64, Option<i64>);
+
 impl Wanted {
+    pub fn id(&self) -> MessageId {
+        (self.revision, self.created_ns)
+    }
+
     fn seen(&self) -> Seen {
         Seen {
             revision: self.revision,
@@ -110,93 +119,9 @@ impl Wanted {
 
 pub type WantedTx = watch::Sender<Option<Arc<Wanted>>>;
 pub type WantedRx = watch::Receiver<Option<Arc<Wanted>>>;
-
-/// File that keeps the last valid declaration across restarts.
-pub fn saved_path(state_dir: &Path) -> PathBuf {
-    state_dir.join("wanted.json")
-}
-
-/// The last valid declaration saved on disk, if any. A file that cannot be
-/// read or parsed is reported and treated as "not known", never as empty.
-pub fn load_saved(state_dir: &Path) -> Option<Wanted> {
-    let path = saved_path(state_dir);
-    let text = match std::fs::read(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-        Err(e) => {
-            tracing::warn!(path = %path.display(), error = %e, "cannot read the saved declaration");
-            return None;
-        }
-    };
-    match serde_json::from_slice::<Wanted>(&text) {
-        Ok(w) => Some(w),
-        Err(e) => {
-            tracing::warn!(path = %path.display(), error = %e, "the saved declaration is unreadable; waiting for the swarm's");
-            None
-        }
-    }
-}
-
-/// The saved declaration, unless the job store shows jobs queued for a
-/// newer one: a crash after that commit and before the save left the copy
-/// behind, and acting on it would undo the newer declaration. Then, as
-/// when the store cannot tell, the hive waits for the swarm's declaration.
-pub fn unless_older(
-    saved: Option<Wanted>,
-    applied: Result<Option<AppliedRevision>, StoreError>,
-) -> Option<Wanted> {
-    let saved = saved?;
-    match applied {
-        Ok(Some(a)) if a.is_newer_than(saved.revision, saved.created_ns) => {
-            tracing::warn!(saved = saved.revision, queued_for = a.revision, "the saved declaration is older than the one jobs were queued for; waiting for the swarm's");
-            None
-        }
-        Ok(_) => Some(saved),
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot read which declaration jobs were queued for; the saved declaration is not used until the swarm's is read");
-            None
-        }
-    }
-}
-
-/// Save each declaration handed to the converger in `wanted.json`, in the
-/// order they were handed over (only the latest, when several came while
-/// one was being written). The save is off the path to a queued job: the
-/// converger plans while the copy is written and synced. A crash before it
-/// ends leaves the copy older than the jobs already queued; those jobs'
-/// commit records their declaration (`jobs::AppliedRevision`), and at start
-/// a copy older than that record is not used.
-async fn save_each(state_dir: PathBuf, mut handed: WantedRx) {
-    // What is there at start came from the file, or is nothing.
-    handed.borrow_and_update();
-    if crate::test_hooks::skip_wanted_save() {
-        tracing::warn!("test hook: wanted.json is never saved");
-        return;
-    }
-    while handed.changed().await.is_ok() {
-        let Some(wanted) = handed.borrow_and_update().clone() else {
-            continue;
-        };
-        let dir = state_dir.clone();
-        if tokio::task::spawn_blocking(move || save(&dir, &wanted))
-            .await
-            .is_err()
-        {
-            return;
-        }
-        crate::stage!("saved");
-    }
-}
-
-fn save(state_dir: &Path, wanted: &Wanted) {
-    let path = saved_path(state_dir);
-    let result = serde_json::to_vec_pretty(wanted)
-        .map_err(std::io::Error::other)
-        .and_then(|bytes| crate::xkey::write_private(&path, &bytes));
-    if let Err(e) = result {
-        tracing::warn!(path = %path.display(), error = %e, "cannot save the declaration locally");
-    }
-}
+pub use saved::{
+    load_saved, save_each, saved_path, unless_older, PlannedRx, PlannedTx, SAVE_WAITS_AT_MOST,
+};
 
 /// After a doorbell whose read showed nothing new, read again after these
 /// delays: the core-NATS message can reach the hive before the stream has
@@ -214,7 +139,6 @@ pub struct WantedDeps {
     /// How the bucket is made if it is missing at start and this identity
     /// may create it (no per-hive permissions).
     pub bucket: BucketSettings,
-    pub state_dir: PathBuf,
     pub tx: WantedTx,
 }
 
@@ -561,8 +485,6 @@ impl Session<'_> {
 
 /// Run until shutdown.
 pub async fn run(deps: WantedDeps, mut shutdown: Shutdown) {
-    // Ends when the last sender of the declaration is dropped.
-    tokio::spawn(save_each(deps.state_dir.clone(), deps.tx.subscribe()));
     let mut connects = deps.nats.connects.clone();
     let mut session = Session {
         deps: &deps,

@@ -4,62 +4,21 @@
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use swarm_queue_client::credentials::XKey;
-use zeroize::Zeroizing;
+use swarm_queue_client::credentials::{load_or_create_seed, SeedFileError, XKey};
 
-#[derive(Debug, thiserror::Error)]
-pub enum XKeyError {
-    #[error("cannot read xkey seed file {path}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("xkey seed file {path} does not hold an xkey seed (it should start with SX)")]
-    Invalid { path: PathBuf },
-    #[error("cannot create xkey seed file {path}")]
-    Write {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-}
+/// Why the seed file could not be used (it names the file).
+pub type XKeyError = SeedFileError;
 
-/// Load the seed at `path`, or create one there (0600, written atomically).
+/// Load the seed at `path`, or create one there (0600, never over a file
+/// another process made first: [`load_or_create_seed`]).
 pub fn load_or_create(path: &Path) -> Result<XKey, XKeyError> {
-    match std::fs::read_to_string(path).map(Zeroizing::new) {
-        Ok(text) => {
-            if let Ok(meta) = std::fs::metadata(path) {
-                if meta.permissions().mode() & 0o077 != 0 {
-                    tracing::warn!(path = %path.display(), "xkey seed file is readable by others; chmod 600 it");
-                }
-            }
-            XKey::from_seed(text.trim()).map_err(|_| XKeyError::Invalid {
-                path: path.to_path_buf(),
-            })
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let key = XKey::new();
-            let seed = key
-                .seed()
-                .map(Zeroizing::new)
-                .map_err(|_| XKeyError::Invalid {
-                    path: path.to_path_buf(),
-                })?;
-            write_private(path, seed.as_bytes()).map_err(|source| XKeyError::Write {
-                path: path.to_path_buf(),
-                source,
-            })?;
-            tracing::info!(path = %path.display(), public = %key.public_key(), "created a new hive xkey");
-            Ok(key)
-        }
-        Err(source) => Err(XKeyError::Read {
-            path: path.to_path_buf(),
-            source,
-        }),
+    let seed = load_or_create_seed(path)?;
+    if seed.created {
+        tracing::info!(path = %path.display(), public = %seed.key.public_key(), "created a new hive xkey");
     }
+    Ok(seed.key)
 }
 
 /// Write `bytes` to `path` with mode 0600: to a unique temporary file in
@@ -87,27 +46,6 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn created_once_then_reloaded_with_mode_0600() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("sub/xkey.seed");
-        let a = load_or_create(&p).unwrap();
-        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o600);
-        let b = load_or_create(&p).unwrap();
-        assert_eq!(a.public_key(), b.public_key());
-    }
-
-    #[test]
-    fn garbage_seed_is_a_clear_error_and_kept() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("xkey.seed");
-        std::fs::write(&p, "not a seed").unwrap();
-        let e = load_or_create(&p).unwrap_err().to_string();
-        assert!(e.contains(&p.display().to_string()), "{e}");
-        assert_eq!(std::fs::read_to_string(&p).unwrap(), "not a seed");
-    }
 
     #[test]
     fn private_writes_replace_whole_files_and_leave_no_temporary_behind() {

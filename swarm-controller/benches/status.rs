@@ -14,7 +14,12 @@
 //! - **status**: connect, read both buckets, evaluate every hive, render
 //!   the JSON document and the table: the work of `status --json`. Three
 //!   runs; median time. A child that only connects gives the baseline
-//!   memory. The real binary is timed too.
+//!   memory. The real binary is timed too. The floors (a bare watch of
+//!   both buckets; decoding the same values) are three runs each,
+//!   interleaved. Each child also reports the CPU time it and the
+//!   nats-server used over its measured span (`CLOCK_PROCESS_CPUTIME_ID`;
+//!   the server's threads' `schedstat`), to tell a span that waits from
+//!   one that has both cores busy.
 //! - **dashboard**: `serve` with one open server-sent-events stream for the
 //!   page the dashboard opens on (worst first, 100 rows). Each update puts
 //!   the status of a hive that page shows and times it until that hive's
@@ -262,6 +267,9 @@ fn wrapped(exe: &Path, mode: &str) -> Command {
 fn run_child(exe: &Path, mode: &str, config: &Path, extra: Option<&str>) -> Res<Value> {
     let mut cmd = wrapped(exe, mode);
     cmd.args(["--child", mode]).arg(config);
+    if let Some(pid) = SERVER_PID.get() {
+        cmd.env(SERVER_PID_ENV, pid.to_string());
+    }
     if let Some(e) = extra {
         cmd.arg(e);
     }
@@ -300,6 +308,18 @@ fn run_measured(cmd: &mut Command) -> Res<(bool, u64)> {
     Ok((ok, usage.ru_maxrss as u64))
 }
 
+/// The nats-server's pid, for the children's CPU accounting.
+static SERVER_PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+
+/// The median of `key` over `runs`.
+fn median_of(runs: &[Value], key: &str) -> f64 {
+    median(
+        runs.iter()
+            .map(|r| r[key].as_f64().unwrap_or(0.0))
+            .collect(),
+    )
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
@@ -307,6 +327,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
     let nats = NatsServer::start()?;
+    let _ = SERVER_PID.set(nats.child.id());
     let dir = tempfile::Builder::new().prefix("hhbench-").tempdir()?;
     let config = dir.path().join("controller.toml");
     let mut text = format!("stale_after_secs = 3600\n[nats]\nurl = {:?}\n", nats.url);
@@ -353,21 +374,9 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
     for _ in 0..3 {
         runs.push(run_child(&exe, "status", &config, None)?);
     }
-    let status_ms = median(
-        runs.iter()
-            .map(|r| r["total_ms"].as_f64().unwrap_or(0.0))
-            .collect(),
-    );
-    let load_ms = median(
-        runs.iter()
-            .map(|r| r["load_ms"].as_f64().unwrap_or(0.0))
-            .collect(),
-    );
-    let write_ms = median(
-        runs.iter()
-            .map(|r| r["write_ms"].as_f64().unwrap_or(0.0))
-            .collect(),
-    );
+    let status_ms = median_of(&runs, "total_ms");
+    let load_ms = median_of(&runs, "load_ms");
+    let write_ms = median_of(&runs, "write_ms");
     let hwm_kb = runs
         .iter()
         .map(|r| r["vm_hwm_kb"].as_u64().unwrap_or(0))
@@ -410,8 +419,13 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
         }
     }
     let check_ms = median(check_ms);
-    let raw = run_child(&exe, "raw-watch", &config, None)?;
-    let decode = run_child(&exe, "decode", &config, None)?;
+    // The floors: three runs each, interleaved, medians (one run of each
+    // moved by half between runs on this machine).
+    let (mut raws, mut decodes) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        raws.push(run_child(&exe, "raw-watch", &config, None)?);
+        decodes.push(run_child(&exe, "decode", &config, None)?);
+    }
 
     let dash = run_child(&exe, "dashboard", &config, Some(&updates.to_string()))?;
 
@@ -436,22 +450,44 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
         "| peak memory (max RSS) of the `status --json` binary | {:.1} MiB |",
         bin_rss_kb as f64 / 1024.0
     );
+    let raw_ms = median_of(&raws, "raw_ms");
+    let decode_ms = median_of(&decodes, "decode_ms");
     println!(
-        "| floor: both buckets through a bare KV watch, no decode | {:.1} ms |",
-        raw["raw_ms"].as_f64().unwrap_or(0.0)
+        "| floor: both buckets through a bare KV watch, no decode, median of 3 | {raw_ms:.1} ms |"
     );
     println!(
-        "| decode floor: the same values decoded into the contract's types, nothing else | {:.1} ms |",
-        decode["decode_ms"].as_f64().unwrap_or(0.0)
+        "| decode floor: the same values decoded into the contract's types, nothing else, median of 3 | {decode_ms:.1} ms |"
     );
-    let raw_ms = raw["raw_ms"].as_f64().unwrap_or(0.0);
-    let goal_ms = 1.5 * raw_ms + decode["decode_ms"].as_f64().unwrap_or(0.0);
+    let goal_ms = 1.5 * raw_ms + decode_ms;
     println!("| goal: 1.5 x the bare watch + the decode floor | {goal_ms:.1} ms |");
     println!(
         "| ratio status (library path) / goal; binary / goal | {:.2}x; {:.2}x |",
         status_ms / goal_ms.max(1e-9),
         bin_ms / goal_ms.max(1e-9)
     );
+    // Where the CPU went: on 2 cores a span's wall time is at least the
+    // CPU used in it (the reader's and the server's) over the cores.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let cpu_row = |what: &str, wall: f64, own: f64, server: f64| {
+        println!(
+            "| CPU: {what}: reader; nats-server; their sum / {cores} cores, against the wall | {own:.1}; {server:.1}; {:.1} ms against {wall:.1} ms |",
+            (own + server) / cores
+        );
+    };
+    let spans: [(&str, f64, &[Value], &str); 4] = [
+        ("status read", load_ms, &runs, "load"),
+        ("status evaluate and write", write_ms, &runs, "write"),
+        ("bare watch floor", raw_ms, &raws, "raw"),
+        ("decode floor", decode_ms, &decodes, "decode"),
+    ];
+    for (what, wall, of, key) in spans {
+        cpu_row(
+            what,
+            wall,
+            median_of(of, &format!("{key}_cpu_ms")),
+            median_of(of, &format!("{key}_server_cpu_ms")),
+        );
+    }
     println!(
         "| per hive: status (library path); binary | {:.1} us; {:.1} us |",
         status_ms * 1000.0 / hives as f64,
@@ -567,6 +603,61 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+/// CPU time this process has used, in ms (all its threads).
+fn own_cpu_ms() -> f64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec for the kernel to fill in.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
+    t.tv_sec as f64 * 1000.0 + t.tv_nsec as f64 / 1e6
+}
+
+/// CPU time the nats-server (its pid in [`SERVER_PID_ENV`]) has used, in
+/// ms: the sum of its threads' run time from `/proc/PID/task/*/schedstat`
+/// (nanoseconds, unlike the 10 ms ticks of `stat`). 0 when not known.
+fn server_cpu_ms() -> f64 {
+    let Ok(pid) = std::env::var(SERVER_PID_ENV) else {
+        return 0.0;
+    };
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0.0;
+    };
+    let ns: u64 = tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    ns as f64 / 1e6
+}
+
+/// Where the children find the nats-server's pid.
+const SERVER_PID_ENV: &str = "HH_BENCH_SERVER_PID";
+
+/// CPU used over a measured span: this process's and the server's.
+struct CpuSpan {
+    own: f64,
+    server: f64,
+}
+
+impl CpuSpan {
+    fn start() -> CpuSpan {
+        CpuSpan {
+            own: own_cpu_ms(),
+            server: server_cpu_ms(),
+        }
+    }
+
+    /// `{ "<name>_cpu_ms": .., "<name>_server_cpu_ms": .. }` since start.
+    fn fields(&self, name: &str, out: &mut serde_json::Map<String, Value>) {
+        out.insert(format!("{name}_cpu_ms"), json!(own_cpu_ms() - self.own));
+        out.insert(
+            format!("{name}_server_cpu_ms"),
+            json!(server_cpu_ms() - self.server),
+        );
+    }
+}
+
 async fn child(mode: &str, config_path: &Path, extra: Option<String>) -> Res<Value> {
     let config = Config::load(config_path, None)?;
     let conn = swarm_controller::nats::connect(&config.nats, Duration::from_secs(10)).await?;
@@ -575,6 +666,7 @@ async fn child(mode: &str, config_path: &Path, extra: Option<String>) -> Res<Val
         "connect" => Ok(json!({ "vm_hwm_kb": vm_hwm_kb() })),
         "raw-watch" => {
             let start = Instant::now();
+            let cpu = CpuSpan::start();
             let mut entries = 0u64;
             for store in [&buckets.status, &buckets.wanted] {
                 let mut watch = store.watch_with_history(">").await?;
@@ -585,7 +677,11 @@ async fn child(mode: &str, config_path: &Path, extra: Option<String>) -> Res<Val
                     }
                 }
             }
-            Ok(json!({ "raw_ms": ms(start.elapsed()), "entries": entries }))
+            let mut out = serde_json::Map::new();
+            out.insert("raw_ms".into(), json!(ms(start.elapsed())));
+            out.insert("entries".into(), json!(entries));
+            cpu.fields("raw", &mut out);
+            Ok(Value::Object(out))
         }
         "decode" => {
             // The same bytes, read first, then decoded into the contract's
@@ -602,6 +698,7 @@ async fn child(mode: &str, config_path: &Path, extra: Option<String>) -> Res<Val
                 }
             }
             let start = Instant::now();
+            let cpu = CpuSpan::start();
             let mut failed = 0usize;
             for v in &values[0] {
                 failed += usize::from(swarm_queue_client::decode::<Readiness>(v).is_err());
@@ -612,15 +709,22 @@ async fn child(mode: &str, config_path: &Path, extra: Option<String>) -> Res<Val
             if failed > 0 {
                 return Err(format!("{failed} values did not decode").into());
             }
-            Ok(json!({ "decode_ms": ms(start.elapsed()) }))
+            let mut out = serde_json::Map::new();
+            out.insert("decode_ms".into(), json!(ms(start.elapsed())));
+            cpu.fields("decode", &mut out);
+            Ok(Value::Object(out))
         }
         "status" => {
             // The work of `status --json`: read the values (no rows yet),
             // then evaluate each row once as it is written out.
             let start = Instant::now();
+            let read_cpu = CpuSpan::start();
             let fleet = RwLock::new(Fleet::for_one_look(&config));
             swarm_controller::nats::read_values(&buckets, &fleet).await?;
             let loaded = start.elapsed();
+            let mut cpu = serde_json::Map::new();
+            read_cpu.fields("load", &mut cpu);
+            let write_cpu = CpuSpan::start();
             let t = Instant::now();
             let mut out = Counted::default();
             let summary = {
@@ -634,14 +738,19 @@ async fn child(mode: &str, config_path: &Path, extra: Option<String>) -> Res<Val
                 )?
             };
             let written = t.elapsed();
-            Ok(json!({
+            write_cpu.fields("write", &mut cpu);
+            let mut result = json!({
                 "total_ms": ms(loaded + written),
                 "load_ms": ms(loaded),
                 "write_ms": ms(written),
                 "json_bytes": out.0,
                 "summary": summary.line,
                 "vm_hwm_kb": vm_hwm_kb(),
-            }))
+            });
+            if let Value::Object(o) = &mut result {
+                o.extend(cpu);
+            }
+            Ok(result)
         }
         "dashboard" => {
             dashboard(

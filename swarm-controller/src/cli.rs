@@ -20,10 +20,7 @@ use crate::cli_status;
 use crate::config::Config;
 use crate::{nats, serve};
 
-pub const EXIT_OK: i32 = 0;
-pub const EXIT_FAILURE: i32 = 1;
-pub const EXIT_USAGE: i32 = 2;
-pub const EXIT_CONFIG: i32 = 64;
+pub use swarm_queue_client::cli::{print_json, EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, EXIT_USAGE};
 
 /// How long a one-shot verb waits for NATS before giving up.
 pub(crate) const CONNECT_WAIT: Duration = Duration::from_secs(5);
@@ -69,6 +66,10 @@ struct Cli {
     /// Check FILE without connecting: print every problem and exit 64, or exit 0.
     #[arg(long, value_name = "FILE")]
     check_config: Option<PathBuf>,
+    /// Log as JSON lines on stderr instead of text (for journald and log
+    /// shippers); RUST_LOG sets the level as usual.
+    #[arg(long, global = true)]
+    log_json: bool,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -317,7 +318,13 @@ pub fn main() -> i32 {
         }
     }
 
-    init_tracing(matches!(command, Command::Serve { .. }));
+    // `serve` is a daemon and logs what it does; a one-shot verb only what
+    // went wrong.
+    let default_level = match command {
+        Command::Serve { .. } => "info",
+        _ => "warn",
+    };
+    swarm_queue_client::cli::init_logging(default_level, cli.log_json);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -332,23 +339,6 @@ pub fn main() -> i32 {
             EXIT_FAILURE
         }
     }
-}
-
-fn init_tracing(daemon: bool) {
-    let default = if daemon { "info" } else { "warn" };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    // Colour only on a terminal: a log file or journald gets plain text.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
-pub(crate) fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
-    Ok(())
 }
 
 async fn run(config: Config, command: Command) -> anyhow::Result<i32> {

@@ -149,7 +149,8 @@ async fn list(bucket: &async_nats::jetstream::kv::Store, json: bool) -> anyhow::
                 (None, Ok(_)) => serde_json::json!({ "hive": hive }),
             })
             .collect();
-        return print_json(&serde_json::json!({ "holds": rows }));
+        print_json(&serde_json::json!({ "holds": rows }))?;
+        return Ok(());
     }
     if holds.is_empty() {
         println!("no hive is in maintenance");

@@ -21,13 +21,11 @@
 //! Nothing in this module logs, formats or returns the secret; it lives in
 //! one buffer that is dropped as soon as it is sealed.
 
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use async_nats::jetstream::kv::{self, Operation};
 use bytes::Bytes;
-use swarm_queue_client::credentials::{seal, CredentialError, XKey};
+use swarm_queue_client::credentials::{self, seal, CredentialError, XKey};
 use swarm_queue_client::subjects::{credential_key, HiveSubjects};
 use swarm_queue_client::{
     decode, encode, ensure_connected, AccountName, AgentName, CredentialNotice, HiveName,
@@ -37,8 +35,8 @@ use swarm_queue_client::{
 /// Why a credential could not be stored or announced.
 #[derive(Debug, thiserror::Error)]
 pub enum CredentialPutError {
-    #[error("xkey seed file {path}: {reason}")]
-    Seed { path: PathBuf, reason: String },
+    #[error(transparent)]
+    Seed(#[from] credentials::SeedFileError),
     #[error("no xkey_seed_file is configured; credentials are sealed with the controller's xkey")]
     NoSeedFile,
     #[error("cannot read the secret from {path}: {source}")]
@@ -129,52 +127,14 @@ pub fn check_seed_file(path: &Path) -> Vec<String> {
 
 /// The controller's xkey, created (mode 0600) when the file does not exist.
 /// Two controllers creating it at once end up with the same key: the file is
-/// linked into place only if nobody else did first.
+/// linked into place only if nobody else did first
+/// ([`credentials::load_or_create_seed`], the hive's writer too).
 pub fn load_or_create_seed(path: &Path) -> Result<XKey, CredentialPutError> {
-    let fail = |reason: String| CredentialPutError::Seed {
-        path: path.to_path_buf(),
-        reason,
-    };
-    if let Ok(meta) = std::fs::metadata(path) {
-        if meta.permissions().mode() & 0o077 != 0 {
-            tracing::warn!(
-                path = %path.display(),
-                mode = format!("{:o}", meta.permissions().mode() & 0o777),
-                "the controller's xkey seed is readable by others; chmod 600 it"
-            );
-        }
-        return read_seed(path);
+    let seed = credentials::load_or_create_seed(path)?;
+    if seed.created {
+        tracing::info!(path = %path.display(), public = %seed.key.public_key(), "created the controller's xkey");
     }
-    let key = XKey::new();
-    let seed = key.seed().map_err(|e| fail(e.to_string()))?;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(
-        ".{}.{}.tmp",
-        path.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-        std::process::id()
-    ));
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(seed.as_bytes())?;
-        f.write_all(b"\n")?;
-        f.sync_all()
-    };
-    let linked = write().and_then(|()| std::fs::hard_link(&tmp, path));
-    let _ = std::fs::remove_file(&tmp);
-    match linked {
-        Ok(()) => {
-            tracing::info!(path = %path.display(), public = %key.public_key(), "created the controller's xkey");
-            Ok(key)
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read_seed(path),
-        Err(e) => Err(fail(e.to_string())),
-    }
+    Ok(seed.key)
 }
 
 /// Read a secret file. Its content is returned only to be sealed.
@@ -400,39 +360,22 @@ async fn notify(
     client.flush().await.map_err(|e| fail(e.to_string()))
 }
 
-fn read_seed(path: &Path) -> Result<XKey, CredentialPutError> {
-    let fail = |reason: String| CredentialPutError::Seed {
-        path: path.to_path_buf(),
-        reason,
-    };
-    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
-    // The error of from_seed never includes the seed itself.
-    XKey::from_seed(text.trim()).map_err(|e| {
-        fail(format!(
-            "not an xkey seed (SX…, as `nk -gen x25519` prints): {e}"
-        ))
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    // How the file is made (0600, once, racing writers) is the contract's
+    // test (`credentials::seed_file`); here only what the check says.
     #[test]
-    fn seed_is_created_once_with_mode_0600() {
+    fn a_missing_seed_passes_the_check_before_and_after_it_is_made() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("controller.xkey");
         assert!(check_seed_file(&path).is_empty());
         let a = load_or_create_seed(&path).unwrap();
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o600);
-        let b = load_or_create_seed(&path).unwrap();
-        assert_eq!(a.public_key(), b.public_key());
         assert!(check_seed_file(&path).is_empty());
         assert_eq!(
-            std::fs::read_dir(dir.path()).unwrap().count(),
-            1,
-            "no temp file left"
+            a.public_key(),
+            load_or_create_seed(&path).unwrap().public_key()
         );
     }
 
@@ -445,7 +388,7 @@ mod tests {
         assert!(check_seed_file(&path).is_empty());
         std::fs::write(&path, "not a seed").unwrap();
         let err = load_or_create_seed(&path).unwrap_err().to_string();
-        assert!(err.contains("not an xkey seed"), "{err}");
+        assert!(err.contains("does not hold an xkey seed"), "{err}");
         assert!(
             !err.contains("not a seed\""),
             "the content is never echoed: {err}"

@@ -1,7 +1,13 @@
 //! Sealed credentials. The controller seals a secret to the hive's public
 //! xkey (curve25519 box, `nkeys`) and stores the envelope; only that hive's
 //! private xkey opens it, and only when the sender is a key the hive trusts.
-//! Nothing here logs, formats or returns a secret in an error.
+//! Nothing here logs, formats or returns a secret in an error. The seed
+//! files that hold the two sides' xkeys are read and made by
+//! [`load_or_create_seed`].
+
+mod seed_file;
+
+pub use seed_file::{load_or_create_seed, SeedFile, SeedFileError};
 
 use serde::{Deserialize, Serialize};
 

@@ -29,6 +29,8 @@
 //!   event payload.
 //! - [`presence`]: the server's connect and disconnect events and its
 //!   connection list, as the controller reads them.
+//! - `cli` (feature `cli`): what both command lines share: exit codes,
+//!   logging set-up (`--log-json`), `--json` output.
 //! - `test_support` (feature `test-support`): payload builders for tests.
 //!
 //! Invariants: no payload carries a timestamp (freshness is the KV entry's
@@ -36,6 +38,8 @@
 //! panic on arbitrary bytes.
 
 pub mod buckets;
+#[cfg(feature = "cli")]
+pub mod cli;
 #[cfg(feature = "nats")]
 pub mod connect;
 pub mod containers;

@@ -2,7 +2,7 @@
 //!
 //! `cargo bench -p hyperhive-tests --bench converge` (300 puts, 30 container
 //! rebuilds), or `-- --quick` for CI (60 puts, 5 rebuilds); `--queued-only`
-//! skips phase 3 (no Docker).
+//! skips phase 3 (no Docker); `--puts N` takes N samples in phase 1.
 //!
 //! 1. **put -> first job queued**, in-process over a real nats-server: the
 //!    hive's real wanted task (doorbell + direct get) and real converger
@@ -14,7 +14,8 @@
 //!    on. A tracing layer timestamps the hive's stage events
 //!    (`hive::converger::stages`), which split each sample into doorbell
 //!    delivery, direct get, decode, hand-off, look, plan, commit and wake
-//!    (`wanted.json` is saved beside the converger, off that path).
+//!    (`wanted.json` is saved once the converger has committed, off that
+//!    path).
 //! 2. **the floor**, interleaved with (1) in the same run, each sample the
 //!    sum of three bare operations on the same server and disk: (a) a KV
 //!    put to another key and its delivery to a plain `watch`; (b) one
@@ -51,8 +52,7 @@ use tracing_subscriber::Layer;
 
 /// The hive's stage events in the order one declaration passes them
 /// (`hive::converger::stages`).
-/// (`saved` is not one: `wanted.json` is written beside the converger,
-/// not before it.)
+/// (`saved` is not one: `wanted.json` is written after the commit.)
 const STAGES: [&str; 7] = [
     "doorbell",
     "read",
@@ -219,7 +219,15 @@ async fn main() {
         tracing_subscriber::registry().with(clock.clone().with_filter(stage_filter)),
     )
     .unwrap();
-    let (puts, rebuilds) = if quick { (60, 5) } else { (300, 30) };
+    let (mut puts, rebuilds) = if quick { (60, 5) } else { (300, 30) };
+    // `--puts N`: more samples, for a steadier p99.
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--puts") {
+        puts = match args.get(i + 1).map(|v| v.parse::<usize>()) {
+            Some(Ok(n)) if n > 0 => n,
+            _ => panic!("--puts takes a count above 0, got {:?}", args.get(i + 1)),
+        };
+    }
     let nats = NatsServer::start();
     let url = nats.url();
     let swarm = Swarm::connect(&url).await;
@@ -242,13 +250,19 @@ async fn main() {
     let (tx, rx) = tokio::sync::watch::channel(None);
     let wake = Arc::new(tokio::sync::Notify::new());
     let (trigger, shutdown) = hive::shutdown::channel();
+    // As the daemon does: `wanted.json` saved once each is planned.
+    let planned = Arc::new(tokio::sync::watch::channel(None).0);
+    tokio::spawn(wanted::save_each(
+        dir.path().to_path_buf(),
+        rx.clone(),
+        planned.subscribe(),
+    ));
     tokio::spawn(wanted::run(
         WantedDeps {
             nats: conn,
             hive: hive.clone(),
             health: health.clone(),
             bucket: BucketSettings::default_for(Bucket::Wanted),
-            state_dir: dir.path().to_path_buf(),
             tx,
         },
         shutdown.clone(),
@@ -266,6 +280,7 @@ async fn main() {
             retry_base: hive::retry::DEFAULT_BASE,
             docker_changed: Arc::default(),
             crash: hive::crashloop::CrashPolicy::default(),
+            planned,
         },
         shutdown.clone(),
     ));

@@ -2,7 +2,7 @@
 //! dry run, compare-and-set, refusals with the line), `deploy` (queued,
 //! refused, no responders, unknown on timeout), `credential put` (sealed to
 //! a real hive's xkey; the secret is nowhere in the bucket) and
-//! `knowledge-changed`.
+//! `knowledge-changed`; and `--log-json` on both command lines.
 
 mod controller_support;
 
@@ -516,4 +516,102 @@ async fn nats_config_renders_the_roster_without_nats() {
     let r = run_controller(Some(&roster), &["nats-config"]).await;
     assert_eq!(r.code, 64, "{r:?}");
     assert!(r.stderr.contains("no [controller] nkey"), "{r:?}");
+}
+
+/// Each line of `text` that is a JSON object (a `--log-json` event).
+fn json_lines(text: &str) -> Vec<serde_json::Value> {
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v.is_object())
+        .collect()
+}
+
+/// Both command lines log the same way (the contract's `cli`): with
+/// `--log-json` every event is a JSON line with its level and message;
+/// without it, text. The controller's warning here is the one about a seed
+/// file others can read; the hive's lines are its start-up info.
+#[tokio::test]
+async fn both_command_lines_log_json_lines_with_log_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let seed = dir.path().join("controller.xkey");
+    std::fs::write(&seed, format!("{}\n", XKey::new().seed().unwrap())).unwrap();
+    std::fs::set_permissions(&seed, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let config = dir.path().join("controller.toml");
+    std::fs::write(
+        &config,
+        format!("xkey_seed_file = {:?}\n", seed.display().to_string()),
+    )
+    .unwrap();
+
+    let text = run_controller(Some(&config), &["credential", "xkey"]).await;
+    assert_eq!(text.code, 0, "{text:?}");
+    assert!(text.stderr.contains("readable by others"), "{text:?}");
+    assert!(
+        json_lines(&text.stderr).is_empty(),
+        "text by default: {text:?}"
+    );
+
+    let json = run_controller(Some(&config), &["--log-json", "credential", "xkey"]).await;
+    assert_eq!(json.code, 0, "{json:?}");
+    assert_eq!(
+        json.stdout, text.stdout,
+        "the answer itself does not change"
+    );
+    let events = json_lines(&json.stderr);
+    let warning = events
+        .iter()
+        .find(|e| {
+            e["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("readable by others"))
+        })
+        .unwrap_or_else(|| panic!("no JSON warning in {:?}", json.stderr));
+    assert_eq!(warning["level"], "WARN", "{warning}");
+    assert_eq!(
+        warning["fields"]["path"],
+        seed.display().to_string(),
+        "{warning}"
+    );
+    // Also after the verb (clap's global flag).
+    let after = run_controller(Some(&config), &["credential", "xkey", "--log-json"]).await;
+    assert_eq!(after.code, 0, "{after:?}");
+    assert!(!json_lines(&after.stderr).is_empty(), "{after:?}");
+
+    // The hive: `hive run --log-json`, no name and no NATS, logs its start
+    // as JSON lines from the first one on.
+    let state = dir.path().join("hive-state");
+    let hive_config = dir.path().join("hive.toml");
+    std::fs::write(
+        &hive_config,
+        format!(
+            "state_dir = {:?}\nhttp_listen = \"127.0.0.1:0\"\n",
+            state.display().to_string()
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("hive.log");
+    let cfg = hive_config.display().to_string();
+    let mut hive = hyperhive_tests::process::Daemon::spawn(
+        &hyperhive_tests::process::hive_bin(),
+        &["run", "--log-json", "--config", &cfg],
+        &[("RUST_LOG", "info")],
+        &log,
+    );
+    let listening = hyperhive_tests::wait_until(T, "the hive's HTTP listener logged", || async {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        json_lines(&text).into_iter().find(|e| {
+            e["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("HTTP listening"))
+        })
+    })
+    .await;
+    assert_eq!(listening["level"], "INFO", "{listening}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let first = text.lines().next().unwrap_or_default();
+    assert!(
+        serde_json::from_str::<serde_json::Value>(first).is_ok_and(|v| v.is_object()),
+        "every line is JSON, from the first: {first:?}"
+    );
+    hive.kill();
 }

@@ -174,7 +174,6 @@ async fn the_hive_tasks_work_under_the_hive_identity() {
             hive: alpha.clone(),
             health: health.clone(),
             bucket: BucketSettings::default_for(Bucket::Wanted),
-            state_dir: state.path().to_path_buf(),
             tx,
         },
         shutdown.clone(),

@@ -48,9 +48,14 @@ impl<R: ContainerRuntime> Converger<R> {
         false
     }
 
-    /// Start the crash-loop delay again for exits before what was asked.
-    pub(super) async fn reset_crash_streaks(&self, asked: Asked<'_>) -> Result<(), StoreError> {
-        let exits = self.deps.store.exit_records().await?;
+    /// Start the crash-loop delay again for exits before what was asked;
+    /// whether any was (then `exits` is out of date).
+    pub(super) async fn reset_crash_streaks(
+        &self,
+        asked: Asked<'_>,
+        exits: &BTreeMap<AgentName, ExitRecord>,
+    ) -> Result<bool, StoreError> {
+        let mut reset = false;
         for (agent, rec) in exits.iter().filter(|(_, r)| r.streak > 0) {
             let asked_at = match asked {
                 Asked::Revision(at) => at,
@@ -62,8 +67,9 @@ impl<R: ContainerRuntime> Converger<R> {
             if rec.finished_at_ms.is_some_and(|f| f <= asked_at) {
                 tracing::info!(hive = %self.deps.hive, %agent, "crash-loop delay starts again");
                 self.deps.store.reset_streak(agent, asked_at).await?;
+                reset = true;
             }
         }
-        Ok(())
+        Ok(reset)
     }
 }

@@ -123,6 +123,7 @@ mod tests {
             retry_base: crate::retry::DEFAULT_BASE,
             docker_changed: Arc::new(Notify::new()),
             crash: crate::crashloop::CrashPolicy::default(),
+            planned: Default::default(),
         };
         let agent = swarm_queue_client::AgentName::new("a").unwrap();
         let names = ["ours", "busy", "theirs"].map(|n| ObjectName::new(n).unwrap());

@@ -14,7 +14,7 @@ use swarm_queue_client::{
 };
 use tokio::time::Instant;
 
-use super::{message_id, Converger, Observation, PassError};
+use super::{Converger, Observation, PassError};
 use crate::crashloop::{self, CrashPolicy};
 use crate::jobs::{now_ms, ExitRecord, Millis};
 use crate::jobs::{AgentRecords, JobId, JobState, JobView, StoreError};
@@ -52,7 +52,7 @@ impl<R: ContainerRuntime> Converger<R> {
         } = records;
 
         if let (Some(w), Some(seen)) = (wanted, observation) {
-            if self.applied == Some(message_id(w)) {
+            if self.applied == Some(w.id()) {
                 let inst: BTreeMap<AgentName, Installed> = installed
                     .iter()
                     .map(|(a, i)| {
@@ -240,10 +240,10 @@ impl<R: ContainerRuntime> Converger<R> {
         });
         match gap {
             None => {
-                if self.converged != Some(message_id(w)) {
+                if self.converged != Some(w.id()) {
                     tracing::info!(hive = %self.deps.hive, revision = w.revision, "converged");
                 }
-                self.converged = Some(message_id(w));
+                self.converged = Some(w.id());
             }
             Some(gap) => {
                 tracing::debug!(hive = %self.deps.hive, revision = w.revision, %gap, "not converged yet")

@@ -69,7 +69,7 @@ pub(super) async fn show(client: &Client, args: LogsArgs, json: bool) -> Result<
         _ => a,
     });
     client.decode::<serde_json::Value>(answer, &path)?;
-    Ok(0)
+    Ok(swarm_queue_client::cli::EXIT_OK)
 }
 
 /// One NDJSON line of the API, for `out` as it is with `--json`, as the

@@ -94,6 +94,13 @@ async fn start_one(name: &str, url: String, dir: &Path, jitter: Jitter, shutdown
     let state_dir = dir.join(name);
     std::fs::create_dir_all(&state_dir).expect("a hive's state dir");
     let (tx, mut rx) = tokio::sync::watch::channel(None);
+    // `wanted.json` saved as a hive saves it; with no converger to wait for
+    // (the planned sender is dropped), at once.
+    tokio::spawn(wanted::save_each(
+        state_dir,
+        rx.clone(),
+        tokio::sync::watch::channel(None).1,
+    ));
     tokio::spawn(publisher::run(
         PublisherDeps {
             nats: conn.clone(),
@@ -110,7 +117,6 @@ async fn start_one(name: &str, url: String, dir: &Path, jitter: Jitter, shutdown
             hive,
             health: health.clone(),
             bucket: BucketSettings::default_for(Bucket::Wanted),
-            state_dir,
             tx,
         },
         shutdown,

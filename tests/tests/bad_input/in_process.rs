@@ -57,7 +57,6 @@ async fn the_hive_warns_on_bad_events_and_declarations_and_loses_nothing() {
             hive: alpha.clone(),
             health: health.clone(),
             bucket: BucketSettings::default_for(Bucket::Wanted),
-            state_dir: state.path().to_path_buf(),
             tx,
         },
         shutdown.clone(),

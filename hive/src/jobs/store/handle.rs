@@ -305,6 +305,21 @@ impl JobStore {
         self.call(|s| s.exit_records()).await
     }
 
+    /// The installed record and the exit records in one call: what a new
+    /// declaration is planned against.
+    pub async fn installed_and_exits(
+        &self,
+    ) -> Result<
+        (
+            BTreeMap<AgentName, InstalledAgent>,
+            BTreeMap<AgentName, ExitRecord>,
+        ),
+        StoreError,
+    > {
+        self.call(|s| Ok((s.installed_all()?, s.exit_records()?)))
+            .await
+    }
+
     // The cleanup journal: see `cleanup.rs`.
 
     pub async fn journal_cleanup(

@@ -12,6 +12,11 @@ use std::time::Duration;
 use serde::Deserialize;
 use swarm_queue_client::{HiveName, NatsConfig};
 
+pub use crate::runtime::{
+    DEFAULT_BUILD_CONTEXT_MAX_BYTES, DEFAULT_CONTAINER_LOG_FILES, DEFAULT_CONTAINER_LOG_MAX_MB,
+    DEFAULT_CONTAINER_PIDS_LIMIT,
+};
+
 mod host;
 pub use host::HostPolicy;
 
@@ -19,25 +24,12 @@ pub const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:7390";
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/hyperhive";
 /// The operator API's socket when the state dir is the default one.
 pub const DEFAULT_API_SOCKET: &str = "/var/lib/hyperhive/hive.sock";
-/// The largest build context sent to Docker, unless configured.
-pub const DEFAULT_BUILD_CONTEXT_MAX_BYTES: u64 = 1 << 30;
-/// The most processes and threads one agent's container may hold, unless
-/// configured: a busy agent (a runtime's thread pool, a few child
-/// processes such as git or a shell) uses tens to a few hundred, and a fork
-/// bomb stops here instead of taking the host's process table.
-pub const DEFAULT_CONTAINER_PIDS_LIMIT: u64 = 512;
 /// The bounds of `container_pids_limit`: below 16 even an init, a shell
 /// and the agent run short; above 65,536 the limit no longer protects a
 /// host that runs many agents.
 pub const CONTAINER_PIDS_LIMIT_RANGE: std::ops::RangeInclusive<u64> = 16..=65_536;
-/// Docker's `json-file` log of each agent container is capped at this many
-/// MB (10^6 bytes, as Docker counts `max-size`) a file, unless configured
-/// (Docker's own default never rotates).
-pub const DEFAULT_CONTAINER_LOG_MAX_MB: u64 = 10;
 /// The bounds of `container_log_max_mb`.
 pub const CONTAINER_LOG_MAX_MB_RANGE: std::ops::RangeInclusive<u64> = 1..=1024;
-/// How many such files are kept, the oldest dropped, unless configured.
-pub const DEFAULT_CONTAINER_LOG_FILES: u64 = 3;
 /// The bounds of `container_log_files`.
 pub const CONTAINER_LOG_FILES_RANGE: std::ops::RangeInclusive<u64> = 1..=100;
 

@@ -39,6 +39,8 @@
 //!   [`xkey`]: the hive's sealing key; [`nofollow`]: writes below an
 //!   agent's state dir that follow no link the agent planted;
 //!   [`systemd`]: sd_notify; [`shutdown`]: the signal every task takes;
+//!   [`clock`]: this host's clock in milliseconds, for what only the hive
+//!   reads;
 //!   [`test_hooks`]: hooks that exist only with the `test-hooks` feature.
 //!
 //! Invariants: one NATS connection per process; nothing stamps its own time;
@@ -50,6 +52,7 @@ pub mod api;
 pub mod backoff;
 pub mod cli;
 pub mod client;
+pub mod clock;
 pub mod config;
 pub mod converger;
 pub mod crashloop;

@@ -17,13 +17,11 @@ use crate::cli_history::{self, EventsArgs};
 use crate::cli_logs::{self, LogsArgs};
 use crate::cli_maintenance::{self, MaintenanceCommand};
 use crate::cli_status;
+use crate::cli_support::{shutdown_signal, CONNECT_WAIT};
 use crate::config::Config;
 use crate::{nats, serve};
 
 pub use swarm_queue_client::cli::{print_json, EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, EXIT_USAGE};
-
-/// How long a one-shot verb waits for NATS before giving up.
-pub(crate) const CONNECT_WAIT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Parser)]
 #[command(
@@ -518,24 +516,5 @@ async fn serve_cmd(config: &Config, listen: ServeListen) -> anyhow::Result<i32> 
             tracing::warn!("HTTP server did not stop within 5 s; exiting anyway");
             Ok(EXIT_OK)
         }
-    }
-}
-
-/// SIGINT or SIGTERM.
-pub(crate) async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await
-            }
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
     }
 }

@@ -12,7 +12,9 @@ use swarm_queue_client::credentials::XKey;
 use swarm_queue_client::event_stream::Event;
 use swarm_queue_client::{AccountName, AgentName, HiveName};
 
-use crate::cli::{print_json, CONNECT_WAIT, EXIT_FAILURE, EXIT_OK};
+use swarm_queue_client::cli::{print_json, EXIT_FAILURE, EXIT_OK};
+
+use crate::cli_support::CONNECT_WAIT;
 use crate::config::Config;
 use crate::credential::{self, CredentialPutError};
 use crate::{audit, deploy, knowledge, nats};

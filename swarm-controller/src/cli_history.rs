@@ -13,7 +13,9 @@ use swarm_queue_client::{AgentName, HiveName};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
-use crate::cli::{CONNECT_WAIT, EXIT_OK};
+use swarm_queue_client::cli::EXIT_OK;
+
+use crate::cli_support::CONNECT_WAIT;
 use crate::config::Config;
 use crate::{audit, nats};
 

@@ -10,7 +10,9 @@ use anyhow::bail;
 use swarm_queue_client::payload::{parse_age, LogLine, LogSource, LogsRequest, MAX_LOG_TAIL};
 use swarm_queue_client::{AgentName, HiveName};
 
-use crate::cli::{CONNECT_WAIT, EXIT_FAILURE, EXIT_OK};
+use swarm_queue_client::cli::{EXIT_FAILURE, EXIT_OK};
+
+use crate::cli_support::CONNECT_WAIT;
 use crate::config::Config;
 use crate::logs::{self, LogsError};
 use crate::nats;

@@ -10,7 +10,9 @@ use swarm_queue_client::event_stream::Event;
 use swarm_queue_client::HiveName;
 use time::OffsetDateTime;
 
-use crate::cli::{print_json, CONNECT_WAIT, EXIT_OK, EXIT_USAGE};
+use swarm_queue_client::cli::{print_json, EXIT_OK, EXIT_USAGE};
+
+use crate::cli_support::CONNECT_WAIT;
 use crate::config::Config;
 use crate::maintenance::{self, store, Hold, HOLD_SCHEMA};
 use crate::{audit, nats};

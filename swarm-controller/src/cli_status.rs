@@ -13,8 +13,9 @@ use async_nats::jetstream::kv;
 use time::OffsetDateTime;
 use tokio::sync::watch;
 
-use crate::cli::{print_json, shutdown_signal, CONNECT_WAIT, EXIT_OK};
-use crate::cli_declare;
+use swarm_queue_client::cli::{print_json, EXIT_OK};
+
+use crate::cli_support::{shutdown_signal, CONNECT_WAIT};
 use crate::config::Config;
 use crate::evaluate::Link;
 use crate::fleet::Fleet;
@@ -208,7 +209,7 @@ async fn rollout_summary(rollouts: &kv::Store) -> Option<serde_json::Value> {
     match crate::rollout::store::read(rollouts).await {
         Ok(stored) => stored
             .as_ref()
-            .map(|s| cli_declare::summary_json(Some(s), OffsetDateTime::now_utc())),
+            .map(|s| crate::rollout::report::summary_json(Some(s), OffsetDateTime::now_utc())),
         Err(e) => {
             tracing::warn!(error = %e, "cannot read the rollout state");
             None

@@ -38,8 +38,13 @@ use serde::{Deserialize, Serialize};
 use swarm_queue_client::{HiveName, LeafSiteName, NatsConfig};
 use toml::Spanned;
 
+pub use crate::roster::{Roster, RosterEntry};
 use crate::swarm_file::SwarmFile;
 use crate::toml_lines::{describe_toml_error, Lines};
+
+/// Default threshold after which a still-progressing declaration needs
+/// attention: long enough for a large image pull and a build.
+pub const DEFAULT_PROGRESSING_ATTENTION: Duration = Duration::from_secs(600);
 
 /// Default `stale_after_secs`: twice the hive's 60 s publish interval, so one
 /// late or lost publish does not make a hive look stale.
@@ -62,27 +67,6 @@ pub const DEFAULT_LOG_TAILS_MAX: usize = 8;
 pub const MAX_LOG_TAILS_MAX: usize = 1000;
 /// Longest label key or value, so a roster cannot bloat every status row.
 const MAX_LABEL_LEN: usize = 63;
-
-/// One rostered hive.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RosterEntry {
-    /// Free-form labels shown with the hive (site, rack, owner).
-    #[serde(default)]
-    pub labels: BTreeMap<String, String>,
-    /// The hive's public NATS user nkey (`U…`), for per-hive permissions.
-    #[serde(default)]
-    pub nkey: Option<String>,
-    /// The JetStream domain of the buckets as this hive reaches them (a
-    /// hive on a leaf-node site): the same value as the hive's own `[nats]
-    /// jetstream_domain`. Only `nats-config` reads it: the hive's grants
-    /// then name `$JS.<domain>.API.…`.
-    #[serde(default)]
-    pub jetstream_domain: Option<String>,
-}
-
-/// The hives this controller knows, by name.
-pub type Roster = BTreeMap<HiveName, RosterEntry>;
 
 /// One `[leaf_sites.<name>]` table: a site server that joins the hub as a
 /// leaf node, with one leaf link per hive that connects to it. Only
@@ -318,7 +302,7 @@ fn default_log_tails_max() -> usize {
 }
 
 fn default_attention_progressing() -> u64 {
-    crate::view::DEFAULT_PROGRESSING_ATTENTION.as_secs()
+    DEFAULT_PROGRESSING_ATTENTION.as_secs()
 }
 
 /// stale_after_secs and attention_progressing_secs within their bounds.

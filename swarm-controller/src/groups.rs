@@ -19,31 +19,12 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
 use swarm_queue_client::{AgentName, AgentSpec, Declaration, GroupName, HiveName, Payload};
 
-use crate::config::Roster;
+use crate::roster::Roster;
 use crate::swarm_file::{AgentTable, DeclaredAgent, SwarmFile};
+pub use crate::values::Origin;
 use crate::values::{self, Field, SetValue, ValueName, ValueUse, Values};
-
-/// Where one agent of a hive's declaration comes from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "from", rename_all = "lowercase")]
-pub enum Origin {
-    /// The hive's own `[hives.X]` table.
-    Hive { line: usize },
-    /// A group that selects the hive.
-    Group { group: GroupName, line: usize },
-}
-
-impl std::fmt::Display for Origin {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Origin::Hive { line } => write!(f, "its own table (line {line})"),
-            Origin::Group { group, line } => write!(f, "group {group} (line {line})"),
-        }
-    }
-}
 
 /// Each value the placeholders of one agent took, by name.
 pub type UsedValues = BTreeMap<ValueName, ValueUse>;
@@ -316,7 +297,7 @@ fn source_name(origin: &Origin) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::RosterEntry;
+    use crate::roster::RosterEntry;
     use std::path::Path;
 
     fn file(text: &str) -> SwarmFile {

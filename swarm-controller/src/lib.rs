@@ -9,7 +9,9 @@
 //! compare-and-set.
 //!
 //! The parts:
-//! - [`config`]: the config file, the roster, `--check-config`.
+//! - [`roster`]: the hives this controller knows (at the bottom: it imports
+//!   nothing of the controller); [`config`]: the config file and
+//!   `--check-config`; [`age`]: an age as people read it.
 //! - [`evaluate`]: the pure heart: freshness and convergence of one hive
 //!   from its KV entries and the reader's clock, with table-driven tests.
 //! - [`fleet`]: every hive's entries and rows, updated one KV entry at a
@@ -42,13 +44,15 @@
 //! - [`cli`]: the command line; `main.rs` only calls [`cli::main`];
 //!   [`cli_declare`] holds the declaring verbs, `cli_events` the event
 //!   verbs, `cli_status` the `status` verb, `cli_history` the `events`
-//!   verb and `cli_logs` the `logs` verb.
+//!   verb and `cli_logs` the `logs` verb; `cli_support` what they share
+//!   below `cli` (the NATS wait, the shutdown signal).
 //! - [`rollback`]: an earlier declaration from the wanted bucket's history,
 //!   declared again; [`capability`]: the agent fields each hive's build
 //!   knows, so no declaration sets one a hive would ignore.
 //! - [`audit`]: one `hyperhive-events` event per operator verb;
 //!   [`nkey_file`]: the `nkey` verb's user seed and public key.
 
+pub mod age;
 pub mod audit;
 pub mod capability;
 pub mod cli;
@@ -58,6 +62,7 @@ mod cli_history;
 mod cli_logs;
 mod cli_maintenance;
 mod cli_status;
+mod cli_support;
 pub mod config;
 pub mod credential;
 pub mod declare;
@@ -76,6 +81,7 @@ pub mod presence;
 pub mod render;
 pub mod rollback;
 pub mod rollout;
+pub mod roster;
 pub mod serve;
 pub mod swarm_file;
 mod toml_lines;

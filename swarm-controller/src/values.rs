@@ -19,9 +19,26 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use swarm_queue_client::AgentSpec;
+use swarm_queue_client::{AgentSpec, GroupName};
 
-use crate::groups::Origin;
+/// Where one agent of a hive's declaration comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "from", rename_all = "lowercase")]
+pub enum Origin {
+    /// The hive's own `[hives.X]` table.
+    Hive { line: usize },
+    /// A group that selects the hive.
+    Group { group: GroupName, line: usize },
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Hive { line } => write!(f, "its own table (line {line})"),
+            Origin::Group { group, line } => write!(f, "group {group} (line {line})"),
+        }
+    }
+}
 
 /// The longest value name, like a DNS label.
 pub const MAX_VALUE_NAME_LEN: usize = 63;

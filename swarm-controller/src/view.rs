@@ -24,9 +24,7 @@ use time::OffsetDateTime;
 
 use crate::evaluate::{human_age, Convergence, Freshness, HiveRow};
 
-/// Default threshold after which a still-progressing declaration needs
-/// attention: long enough for a large image pull and a build.
-pub const DEFAULT_PROGRESSING_ATTENTION: Duration = Duration::from_secs(600);
+pub use crate::config::DEFAULT_PROGRESSING_ATTENTION;
 /// Rows per page when the event stream is not told otherwise.
 pub const DEFAULT_PAGE: usize = 100;
 /// Most rows one page (or one event stream) may ask for.

@@ -43,17 +43,7 @@ impl FromStr for JobId {
     }
 }
 
-/// Milliseconds since the Unix epoch, from this host's clock. Only the hive
-/// reads these (ordering, backoff, retention); they never go on the wire.
-pub type Millis = i64;
-
-/// This host's wall clock in [`Millis`].
-pub fn now_ms() -> Millis {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as Millis)
-        .unwrap_or(0)
-}
+pub use crate::clock::{now_ms, Millis};
 
 macro_rules! named_enum {
     ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident => $text:literal),+ $(,)? }) => {

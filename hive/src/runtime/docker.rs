@@ -86,7 +86,7 @@ impl DockerRuntime {
             hive,
             host,
             client: Mutex::new(None),
-            context_max_bytes: crate::config::DEFAULT_BUILD_CONTEXT_MAX_BYTES,
+            context_max_bytes: super::DEFAULT_BUILD_CONTEXT_MAX_BYTES,
             registry_auth: None,
             digests: Mutex::new(HashMap::new()),
         }

@@ -72,6 +72,19 @@ impl Bind {
 /// a setuid binary or file capabilities.
 pub const NO_NEW_PRIVILEGES: &str = "no-new-privileges:true";
 
+/// The largest build context sent to Docker, unless configured.
+pub const DEFAULT_BUILD_CONTEXT_MAX_BYTES: u64 = 1 << 30;
+/// The most processes and threads one agent's container may hold, unless
+/// configured: a busy agent (a runtime's thread pool, a few child
+/// processes such as git or a shell) uses tens to a few hundred, and a fork
+/// bomb stops here instead of taking the host's process table.
+pub const DEFAULT_CONTAINER_PIDS_LIMIT: u64 = 512;
+/// Docker's `json-file` log of each agent container is capped at this many
+/// MB (10^6 bytes, as Docker counts `max-size`) a file, unless configured
+/// (Docker's own default never rotates).
+pub const DEFAULT_CONTAINER_LOG_MAX_MB: u64 = 10;
+/// How many such log files are kept, the oldest dropped, unless configured.
+pub const DEFAULT_CONTAINER_LOG_FILES: u64 = 3;
 /// What the hive config sets on every container it creates, outside the
 /// agent's spec and its hash: a change (or an upgrade to a hive that sets
 /// something new here) reaches each container at its next create, and
@@ -89,9 +102,6 @@ pub struct HostLimits {
 
 impl Default for HostLimits {
     fn default() -> Self {
-        use crate::config::{
-            DEFAULT_CONTAINER_LOG_FILES, DEFAULT_CONTAINER_LOG_MAX_MB, DEFAULT_CONTAINER_PIDS_LIMIT,
-        };
         HostLimits {
             pids: DEFAULT_CONTAINER_PIDS_LIMIT as i64,
             log_max_mb: DEFAULT_CONTAINER_LOG_MAX_MB,

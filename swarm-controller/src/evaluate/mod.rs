@@ -42,8 +42,9 @@ use swarm_queue_client::{
 };
 use time::OffsetDateTime;
 
-use crate::config::RosterEntry;
+pub use crate::age::human_age;
 use crate::maintenance::{HoldEntry, HoldView};
+use crate::roster::RosterEntry;
 
 mod agents;
 mod entries;
@@ -259,17 +260,6 @@ pub struct Inputs<'a> {
     pub stale_after: Duration,
     /// `None`: no connection events for this hive (the KV-timestamp rule).
     pub link: Option<&'a Link>,
-}
-
-/// "42s", "3m05s", "2h01m", "3d04h".
-pub fn human_age(age: Duration) -> String {
-    let s = age.as_secs();
-    match s {
-        0..=59 => format!("{s}s"),
-        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
-        3600..=86_399 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
-        _ => format!("{}d{:02}h", s / 86_400, (s % 86_400) / 3600),
-    }
 }
 
 /// The row for one hive.

@@ -21,7 +21,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::evaluate::human_age;
+use crate::age::human_age;
 
 pub mod expiry;
 pub mod store;

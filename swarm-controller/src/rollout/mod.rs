@@ -16,9 +16,12 @@
 //! - [`store`]: the compare-and-set reads and writes.
 //! - [`drive`]: the loop that writes waves and waits on the fleet.
 //! - [`verbs`]: start, resume, abort.
+//! - [`report`]: what a rollout shows as JSON, to the command line and
+//!   to `serve` alike.
 
 pub mod drive;
 pub mod parts;
+pub mod report;
 pub mod settings;
 pub mod state;
 pub mod store;

@@ -41,9 +41,9 @@ pub async fn api_rollout(
             let now = OffsetDateTime::now_utc();
             let stored = stored.as_deref();
             Json(if q.hives {
-                crate::cli_declare::status_json(stored, now)
+                crate::rollout::report::status_json(stored, now)
             } else {
-                crate::cli_declare::summary_json(stored, now)
+                crate::rollout::report::summary_json(stored, now)
             })
             .into_response()
         }

@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::limits::*;
 
+pub use super::checks::InvalidField;
+
 /// A payload that could not be decoded. Each variant names the payload kind.
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
@@ -38,56 +40,6 @@ pub enum DecodeError {
         what: &'static str,
         reason: InvalidField,
     },
-}
-
-/// A bound or rule a payload breaks that serde cannot express. Each variant
-/// names the field (`agents.web.env key`, `warnings`) and what was wrong.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum InvalidField {
-    #[error("{field} is {len} bytes, over the {max}-byte limit")]
-    TooLong {
-        field: String,
-        len: usize,
-        max: usize,
-    },
-    #[error("{field} contains a control character")]
-    ControlCharacter { field: String },
-    #[error("{field} has {count} entries, over the limit of {max}")]
-    TooMany {
-        field: String,
-        count: usize,
-        max: usize,
-    },
-    #[error("{field} is empty")]
-    Empty { field: String },
-    #[error("{field} is empty; give the program and its arguments")]
-    EmptyCommand { field: String },
-    #[error("{field} = {value}: it must be between 1 and {max}")]
-    NotBetweenOneAnd { field: String, value: u64, max: u64 },
-    #[error("{field} is {value}; it must be {allowed}")]
-    OutOfRange {
-        field: String,
-        value: String,
-        allowed: String,
-    },
-    #[error("{field} has neither image nor build; give one of them")]
-    NoImageOrBuild { field: String },
-    #[error("{field} {value:?} is not an image reference")]
-    NotAnImageReference { field: String, value: String },
-    #[error("{field} {value:?} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")]
-    NotAnEnvName { field: String, value: String },
-    #[error(
-        "host port {port} is published by both agent {first} and agent {second}; give each its own"
-    )]
-    PortTwice {
-        port: String,
-        first: String,
-        second: String,
-    },
-    #[error("sender is not a public xkey (X…)")]
-    NotAPublicXKey,
-    #[error("sealed value is {len} hex characters, over the limit for a {max_secret}-byte secret")]
-    SealedTooLong { len: usize, max_secret: usize },
 }
 
 /// A payload that may not be written because it breaks a bound or rule.

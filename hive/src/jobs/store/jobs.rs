@@ -11,11 +11,11 @@ use std::str::FromStr;
 
 use rusqlite::{params, OptionalExtension, Transaction};
 use serde::{Deserialize, Serialize};
-use swarm_queue_client::{AgentName, AgentSpec};
+use swarm_queue_client::{AgentName, AgentSpec, Power};
 
 use super::applied::{record_applied_tx, AppliedRevision};
 use super::nodes::decode_deps_and_state;
-use super::power::seed_power_tx;
+use super::power::{write_power_tx, PowerWrite};
 use super::{sql_at, Store, StoreError};
 use crate::jobs::dag;
 use crate::jobs::model::{default_power, JobId, JobKind, JobRequest, JobState, Millis, NodeState};
@@ -166,6 +166,27 @@ impl Store {
         };
         let out = enqueue_tx(&tx, &path, agent, request, now)?;
         tx.commit().map_err(sql_at(&path, "commit deploy"))?;
+        Ok(out)
+    }
+
+    /// Record an operator's start or stop and queue the reconcile that
+    /// carries it out, in one transaction.
+    pub fn set_power(
+        &mut self,
+        agent: &AgentName,
+        power: Power,
+        now: Millis,
+    ) -> Result<Enqueued, StoreError> {
+        let path = self.path.clone();
+        let tx = self.immediate("set power")?;
+        if !is_installed_or_coming(&tx, &path, agent)? {
+            return Err(StoreError::NotInstalled {
+                agent: agent.clone(),
+            });
+        }
+        write_power_tx(&tx, &path, agent, power, now, PowerWrite::Replace)?;
+        let out = enqueue_tx(&tx, &path, agent, JobRequest::Reconcile, now)?;
+        tx.commit().map_err(sql_at(&path, "commit power"))?;
         Ok(out)
     }
 
@@ -331,7 +352,7 @@ impl Store {
 }
 
 /// Installed, or a deploy of it already queued or under way.
-pub(super) fn is_installed_or_coming(
+fn is_installed_or_coming(
     tx: &Transaction<'_>,
     path: &Path,
     agent: &AgentName,
@@ -347,7 +368,7 @@ pub(super) fn is_installed_or_coming(
     .map_err(sql_at(path, "check installed"))
 }
 
-pub(super) fn enqueue_tx(
+fn enqueue_tx(
     tx: &Transaction<'_>,
     path: &Path,
     agent: &AgentName,
@@ -356,7 +377,7 @@ pub(super) fn enqueue_tx(
 ) -> Result<Enqueued, StoreError> {
     let kind = request.kind();
     if let JobRequest::FirstDeploy { spec, .. } = &request {
-        seed_power_tx(tx, path, agent, default_power(spec), now)?;
+        write_power_tx(tx, path, agent, default_power(spec), now, PowerWrite::Seed)?;
     }
     let (job, request, coalesced) = upsert_job(tx, path, agent, request, now)?;
     // A pending job has never run a node, so re-planning it loses nothing

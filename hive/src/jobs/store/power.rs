@@ -2,7 +2,8 @@
 //!
 //! **Invariant:** an operator's start or stop wins over a declaration's
 //! default: seeding writes an intent only where none is recorded, and
-//! `set_power` writes it and queues the reconcile in one transaction.
+//! `Store::set_power` (with the other requests, in `jobs.rs`) writes it and
+//! queues the reconcile in one transaction.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -10,37 +11,10 @@ use std::path::Path;
 use rusqlite::{params, Connection, OptionalExtension};
 use swarm_queue_client::{AgentName, Power};
 
-use super::jobs::{enqueue_tx, is_installed_or_coming};
-use super::{sql_at, Enqueued, Store, StoreError};
-use crate::jobs::model::{JobRequest, Millis, ParseError};
+use super::{sql_at, Store, StoreError};
+use crate::jobs::model::{Millis, ParseError};
 
 impl Store {
-    /// Record an operator's start or stop and queue the reconcile that
-    /// carries it out, in one transaction.
-    pub fn set_power(
-        &mut self,
-        agent: &AgentName,
-        power: Power,
-        now: Millis,
-    ) -> Result<Enqueued, StoreError> {
-        let path = self.path.clone();
-        let tx = self.immediate("set power")?;
-        if !is_installed_or_coming(&tx, &path, agent)? {
-            return Err(StoreError::NotInstalled {
-                agent: agent.clone(),
-            });
-        }
-        tx.execute(
-            "INSERT INTO power (agent, wanted, updated_at_ms) VALUES (?1, ?2, ?3)
-             ON CONFLICT (agent) DO UPDATE SET wanted = ?2, updated_at_ms = ?3",
-            params![agent.as_str(), power.to_string(), now],
-        )
-        .map_err(sql_at(&path, "write power intent"))?;
-        let out = enqueue_tx(&tx, &path, agent, JobRequest::Reconcile, now)?;
-        tx.commit().map_err(sql_at(&path, "commit power"))?;
-        Ok(out)
-    }
-
     pub fn power(&self, agent: &AgentName) -> Result<Option<Power>, StoreError> {
         let wanted: Option<String> = self
             .conn
@@ -84,23 +58,42 @@ impl Store {
         power: Power,
         now: Millis,
     ) -> Result<Power, StoreError> {
-        seed_power_tx(&self.conn, &self.path, agent, power, now)?;
+        write_power_tx(&self.conn, &self.path, agent, power, now, PowerWrite::Seed)?;
         Ok(self.power(agent)?.unwrap_or(power))
     }
 }
 
-pub(super) fn seed_power_tx(
+/// How an intent is written.
+#[derive(Clone, Copy)]
+pub(super) enum PowerWrite {
+    /// An operator's start or stop: it replaces whatever is recorded.
+    Replace,
+    /// A declaration's default: only where nothing is recorded yet.
+    Seed,
+}
+
+/// Write an intent inside the caller's transaction.
+pub(super) fn write_power_tx(
     conn: &Connection,
     path: &Path,
     agent: &AgentName,
     power: Power,
     now: Millis,
+    how: PowerWrite,
 ) -> Result<(), StoreError> {
-    conn.execute(
-        "INSERT OR IGNORE INTO power (agent, wanted, updated_at_ms) VALUES (?1, ?2, ?3)",
-        params![agent.as_str(), power.to_string(), now],
-    )
-    .map_err(sql_at(path, "seed power intent"))?;
+    let (sql, what) = match how {
+        PowerWrite::Replace => (
+            "INSERT INTO power (agent, wanted, updated_at_ms) VALUES (?1, ?2, ?3)
+             ON CONFLICT (agent) DO UPDATE SET wanted = ?2, updated_at_ms = ?3",
+            "write power intent",
+        ),
+        PowerWrite::Seed => (
+            "INSERT OR IGNORE INTO power (agent, wanted, updated_at_ms) VALUES (?1, ?2, ?3)",
+            "seed power intent",
+        ),
+    };
+    conn.execute(sql, params![agent.as_str(), power.to_string(), now])
+        .map_err(sql_at(path, what))?;
     Ok(())
 }
 

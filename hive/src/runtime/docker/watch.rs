@@ -152,7 +152,7 @@ fn event_of(msg: EventMessage) -> Option<ContainerEvent> {
         .time_nano
         .map(|n| n / 1_000_000)
         .or(msg.time.map(|s| s.saturating_mul(1000)))
-        .unwrap_or_else(crate::jobs::now_ms);
+        .unwrap_or_else(crate::clock::now_ms);
     Some(ContainerEvent {
         action,
         container: actor.id?,

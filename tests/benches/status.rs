@@ -1,7 +1,7 @@
 //! Benchmark: `status` over a large fleet, and the cost of one status
 //! update while the dashboard is open.
 //!
-//! `cargo bench -p swarm-controller --bench status` (10,000 hives), or with
+//! `cargo bench -p hyperhive-tests --bench status` (10,000 hives), or with
 //! `-- --quick` (or `HH_BENCH_QUICK=1`) for a short CI run (500 hives);
 //! `-- --hives N` for another fleet size (the 50,000-hive figures in
 //! `docs/benchmarks-scale.md`).
@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::StreamExt;
+use hyperhive_tests::sse::EventStream;
 use serde_json::{json, Value};
 use swarm_controller::config::Config;
 use swarm_controller::fleet::Fleet;
@@ -387,7 +388,7 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
 
     // The real binary, end to end (process start, config with the roster,
     // connect, read, evaluate, print JSON).
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_swarm-controller"));
+    let bin = hyperhive_tests::process::controller_bin();
     let mut bin_ms = Vec::new();
     let mut bin_rss_kb = 0;
     for _ in 0..3 {
@@ -780,39 +781,6 @@ impl std::io::Write for Counted {
     }
 }
 
-/// Reads SSE events from a streaming response.
-struct Sse {
-    resp: reqwest::Response,
-    buf: String,
-}
-
-impl Sse {
-    async fn next(&mut self) -> Res<(String, String)> {
-        loop {
-            if let Some(end) = self.buf.find("\n\n") {
-                let block: String = self.buf.drain(..end + 2).collect();
-                let mut name = String::new();
-                let mut data = String::new();
-                for line in block.lines() {
-                    if let Some(v) = line.strip_prefix("event:") {
-                        name = v.trim().to_string();
-                    } else if let Some(v) = line.strip_prefix("data:") {
-                        data.push_str(v.strip_prefix(' ').unwrap_or(v));
-                    }
-                }
-                if !data.is_empty() {
-                    return Ok((name, data));
-                }
-                continue;
-            }
-            let chunk = tokio::time::timeout(Duration::from_secs(30), self.resp.chunk())
-                .await??
-                .ok_or("the event stream ended")?;
-            self.buf.push_str(&String::from_utf8_lossy(&chunk));
-        }
-    }
-}
-
 async fn dashboard(
     config: &Config,
     conn: &swarm_queue_client::Connection,
@@ -831,12 +799,12 @@ async fn dashboard(
     .await?;
     let start_ms = ms(t.elapsed());
     let base = format!("http://{}", server.addr);
-    let resp = reqwest::get(format!("{base}/api/events?sort=attention&limit=100")).await?;
-    let mut sse = Sse {
-        resp,
-        buf: String::new(),
-    };
-    let (name, snapshot) = sse.next().await?;
+    let mut sse = EventStream::open(
+        &format!("{base}/api/events?sort=attention&limit=100"),
+        Duration::from_secs(30),
+    )
+    .await;
+    let (name, snapshot) = sse.next().await;
     if name != "snapshot" {
         return Err(format!("first event was {name}").into());
     }
@@ -882,7 +850,7 @@ async fn dashboard(
         let t = Instant::now();
         buckets.status.put(name.as_str(), value).await?;
         loop {
-            let (event, data) = sse.next().await?;
+            let (event, data) = sse.next().await;
             if event == "row" && data.contains(&marker) {
                 break;
             }
@@ -936,7 +904,7 @@ async fn dashboard(
     let marker = format!("\"name\":\"{sentinel}\"");
     let (mut hidden_bytes, mut hidden_rows, mut hidden_summaries) = (0usize, 0usize, 0usize);
     loop {
-        let (event, data) = sse.next().await?;
+        let (event, data) = sse.next().await;
         if event == "row" && data.contains(&marker) {
             break;
         }

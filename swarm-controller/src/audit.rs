@@ -25,9 +25,15 @@ pub fn identity() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "unknown-host".into());
+    format!("{user}@{host} (controller {})", instance_id())
+}
+
+/// A unique id for this controller process, recorded as a rollout's driver.
+pub fn instance_id() -> String {
     format!(
-        "{user}@{host} (controller {})",
-        crate::rollout::verbs::instance_id()
+        "c{}-{}",
+        std::process::id(),
+        crate::age::unix_ms(time::OffsetDateTime::now_utc())
     )
 }
 
@@ -83,7 +89,7 @@ pub async fn record(client: &async_nats::Client, settings: &EventsSettings, mut 
     event.by = Some(identity());
     let id = format!(
         "audit-{}-{}",
-        crate::rollout::verbs::instance_id(),
+        instance_id(),
         time::OffsetDateTime::now_utc().unix_timestamp_nanos()
     );
     if let Err(e) = publish(client, settings, &event, &id).await {

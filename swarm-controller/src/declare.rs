@@ -20,8 +20,8 @@ use swarm_queue_client::{
     decode, encode_pretty, ensure_connected, AgentSpec, Declaration, HiveName, NotConnected,
 };
 
+use crate::cas::CasError;
 use crate::groups::{Origin, Resolved, UsedValues};
-use crate::nats::CasError;
 
 /// How one agent differs between the stored and the new declaration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -248,7 +248,7 @@ pub async fn publish(
             })?;
             let expected = plan.expected_revision();
             let result =
-                crate::nats::write_if(wanted, plan.hive.as_str(), Bytes::from(bytes), expected)
+                crate::cas::write_if(wanted, plan.hive.as_str(), Bytes::from(bytes), expected)
                     .await;
             match result {
                 Ok(revision) => {

@@ -30,7 +30,10 @@
 //!   files' errors their line numbers; [`values`] the `${values.NAME}`
 //!   placeholders a hive's values fill in.
 //! - [`rollout`]: staged rollouts in waves, their state in
-//!   `hyperhive-rollouts` (compare-and-set), and the rollout verbs.
+//!   `hyperhive-rollouts` (compare-and-set), and the rollout verbs;
+//!   [`rollout_settings`] the swarm file's `[rollout]` table, which the
+//!   swarm file reads from below; [`cas`]: the compare-and-set write every
+//!   bucket write goes through.
 //! - [`maintenance`]: maintenance holds in `hyperhive-maintenance`
 //!   (compare-and-set, ended by their TTL from the server's timestamp);
 //!   `cli_maintenance` is the `maintenance` verb.
@@ -55,6 +58,7 @@
 pub mod age;
 pub mod audit;
 pub mod capability;
+pub mod cas;
 pub mod cli;
 pub mod cli_declare;
 mod cli_events;
@@ -81,6 +85,7 @@ pub mod presence;
 pub mod render;
 pub mod rollback;
 pub mod rollout;
+pub mod rollout_settings;
 pub mod roster;
 pub mod serve;
 pub mod swarm_file;

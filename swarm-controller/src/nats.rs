@@ -17,7 +17,6 @@
 use std::time::Duration;
 
 use async_nats::jetstream::kv;
-use bytes::Bytes;
 use futures_util::StreamExt;
 use swarm_queue_client::buckets::BucketError;
 use swarm_queue_client::{ensure_connected, open_or_create, Bucket, Connection, NatsConfig};
@@ -54,47 +53,6 @@ pub enum NatsError {
         bucket: &'static str,
         reason: String,
     },
-}
-
-/// Why a compare-and-set write did not land.
-#[derive(Debug, thiserror::Error)]
-pub enum CasError {
-    /// The key is no longer at the revision read (or exists, when it was
-    /// read absent): someone else wrote in between.
-    #[error("the key changed since it was read")]
-    Conflict,
-    #[error(transparent)]
-    Update(kv::UpdateError),
-    #[error(transparent)]
-    Create(kv::CreateError),
-}
-
-/// Write `value` under `key` only if the key is still at `expected`
-/// (`None`: only if it does not exist); the revision written. Every write
-/// the controller makes goes through here, so concurrent controllers never
-/// overwrite each other.
-pub async fn write_if(
-    store: &kv::Store,
-    key: &str,
-    value: Bytes,
-    expected: Option<u64>,
-) -> Result<u64, CasError> {
-    match expected {
-        Some(rev) => store.update(key, value, rev).await.map_err(|e| {
-            if e.kind() == kv::UpdateErrorKind::WrongLastRevision {
-                CasError::Conflict
-            } else {
-                CasError::Update(e)
-            }
-        }),
-        None => store.create(key, value).await.map_err(|e| {
-            if e.kind() == kv::CreateErrorKind::AlreadyExists {
-                CasError::Conflict
-            } else {
-                CasError::Create(e)
-            }
-        }),
-    }
 }
 
 /// Connect (the process's one connection) and wait up to `wait` for it to

@@ -9,6 +9,7 @@ use serde::ser::{SerializeStruct, Serializer};
 use serde::Serialize;
 use time::OffsetDateTime;
 
+use crate::age::unix_ms;
 use crate::fleet::{Fleet, Summary, Tally};
 use crate::view::{Query, ViewRow};
 
@@ -35,11 +36,6 @@ pub struct Report {
     /// a halt's reason).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rollout: Option<serde_json::Value>,
-}
-
-/// Milliseconds since the Unix epoch.
-pub fn unix_ms(t: OffsetDateTime) -> i64 {
-    (t.unix_timestamp_nanos() / 1_000_000) as i64
 }
 
 impl Report {
@@ -110,7 +106,7 @@ impl Report {
                     r.name.clone(),
                     r.freshness.to_string(),
                     r.age_secs
-                        .map(|a| crate::evaluate::human_age(std::time::Duration::from_secs(a)))
+                        .map(|a| crate::age::human_age(std::time::Duration::from_secs(a)))
                         .unwrap_or_else(dash),
                     r.convergence.to_string(),
                     r.declared_revision

@@ -45,7 +45,7 @@ use serde::Deserialize;
 use swarm_queue_client::{AgentName, AgentSpec, GroupName, HiveName};
 use toml::Spanned;
 
-use crate::rollout::settings::{RawRollout, RolloutSettings};
+use crate::rollout_settings::{RawRollout, RolloutSettings};
 use crate::toml_lines::{describe_toml_error, Lines};
 use crate::values::{templates_of, SetValue, Templates, ValueName, Values};
 

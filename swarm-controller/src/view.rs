@@ -22,7 +22,8 @@ use std::time::Duration;
 use serde::Serialize;
 use time::OffsetDateTime;
 
-use crate::evaluate::{human_age, Convergence, Freshness, HiveRow};
+use crate::age::human_age;
+use crate::evaluate::{Convergence, Freshness, HiveRow};
 
 pub use crate::config::DEFAULT_PROGRESSING_ATTENTION;
 /// Rows per page when the event stream is not told otherwise.

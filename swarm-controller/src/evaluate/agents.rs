@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use swarm_queue_client::{AgentName, AgentStatus, JobSummary, Observed, Power, Unsettled};
 
-use super::{human_age, retry_text, AgentRow, Declared, Reported};
+use super::{retry_text, AgentRow, Declared, Reported};
+use crate::age::human_age;
 
 /// One row per agent that is declared, reported, or both, sorted by name.
 pub(super) fn agent_rows(

@@ -42,7 +42,7 @@ use swarm_queue_client::{
 };
 use time::OffsetDateTime;
 
-pub use crate::age::human_age;
+use crate::age::human_age;
 use crate::maintenance::{HoldEntry, HoldView};
 use crate::roster::RosterEntry;
 

@@ -12,7 +12,7 @@ use swarm_queue_client::buckets::MAINTENANCE_BUCKET;
 use swarm_queue_client::HiveName;
 
 use super::{Hold, HoldEntry};
-use crate::nats::CasError;
+use crate::cas::CasError;
 
 /// A read or write of the bucket failed.
 #[derive(Debug, thiserror::Error)]
@@ -71,7 +71,7 @@ pub async fn set(store: &kv::Store, hive: &HiveName, hold: &Hold) -> Result<u64,
     );
     for _ in 0..ATTEMPTS {
         let expected = entry(store, hive.as_str()).await?.map(|e| e.revision);
-        match crate::nats::write_if(store, hive.as_str(), bytes.clone(), expected).await {
+        match crate::cas::write_if(store, hive.as_str(), bytes.clone(), expected).await {
             Ok(revision) => return Ok(revision),
             Err(CasError::Conflict) => continue,
             Err(e) => {

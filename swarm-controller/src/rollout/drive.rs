@@ -27,12 +27,12 @@ use bytes::Bytes;
 use swarm_queue_client::{decode, encode_pretty, Declaration, HiveName};
 use time::OffsetDateTime;
 
+use crate::age::unix_ms;
+use crate::cas::CasError;
 use crate::config::Roster;
 use crate::evaluate::HiveRow;
 use crate::fleet::{Change, Fleet};
-use crate::nats::CasError;
 use crate::nats::{self, Buckets, NatsError};
-use crate::render::unix_ms;
 use crate::rollout::state::{judge_wave, Outcome, Rollout, Step, Verdict};
 use crate::rollout::store::{self, StoreError, Stored};
 
@@ -290,8 +290,7 @@ async fn write_hive(
             });
         }
         let result =
-            crate::nats::write_if(wanted, hive.as_str(), Bytes::from(bytes.clone()), expected)
-                .await;
+            crate::cas::write_if(wanted, hive.as_str(), Bytes::from(bytes.clone()), expected).await;
         match result {
             Ok(revision) => return Ok(Ok(revision)),
             // Someone wrote between our read and our write: look again.

@@ -10,7 +10,9 @@
 //! out), and of two controllers acting on the same read, one wins and the
 //! other backs off. Hives never read the bucket: they have no grant on it.
 //!
-//! - [`settings`]: the swarm file's `[rollout]` table and the wave split (pure).
+//! - [`settings`]: the swarm file's `[rollout]` table and the wave split
+//!   (pure; the crate's `rollout_settings`, outside this folder because
+//!   the swarm file, below the rollout, reads it).
 //! - [`state`]: the stored state and the judgement of a wave (pure).
 //! - [`parts`]: cutting the state into values that fit, and joining them (pure).
 //! - [`store`]: the compare-and-set reads and writes.
@@ -22,7 +24,8 @@
 pub mod drive;
 pub mod parts;
 pub mod report;
-pub mod settings;
 pub mod state;
 pub mod store;
 pub mod verbs;
+
+pub use crate::rollout_settings as settings;

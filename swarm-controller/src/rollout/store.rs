@@ -23,7 +23,7 @@ use bytes::Bytes;
 use swarm_queue_client::buckets::CURRENT_ROLLOUT_KEY;
 use time::OffsetDateTime;
 
-use crate::nats::CasError;
+use crate::cas::CasError;
 pub use crate::rollout::parts::Parts;
 use crate::rollout::parts::{
     self, bytes_hash, declaration_part_key, hive_part_key, writer_tag, DeclarationPart, Head,
@@ -213,7 +213,7 @@ pub async fn write(
     let bytes =
         serde_json::to_vec(&head).map_err(|e| write_error(CURRENT_ROLLOUT_KEY, e.to_string()))?;
     check_size(CURRENT_ROLLOUT_KEY, bytes.len())?;
-    let revision = crate::nats::write_if(store, CURRENT_ROLLOUT_KEY, Bytes::from(bytes), expected)
+    let revision = crate::cas::write_if(store, CURRENT_ROLLOUT_KEY, Bytes::from(bytes), expected)
         .await
         .map_err(|e| match e {
             CasError::Conflict => StoreError::Conflict { expected },

@@ -8,10 +8,10 @@ use std::time::Duration;
 use swarm_queue_client::HiveName;
 use time::OffsetDateTime;
 
+use crate::age::human_age;
+use crate::age::unix_ms;
 use crate::declare::{self, HivePlan, Stored as WantedStored};
-use crate::evaluate::human_age;
 use crate::fleet::Fleet;
-use crate::render::unix_ms;
 use crate::rollout::drive::{drive, Deps, DriveError, Ended};
 use crate::rollout::settings::RolloutSettings;
 use crate::rollout::state::{Change, Outcome, Rollout, Step};
@@ -42,14 +42,7 @@ pub enum VerbError {
     LostRace(String),
 }
 
-/// A unique id for this controller process, recorded as a rollout's driver.
-pub fn instance_id() -> String {
-    format!(
-        "c{}-{}",
-        std::process::id(),
-        unix_ms(OffsetDateTime::now_utc())
-    )
-}
+pub use crate::audit::instance_id;
 
 /// `declare --rollout`: record a new rollout of the changed hives of
 /// `plans`, then drive it.

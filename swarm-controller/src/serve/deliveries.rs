@@ -22,7 +22,7 @@ use serde_json::json;
 use swarm_queue_client::subjects::deployed_key;
 use swarm_queue_client::{AgentName, HiveName};
 
-use crate::nats::{write_if, CasError};
+use crate::cas::{write_if, CasError};
 use crate::webhook::{Forge, Push};
 
 /// How often a claim is tried again when another controller wrote the key

@@ -21,8 +21,9 @@ use time::OffsetDateTime;
 use tokio::sync::{broadcast, OwnedSemaphorePermit};
 
 use super::{bad_query, reply, Pairs, Shared};
+use crate::age::unix_ms;
 use crate::live::{LiveView, Push};
-use crate::render::{unix_ms, Report};
+use crate::render::Report;
 use crate::view::{Query, DEFAULT_PAGE};
 
 /// Most pushes one page handles as one batch (one reselection at most).

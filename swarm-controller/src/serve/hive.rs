@@ -25,8 +25,8 @@ use swarm_queue_client::HiveName;
 use time::OffsetDateTime;
 
 use super::{reply, Pairs, Shared};
+use crate::age::unix_ms;
 use crate::fleet::status_age::MINUTES;
-use crate::render::unix_ms;
 
 mod recent_events;
 

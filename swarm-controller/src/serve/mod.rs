@@ -56,12 +56,13 @@ use swarm_queue_client::http_host::HostRule;
 use time::OffsetDateTime;
 use tokio::sync::{broadcast, watch, Semaphore};
 
+use crate::age::unix_ms;
 use crate::config::Config;
 use crate::fleet::{Change, Fleet, Update};
 use crate::live::Push;
 use crate::nats::{Buckets, Follower, NatsError};
 use crate::presence::watch::Watcher;
-use crate::render::{unix_ms, Report};
+use crate::render::Report;
 use crate::view::{Query, QueryError};
 use crate::webhook;
 

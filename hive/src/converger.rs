@@ -499,5 +499,4 @@ impl<R: ContainerRuntime> Converger<R> {
 }
 
 #[cfg(test)]
-#[path = "converger_tests.rs"]
 mod tests;

@@ -259,5 +259,4 @@ pub fn join(
 }
 
 #[cfg(test)]
-#[path = "parts_tests.rs"]
 mod tests;

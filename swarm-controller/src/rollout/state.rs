@@ -507,5 +507,4 @@ fn soak(t: &mut HiveTarget, row: &HiveRow, now_ms: i64, soak_ms: i64) -> HiveJud
 }
 
 #[cfg(test)]
-#[path = "state_tests.rs"]
 pub(crate) mod tests;

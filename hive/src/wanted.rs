@@ -34,9 +34,10 @@
 //! takes it. While the bucket does not answer, a `wanted_bucket` warning
 //! names it, and the declaration in force stays.
 //!
-//! Only a valid declaration moves anything: it is saved to
-//! `<state>/wanted.json` (so the hive knows what is wanted while NATS is
-//! away) and handed to the converger through a latest-value channel. A
+//! Only a valid declaration moves anything: it is handed to the converger
+//! through a latest-value channel and, once the converger has planned it,
+//! saved to `<state>/wanted.json` (so the hive knows what is wanted while
+//! NATS is away; see `saved.rs`). A
 //! delete, a purge or an undecodable value is **not** a deletion order: it
 //! changes nothing and raises a readiness warning naming the revision and
 //! the reason.

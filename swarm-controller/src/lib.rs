@@ -35,20 +35,19 @@
 //!   swarm file reads from below; [`cas`]: the compare-and-set write every
 //!   bucket write goes through.
 //! - [`maintenance`]: maintenance holds in `hyperhive-maintenance`
-//!   (compare-and-set, ended by their TTL from the server's timestamp);
-//!   `cli_maintenance` is the `maintenance` verb.
+//!   (compare-and-set, ended by their TTL from the server's timestamp).
 //! - [`deploy`], [`credential`], [`knowledge`]: the event verbs; [`logs`]: an
 //!   agent's output from its hive, with flow control.
 //! - [`webhook`]: forge push signatures and what a push means (pure).
-//! - [`serve`]: the dashboard, JSON API and webhook over HTTP; [`live`]
-//!   decides what each open page is sent (pure).
+//! - The two faces, on top, neither importing the other:
+//!   [`serve`], the dashboard, JSON API and webhook over HTTP ([`live`]
+//!   decides what each open page is sent, pure); and [`cli`], the command
+//!   line (`main.rs` only calls [`cli::main`]), a file per group of verbs
+//!   under `cli/` (`declare`, `events`, `status`, `history`, `logs`,
+//!   `maintenance`) and `cli/support.rs` for what they share (the NATS
+//!   wait, the shutdown signal). What both show is in the layers below.
 //! - [`nats_config`]: the nkey users and authorization blocks of a swarm
 //!   with per-hive NATS identities (see `docs/security.md`).
-//! - [`cli`]: the command line; `main.rs` only calls [`cli::main`];
-//!   [`cli_declare`] holds the declaring verbs, `cli_events` the event
-//!   verbs, `cli_status` the `status` verb, `cli_history` the `events`
-//!   verb and `cli_logs` the `logs` verb; `cli_support` what they share
-//!   below `cli` (the NATS wait, the shutdown signal).
 //! - [`rollback`]: an earlier declaration from the wanted bucket's history,
 //!   declared again; [`capability`]: the agent fields each hive's build
 //!   knows, so no declaration sets one a hive would ignore.
@@ -60,13 +59,6 @@ pub mod audit;
 pub mod capability;
 pub mod cas;
 pub mod cli;
-pub mod cli_declare;
-mod cli_events;
-mod cli_history;
-mod cli_logs;
-mod cli_maintenance;
-mod cli_status;
-mod cli_support;
 pub mod config;
 pub mod credential;
 pub mod declare;

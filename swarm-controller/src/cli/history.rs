@@ -15,7 +15,7 @@ use time::OffsetDateTime;
 
 use swarm_queue_client::cli::EXIT_OK;
 
-use crate::cli_support::CONNECT_WAIT;
+use super::support::CONNECT_WAIT;
 use crate::config::Config;
 use crate::{audit, nats};
 

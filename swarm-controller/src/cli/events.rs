@@ -14,7 +14,7 @@ use swarm_queue_client::{AccountName, AgentName, HiveName};
 
 use swarm_queue_client::cli::{print_json, EXIT_FAILURE, EXIT_OK};
 
-use crate::cli_support::CONNECT_WAIT;
+use super::support::CONNECT_WAIT;
 use crate::config::Config;
 use crate::credential::{self, CredentialPutError};
 use crate::{audit, deploy, knowledge, nats};

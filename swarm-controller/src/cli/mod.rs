@@ -3,6 +3,14 @@
 //! config). Everything a verb does lives in the library modules; this file
 //! only wires them to arguments and output.
 
+pub mod declare;
+mod events;
+mod history;
+mod logs;
+mod maintenance;
+mod status;
+mod support;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -11,13 +19,12 @@ use clap::{Parser, Subcommand};
 use swarm_queue_client::{AgentName, HiveName};
 use tokio::sync::watch;
 
-use crate::cli_declare::{self, DeclareArgs, RollbackArgs, RolloutVerb};
-use crate::cli_events::{self, CredentialDelete, CredentialPut, DeployArgs};
-use crate::cli_history::{self, EventsArgs};
-use crate::cli_logs::{self, LogsArgs};
-use crate::cli_maintenance::{self, MaintenanceCommand};
-use crate::cli_status;
-use crate::cli_support::{shutdown_signal, CONNECT_WAIT};
+use self::declare::{DeclareArgs, RollbackArgs, RolloutVerb};
+use self::events::{CredentialDelete, CredentialPut, DeployArgs};
+use self::history::EventsArgs;
+use self::logs::LogsArgs;
+use self::maintenance::MaintenanceCommand;
+use self::support::{shutdown_signal, CONNECT_WAIT};
 use crate::config::Config;
 use crate::{nats, serve};
 
@@ -341,12 +348,12 @@ pub fn main() -> i32 {
 
 async fn run(config: Config, command: Command) -> anyhow::Result<i32> {
     match command {
-        Command::Roster { swarm_file, json } => cli_declare::roster_cmd(&config, swarm_file, json),
-        Command::Status { json, watch } => cli_status::status_cmd(&config, json, watch).await,
-        Command::Declare(args) => cli_declare::declare_cmd(&config, args).await,
-        Command::Rollout { action } => cli_declare::rollout_cmd(&config, action.into()).await,
-        Command::Rollback(args) => cli_declare::rollback_cmd(&config, args).await,
-        Command::Maintenance { action } => cli_maintenance::maintenance_cmd(&config, action).await,
+        Command::Roster { swarm_file, json } => declare::roster_cmd(&config, swarm_file, json),
+        Command::Status { json, watch } => status::status_cmd(&config, json, watch).await,
+        Command::Declare(args) => declare::declare_cmd(&config, args).await,
+        Command::Rollout { action } => declare::rollout_cmd(&config, action.into()).await,
+        Command::Rollback(args) => declare::rollback_cmd(&config, args).await,
+        Command::Maintenance { action } => maintenance::maintenance_cmd(&config, action).await,
         Command::Deploy {
             hive,
             agent,
@@ -359,20 +366,20 @@ async fn run(config: Config, command: Command) -> anyhow::Result<i32> {
                 timeout: Duration::from_secs(timeout_secs),
                 json,
             };
-            cli_events::deploy_cmd(&config, args).await
+            events::deploy_cmd(&config, args).await
         }
-        Command::Logs(args) => cli_logs::logs_cmd(&config, args).await,
-        Command::Events(args) => cli_history::events_cmd(&config, args).await,
+        Command::Logs(args) => logs::logs_cmd(&config, args).await,
+        Command::Events(args) => history::events_cmd(&config, args).await,
         Command::Credential {
             action: CredentialCommand::Xkey,
-        } => cli_events::xkey_cmd(&config),
+        } => events::xkey_cmd(&config),
         Command::Credential {
             action: CredentialCommand::Put(put),
-        } => cli_events::credential_put_cmd(&config, put).await,
+        } => events::credential_put_cmd(&config, put).await,
         Command::Credential {
             action: CredentialCommand::Delete(args),
-        } => cli_events::credential_delete_cmd(&config, args).await,
-        Command::KnowledgeChanged => cli_events::knowledge_cmd(&config).await,
+        } => events::credential_delete_cmd(&config, args).await,
+        Command::KnowledgeChanged => events::knowledge_cmd(&config).await,
         Command::Serve {
             http_listen,
             webhook_listen,

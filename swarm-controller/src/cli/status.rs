@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use swarm_queue_client::cli::{print_json, EXIT_OK};
 
-use crate::cli_support::{shutdown_signal, CONNECT_WAIT};
+use super::support::{shutdown_signal, CONNECT_WAIT};
 use crate::config::Config;
 use crate::evaluate::Link;
 use crate::fleet::Fleet;

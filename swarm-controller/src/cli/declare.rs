@@ -1,6 +1,6 @@
 //! The declaring verbs of the command line: `roster` (with each hive's
 //! groups), `declare` (at once or `--rollout`), `rollback` and `rollout
-//! status | resume | abort`. Like `cli.rs`, this only wires the library to
+//! status | resume | abort`. Like `cli/mod.rs`, this only wires the library to
 //! arguments and output.
 
 use std::collections::BTreeMap;
@@ -14,7 +14,7 @@ use time::OffsetDateTime;
 use crate::capability;
 use swarm_queue_client::cli::{print_json, EXIT_FAILURE, EXIT_OK, EXIT_USAGE};
 
-use crate::cli_support::CONNECT_WAIT;
+use super::support::CONNECT_WAIT;
 use crate::config::Config;
 use crate::groups::{self, Resolved};
 use crate::rollout::drive::{Deps, Ended};

@@ -12,7 +12,7 @@ use swarm_queue_client::{AgentName, HiveName};
 
 use swarm_queue_client::cli::{EXIT_FAILURE, EXIT_OK};
 
-use crate::cli_support::CONNECT_WAIT;
+use super::support::CONNECT_WAIT;
 use crate::config::Config;
 use crate::logs::{self, LogsError};
 use crate::nats;

@@ -1,5 +1,5 @@
-//! What the command line's verbs share below `cli`, which only parses
-//! and dispatches: how long a one-shot verb waits for NATS, and the signal
+//! What the command line's verbs share below `cli/mod.rs`, which only
+//! parses and dispatches: how long a one-shot verb waits for NATS, and the signal
 //! that ends a long-running one. (Exit codes and `--json` printing are the
 //! contract's `cli`, shared with the hive.)
 

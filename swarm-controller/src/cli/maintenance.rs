@@ -12,7 +12,7 @@ use time::OffsetDateTime;
 
 use swarm_queue_client::cli::{print_json, EXIT_OK, EXIT_USAGE};
 
-use crate::cli_support::CONNECT_WAIT;
+use super::support::CONNECT_WAIT;
 use crate::config::Config;
 use crate::maintenance::{self, store, Hold, HOLD_SCHEMA};
 use crate::{audit, nats};

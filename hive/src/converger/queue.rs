@@ -122,7 +122,9 @@ impl<R: ContainerRuntime> Converger<R> {
         requests: Vec<(AgentName, JobRequest)>,
         applied: Option<AppliedRevision>,
     ) -> Result<Vec<JobId>, StoreError> {
-        if requests.is_empty() {
+        // A declaration that needs no job is still recorded: a saved copy
+        // older than it must not be acted on at start either.
+        if requests.is_empty() && applied.is_none() {
             return Ok(Vec::new());
         }
         let kinds: Vec<_> = requests

@@ -1,7 +1,9 @@
 //! The newest declaration this hive queued jobs for (table `applied`).
 //!
 //! It is written in the transaction that queues those jobs, so it is as
-//! durable as they are, with no commit of its own. The wanted task saves
+//! durable as they are, with no commit of its own; a declaration that needs
+//! no job is recorded in a transaction of its own (`enqueue_all` with no
+//! request), so a copy older than it is not used either. The wanted task saves
 //! `wanted.json` only after it has handed a declaration to the converger
 //! (the save is not on the path to a queued job), so a crash can leave the
 //! saved copy older than the jobs; at start a saved copy older than this
@@ -109,9 +111,13 @@ mod tests {
         store
             .enqueue_all(deploy(5), Some(at(5, Some(50))), 12)
             .unwrap();
+        // A declaration that needs no job is recorded all the same.
+        store
+            .enqueue_all(vec![], Some(at(6, Some(60))), 13)
+            .unwrap();
         drop(store);
         let store = Store::open(&path).unwrap();
-        assert_eq!(store.applied_revision().unwrap(), Some(at(5, Some(50))));
+        assert_eq!(store.applied_revision().unwrap(), Some(at(6, Some(60))));
     }
 
     #[test]

@@ -124,12 +124,24 @@ async fn every_operator_verb_leaves_one_audit_event_and_agents_their_lifecycle()
         vec!["knowledge-changed"],
         vec!["rollout", "abort"],
     ];
+    let seen = || async { s.local.hive.ready().await.1["seen_revision"].as_u64() };
     for args in &verbs {
+        let before = seen().await;
         let (code, out, err) = s.run(args).await;
         // `rollout abort` with no rollout fails, and is recorded too.
         let failing = args[0] == "rollout";
         assert_eq!(code == 0, !failing, "{args:?}: {out}{err}");
         assert!(!err.contains("not recorded"), "{args:?}: {err}");
+        if args[0] == "declare" {
+            // The hive checks a deploy against the declaration it holds:
+            // the next verb waits until it holds this one (a hive just
+            // started reads its key a moment after the put).
+            wait_until(T, "the hive holds the new declaration", || async {
+                let now = seen().await;
+                (now.is_some() && now != before).then_some(())
+            })
+            .await;
+        }
     }
     let audit: Vec<Value> = s
         .events(&[])

@@ -353,20 +353,31 @@ fn local_images_of(repo: &str) -> (BTreeSet<String>, u64) {
         "--format",
         "{{.Repository}} {{.ID}}",
     ]);
-    let ids: BTreeSet<String> = out
+    let mut ids: BTreeSet<String> = out
         .lines()
         .filter_map(|l| l.split_once(' '))
         .filter(|(r, _)| *r == repo)
         .map(|(_, id)| id.to_string())
         .collect();
-    let size = ids
-        .iter()
-        .map(|id| {
-            hyperhive_tests::docker::docker(&["image", "inspect", "--format", "{{.Size}}", id])
-                .parse::<u64>()
-                .unwrap_or(0)
-        })
-        .sum();
+    // The hive's cleanup runs meanwhile: an image removed between the list
+    // and its inspect is gone, not an error.
+    let mut size = 0;
+    ids.retain(|id| {
+        let out = std::process::Command::new("docker")
+            .args(["image", "inspect", "--format", "{{.Size}}", id])
+            .output()
+            .expect("run docker CLI");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() && stderr.to_lowercase().contains("no such image") {
+            return false;
+        }
+        assert!(out.status.success(), "docker image inspect {id}: {stderr}");
+        size += String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse::<u64>()
+            .unwrap_or(0);
+        true
+    });
     (ids, size)
 }
 

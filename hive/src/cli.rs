@@ -174,7 +174,7 @@ pub fn main() -> i32 {
 async fn run_until_signal(config: config::HiveConfig) -> i32 {
     let (trigger, shutdown) = crate::shutdown::channel();
     tokio::spawn(async move {
-        wait_for_signal().await;
+        swarm_queue_client::cli::shutdown_signal().await;
         trigger.trigger();
     });
     match crate::daemon::run(config, shutdown).await {
@@ -183,24 +183,6 @@ async fn run_until_signal(config: config::HiveConfig) -> i32 {
             tracing::error!(error = %crate::error_chain(&e), "hive failed");
             eprintln!("hive: {}", crate::error_chain(&e));
             EXIT_FAILURE
-        }
-    }
-}
-
-async fn wait_for_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => tracing::info!("SIGTERM received"),
-                _ = int.recv() => tracing::info!("SIGINT received"),
-            }
-        }
-        _ => {
-            let _ = tokio::signal::ctrl_c().await;
         }
     }
 }

@@ -274,7 +274,7 @@ impl<R: ContainerRuntime> Converger<R> {
         // not below this one's: it says nothing about this declaration.
         if self
             .converged
-            .is_some_and(|c| c.0 >= wanted.revision && c != wanted.id())
+            .is_some_and(|c| c.revision >= wanted.revision && c != wanted.id())
         {
             self.converged = None;
         }

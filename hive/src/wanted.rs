@@ -100,12 +100,16 @@ pub struct Wanted {
 
 /// Which message of the wanted key: a revision number and the server's time
 /// for it. A bucket made again can reach the number handled before with
-/// another declaration, so the number alone does not name a message.
-pub type MessageId = (u64, Option<i64>);
+/// another declaration, so the number alone does not name a message. The
+/// same identity the job store records with a declaration's jobs.
+pub type MessageId = crate::jobs::AppliedRevision;
 
 impl Wanted {
     pub fn id(&self) -> MessageId {
-        (self.revision, self.created_ns)
+        MessageId {
+            revision: self.revision,
+            created_ns: self.created_ns,
+        }
     }
 
     fn seen(&self) -> Seen {

@@ -11,7 +11,8 @@
 //! The parts:
 //! - [`roster`]: the hives this controller knows (at the bottom: it imports
 //!   nothing of the controller); [`config`]: the config file and
-//!   `--check-config`; [`age`]: an age as people read it.
+//!   `--check-config`; [`age`]: time as the controller shows it (an age,
+//!   Unix milliseconds).
 //! - [`evaluate`]: the pure heart: freshness and convergence of one hive
 //!   from its KV entries and the reader's clock, with table-driven tests.
 //! - [`fleet`]: every hive's entries and rows, updated one KV entry at a
@@ -45,7 +46,7 @@
 //!   line (`main.rs` only calls [`cli::main`]), a file per group of verbs
 //!   under `cli/` (`declare`, `events`, `status`, `history`, `logs`,
 //!   `maintenance`) and `cli/support.rs` for what they share (the NATS
-//!   wait, the shutdown signal). What both show is in the layers below.
+//!   wait). What both show is in the layers below.
 //! - [`nats_config`]: the nkey users and authorization blocks of a swarm
 //!   with per-hive NATS identities (see `docs/security.md`).
 //! - [`rollback`]: an earlier declaration from the wanted bucket's history,

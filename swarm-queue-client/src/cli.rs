@@ -1,6 +1,7 @@
 //! What the two command lines, `hive` and `swarm-controller`, share
-//! (feature `cli`): their exit codes, how they set up logging, and how a
-//! `--json` answer is printed. One copy, so the two cannot drift apart.
+//! (feature `cli`): their exit codes, how they set up logging, how a
+//! `--json` answer is printed, and the signal that stops a long-running
+//! one. One copy, so the two cannot drift apart.
 
 use serde::Serialize;
 
@@ -37,4 +38,30 @@ pub fn init_logging(default: &str, json: bool) {
 pub fn print_json(value: &impl Serialize) -> serde_json::Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
+}
+
+/// Until SIGINT or SIGTERM, whichever comes first (logged at `info`). When
+/// SIGTERM cannot be listened for, a warning says so and SIGINT alone
+/// stops the process.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGTERM; only SIGINT stops this process");
+            None
+        }
+    };
+    let term = async {
+        match &mut term {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+        _ = term => tracing::info!("SIGTERM received"),
+    }
 }

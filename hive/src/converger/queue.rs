@@ -35,10 +35,7 @@ impl<R: ContainerRuntime> Converger<R> {
             .map(|(a, r)| (a.agent().clone(), r.clone()))
             .collect();
         // The declaration they come from is recorded with them.
-        let applied = wanted.map(|w| AppliedRevision {
-            revision: w.revision,
-            created_ns: w.created_ns,
-        });
+        let applied = wanted.map(Wanted::id);
         let queued = self.queue_all(requests, applied).await?;
         let mut jobs = Vec::new();
         for ((action, _), job) in planned.iter().zip(queued) {

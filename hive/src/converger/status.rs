@@ -64,9 +64,10 @@ impl<R: ContainerRuntime> Converger<R> {
                 self.judge(w, &power, seen, &inst, &outcomes, &unsettled);
             }
         }
-        self.deps
-            .health
-            .set_revisions(wanted.map(|w| w.revision), self.converged.map(|c| c.0));
+        self.deps.health.set_revisions(
+            wanted.map(|w| w.revision),
+            self.converged.map(|c| c.revision),
+        );
         Ok(())
     }
 

@@ -86,7 +86,8 @@ pub async fn save_each(state_dir: PathBuf, mut handed: WantedRx, mut planned: Pl
         return;
     }
     while handed.changed().await.is_ok() {
-        // Planned: the newest declaration handed over, or one after it.
+        // Planned: the newest declaration handed over (one handed over
+        // meanwhile is compared when the converger tells of it).
         let caught_up =
             |p: &Option<MessageId>| p.is_some() && *p == handed.borrow().as_deref().map(Wanted::id);
         // A converger that is gone (the sender dropped) is not waited for.

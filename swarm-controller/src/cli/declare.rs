@@ -131,7 +131,7 @@ pub async fn declare_cmd(config: &Config, args: DeclareArgs) -> anyhow::Result<i
         }
     }
     if args.rollout && !args.dry_run {
-        let me = verbs::instance_id();
+        let me = crate::audit::instance_id();
         let deps = deps(config, &conn.client, &buckets, &me);
         print!("{}", declare::describe(&plans));
         let settings = swarm.rollout.clone().unwrap_or_default();
@@ -226,7 +226,7 @@ pub enum RolloutVerb {
 pub async fn rollout_cmd(config: &Config, verb: RolloutVerb) -> anyhow::Result<i32> {
     let conn = nats::connect(&config.nats, CONNECT_WAIT).await?;
     let buckets = nats::open_buckets(&conn, &config.nats).await?;
-    let me = verbs::instance_id();
+    let me = crate::audit::instance_id();
     let deps = deps(config, &conn.client, &buckets, &me);
     match verb {
         RolloutVerb::Status { json } => {

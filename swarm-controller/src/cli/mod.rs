@@ -24,9 +24,10 @@ use self::events::{CredentialDelete, CredentialPut, DeployArgs};
 use self::history::EventsArgs;
 use self::logs::LogsArgs;
 use self::maintenance::MaintenanceCommand;
-use self::support::{shutdown_signal, CONNECT_WAIT};
+use self::support::CONNECT_WAIT;
 use crate::config::Config;
 use crate::{nats, serve};
+use swarm_queue_client::cli::shutdown_signal;
 
 pub use swarm_queue_client::cli::{print_json, EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, EXIT_USAGE};
 

@@ -13,9 +13,9 @@ use async_nats::jetstream::kv;
 use time::OffsetDateTime;
 use tokio::sync::watch;
 
-use swarm_queue_client::cli::{print_json, EXIT_OK};
+use swarm_queue_client::cli::{print_json, shutdown_signal, EXIT_OK};
 
-use super::support::{shutdown_signal, CONNECT_WAIT};
+use super::support::CONNECT_WAIT;
 use crate::config::Config;
 use crate::evaluate::Link;
 use crate::fleet::Fleet;

@@ -8,8 +8,7 @@ use std::time::Duration;
 use swarm_queue_client::HiveName;
 use time::OffsetDateTime;
 
-use crate::age::human_age;
-use crate::age::unix_ms;
+use crate::age::{human_age, unix_ms};
 use crate::declare::{self, HivePlan, Stored as WantedStored};
 use crate::fleet::Fleet;
 use crate::rollout::drive::{drive, Deps, DriveError, Ended};
@@ -41,8 +40,6 @@ pub enum VerbError {
     #[error("another controller changed the rollout first; not advancing it: {0}")]
     LostRace(String),
 }
-
-pub use crate::audit::instance_id;
 
 /// `declare --rollout`: record a new rollout of the changed hives of
 /// `plans`, then drive it.

@@ -3,10 +3,10 @@
 //! It is written in the transaction that queues those jobs, so it is as
 //! durable as they are, with no commit of its own; a declaration that needs
 //! no job is recorded in a transaction of its own (`enqueue_all` with no
-//! request), so a copy older than it is not used either. The wanted task saves
-//! `wanted.json` only after it has handed a declaration to the converger
-//! (the save is not on the path to a queued job), so a crash can leave the
-//! saved copy older than the jobs; at start a saved copy older than this
+//! request), so a copy older than it is not used either. `wanted.json` is
+//! saved only after the converger has planned a declaration (the save is
+//! not on the path to a queued job), so a crash can leave the saved copy
+//! older than the jobs; at start a saved copy older than this
 //! record is not used ([`AppliedRevision::is_newer_than`]), and the hive
 //! waits for the swarm's declaration instead of acting on an old one.
 

@@ -1,5 +1,5 @@
 //! A tool, not a test: makes `tests/data/upgrade-prev/`, the state that
-//! `tests/tests/upgrade_state.rs` upgrades over, with a previous release's
+//! `tests/tests/e2e/upgrade_state.rs` upgrades over, with a previous release's
 //! `hive` binary. Build that release's hive (for example in a git worktree
 //! of its commit, `cargo build -p hive --bin hive`), then, with nats-server
 //! and dockerd at hand:

@@ -1,4 +1,4 @@
-//! The previous release's state that `tests/tests/upgrade_state.rs`
+//! The previous release's state that `tests/tests/e2e/upgrade_state.rs`
 //! upgrades over (`tests/data/upgrade-prev/`), and what both that test and
 //! the tool that made the data (`examples/capture_upgrade_state.rs`) need
 //! to agree on: the hive's name, the image, the declaration.

@@ -36,7 +36,7 @@ impl UnsafeSetting {
 /// checked by the controller at startup and by `nats-config --check`).
 ///
 /// What each rule prevents, on nats-server 2.15 (shown by
-/// `tests/tests/isolation_bus.rs`):
+/// `tests/tests/e2e/isolation_bus.rs`):
 /// - `allow_rollup_hdrs` on the status bucket: a hive's put of its own key
 ///   with `Nats-Rollup: all` purges every other key of the stream.
 /// - `allow_msg_schedules`: `Nats-Schedule-Target` makes the server write

@@ -8,9 +8,7 @@
 //! substituted strings. `declare --dry-run --json` names each value's
 //! source and line. No hive runs: the declaration is what is tested.
 
-mod controller_support;
-
-use controller_support::{run_controller, Env};
+use crate::controller_support::{run_controller, Env};
 use hyperhive_tests::foreign;
 use serde_json::json;
 

@@ -7,9 +7,7 @@
 //! `hive` process, a real `swarm-controller serve`, and headless Chromium
 //! resolving the attacker's name to 127.0.0.1.
 
-mod controller_support;
-
-use controller_support::*;
+use crate::controller_support::*;
 use hyperhive_tests::browser::Page;
 use hyperhive_tests::hive::{HiveProc, HiveSpec};
 use hyperhive_tests::unique_name;

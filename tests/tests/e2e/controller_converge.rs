@@ -21,11 +21,9 @@
 //! hive queues the job and answers with its id (or its own refusal), and
 //! opens the sealed credential and writes it under its state dir.
 
-mod controller_support;
-
 use std::os::unix::fs::PermissionsExt;
 
-use controller_support::*;
+use crate::controller_support::*;
 use hyperhive_tests::docker::{docker, ContainerGuard, TestImage};
 use hyperhive_tests::hive::{HiveProc, HiveSpec};
 use hyperhive_tests::jobs::node;

@@ -16,9 +16,7 @@
 //! next boot, and a credentials bucket deleted and made again (the key
 //! missing) keeps the file, on a notice and at boot.
 
-mod controller_support;
-
-use controller_support::*;
+use crate::controller_support::*;
 use hyperhive_tests::docker::{docker, ContainerGuard, TestImage};
 use hyperhive_tests::hive::HiveProc;
 use hyperhive_tests::jobs::JobApi;

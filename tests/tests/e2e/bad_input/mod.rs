@@ -27,7 +27,7 @@
 //! `/health/ready`), and through the hive's tasks run in-process, where the
 //! warnings and logs can be read one case at a time.
 //!
-//! One test binary, a module per boundary: `decoders`, `configs`,
+//! A module per boundary: `decoders`, `configs`,
 //! `credential_verbs`, `in_process` (the server's limits and the hive's
 //! tasks run in-process),
 //! `running_hive`, `hostile_builds`, `local_contexts` and

@@ -4,9 +4,7 @@
 //! revision's again; a dry run publishes nothing; a revision the bucket no
 //! longer keeps is a clear error.
 
-mod controller_support;
-
-use controller_support::*;
+use crate::controller_support::*;
 use hyperhive_tests::docker::{docker, ContainerGuard, TestImage};
 use hyperhive_tests::hive::{HiveProc, HiveSpec};
 use hyperhive_tests::kv::{container, containers_of};

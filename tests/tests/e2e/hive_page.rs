@@ -24,11 +24,9 @@
 //!
 //! Needs `chromium` (apt-get install -y chromium); fails loudly without it.
 
-mod controller_support;
-
 use std::time::Duration;
 
-use controller_support::Env;
+use crate::controller_support::Env;
 use hyperhive_tests::browser::Page;
 use hyperhive_tests::process::{serve_controller, TALKER};
 use hyperhive_tests::secured::SecuredHive;

@@ -20,10 +20,6 @@ const T: Duration = Duration::from_secs(60);
 /// `cargo bench --bench logs` measures it against `docker logs --follow`.
 const FOLLOW_WITHIN: Duration = Duration::from_secs(10);
 
-/// The firehose test keeps both cores busy: the follow test, which prints
-/// a latency, does not run beside it.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 async fn setup(test: &str, extra: &str) -> Setup {
     Setup::start(test, extra).await
 }
@@ -54,7 +50,7 @@ async fn logs(s: &Setup, args: &[&str]) -> (i32, String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn follow_shows_each_printed_line_as_it_comes() {
-    let _alone = ONE_AT_A_TIME.lock().await;
+    let _alone = crate::alone().await;
     let s = setup("logs-follow", "").await;
     // The agent prints what the test drops into its state dir.
     deploy(&s, "talker", TALKER).await;
@@ -99,6 +95,7 @@ async fn follow_shows_each_printed_line_as_it_comes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn previous_shows_the_crashed_run_and_then_the_replaced_container() {
+    let _alone = crate::alone().await;
     let s = setup("logs-prev", "").await;
     let script = "n=$(cat /state/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /state/n; \
                   echo \"run $n starting\"; \
@@ -164,7 +161,7 @@ fn open_fds(pid: u32) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_that_stops_reading_costs_the_hive_no_memory_and_one_that_leaves_is_let_go() {
-    let _alone = ONE_AT_A_TIME.lock().await;
+    let _alone = crate::alone().await;
     let s = setup(
         "logs-slow",
         "container_log_max_mb = 200\ncontainer_log_files = 1",
@@ -254,6 +251,7 @@ async fn released_ms(s: &Setup, agent: &str, before: usize) -> u128 {
 /// every 2 s is there for a close it does not see).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follow_of_a_quiet_agent_is_let_go_within_seconds_of_its_reader_leaving() {
+    let _alone = crate::alone().await;
     let s = setup("logs-quiet", "").await;
     deploy(&s, "quiet", "echo one line; exec sleep 3600").await;
     let pid = s.hive.daemon.pid().expect("the hive runs");

@@ -4,10 +4,8 @@
 //! a real hive's xkey; the secret is nowhere in the bucket) and
 //! `knowledge-changed`; and `--log-json` on both command lines.
 
-mod controller_support;
-
+use crate::controller_support::*;
 use bytes::Bytes;
-use controller_support::*;
 use futures_util::StreamExt;
 use hyperhive_tests::hive::{HiveProc, HiveSpec};
 use swarm_queue_client::credentials::{open, CredentialEnvelope, XKey};

@@ -4,14 +4,11 @@
 //! not cover), the webhook's own listener, the cap on event streams, and
 //! two controllers at once.
 //!
-//! One test binary, a module per concern: `api` (the JSON API and the
+//! A module per concern: `api` (the JSON API and the
 //! event stream), `webhook` (signatures, and what a cross-origin page can
 //! send), `hardening` (replays, unsigned headers, the webhook listener, the
 //! event-stream cap), `controllers` (two at once, and following across a
 //! server restart).
-
-#[path = "../controller_support/mod.rs"]
-mod controller_support;
 
 mod api;
 mod controllers;
@@ -21,8 +18,8 @@ mod webhook;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
+use crate::controller_support::*;
 use bytes::Bytes;
-use controller_support::*;
 use futures_util::StreamExt;
 use hyperhive_tests::sse::EventStream;
 use hyperhive_tests::wait_until;

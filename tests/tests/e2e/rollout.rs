@@ -19,10 +19,8 @@
 //!   never failed) and completes the rest; `rollout resume` writes it after
 //!   `maintenance off`, and another after its 3 s hold expired by itself.
 
-mod controller_support;
-
-use controller_support::six::{version, Six, T, WAVES};
-use controller_support::Run;
+use crate::controller_support::six::{version, Six, T, WAVES};
+use crate::controller_support::Run;
 use hyperhive_tests::docker::{docker, ImageGuard};
 use hyperhive_tests::kv::container;
 use hyperhive_tests::{unique_name, wait_until};
@@ -153,7 +151,7 @@ async fn a_bad_image_halts_after_wave_one_abort_restores_and_resume_completes() 
     let s = six.run(&["status", "--json"]).await;
     assert_eq!(s.json()["rollout"]["outcome"], "halted", "{s:?}");
     // And the dashboard's API (the page shows its `line`).
-    let (_serve, url) = controller_support::serve_with(
+    let (_serve, url) = crate::controller_support::serve_with(
         &six.swarm.controller_config,
         &six.dir.path().join("serve.log"),
     )
@@ -399,7 +397,7 @@ async fn a_hive_in_maintenance_is_skipped_and_resume_writes_it_after_off_and_aft
     assert!(row["attention"].is_null(), "{row:#}");
     assert_eq!(row["maintenance"]["reason"], "kernel update", "{row:#}");
     assert_ne!(row["convergence"], "converged", "{row:#}");
-    let (_serve, url) = controller_support::serve_with(
+    let (_serve, url) = crate::controller_support::serve_with(
         &six.swarm.controller_config,
         &six.dir.path().join("serve.log"),
     )

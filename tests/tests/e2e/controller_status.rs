@@ -2,11 +2,9 @@
 //! (with real `hive` processes where a hive can produce it), every
 //! convergence state, `--watch`, and the config checks.
 
-mod controller_support;
-
 use std::time::Duration;
 
-use controller_support::*;
+use crate::controller_support::*;
 use hyperhive_tests::hive::{HiveProc, HiveSpec};
 use swarm_queue_client::{AgentStatus, HiveState, Observed};
 

@@ -15,9 +15,7 @@
 //!
 //! Needs `chromium` (apt-get install -y chromium); fails loudly without it.
 
-mod controller_support;
-
-use controller_support::*;
+use crate::controller_support::*;
 use futures_util::StreamExt;
 use hyperhive_tests::browser::Page;
 use hyperhive_tests::hive::{HiveProc, HiveSpec};

@@ -25,9 +25,7 @@
 //!
 //! Needs `chromium` (apt-get install -y chromium); fails loudly without it.
 
-mod controller_support;
-
-use controller_support::six::{Six, WAVES};
+use crate::controller_support::six::{Six, WAVES};
 use hyperhive_tests::browser::Page;
 use hyperhive_tests::hive::HiveProc;
 use hyperhive_tests::{unique_name, wait_until};
@@ -52,7 +50,7 @@ async fn the_page_follows_a_rollout_wave_by_wave_to_its_halt_and_abort() {
     let all: Vec<usize> = (0..6).collect();
     six.declare_converged(&six.file("v1.toml", &image, "1", WAVES), &all)
         .await;
-    let (_serve, base) = controller_support::serve_with(
+    let (_serve, base) = crate::controller_support::serve_with(
         &six.swarm.controller_config,
         &six.dir.path().join("serve.log"),
     )

@@ -36,11 +36,6 @@ const T: Duration = Duration::from_secs(60);
 /// `cargo bench --bench logs` measures it against `docker logs --follow`.
 const FOLLOW_WITHIN: Duration = Duration::from_secs(10);
 
-/// The firehose test keeps both cores busy, and the identity test starts
-/// python and containers: the follow test, which prints a
-/// latency, runs beside neither.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 /// A secured hive, and `swarm-controller logs` against it.
 struct Setup(SecuredHive);
 
@@ -90,7 +85,7 @@ impl Setup {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn follow_over_nats_shows_each_printed_line_and_previous_the_crash() {
-    let _alone = ONE_AT_A_TIME.lock().await;
+    let _alone = crate::alone().await;
     let s = Setup::start("lognats-follow", "").await;
     s.deploy("talker", TALKER).await;
     let mut child = s
@@ -159,7 +154,7 @@ fn rss_kib(pid: u32) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_reader_holds_the_hive_to_one_window_and_a_silent_one_is_let_go() {
-    let _alone = ONE_AT_A_TIME.lock().await;
+    let _alone = crate::alone().await;
     let s = Setup::start(
         "lognats-slow",
         "container_log_max_mb = 200\ncontainer_log_files = 1",
@@ -280,7 +275,7 @@ fn probe(s: &Setup, seed: &std::path::Path, inbox: &str, agent: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_controller_may_ask_and_a_hive_answers_for_its_own_agents_only() {
-    let _alone = ONE_AT_A_TIME.lock().await;
+    let _alone = crate::alone().await;
     let s = Setup::start("lognats-who", "").await;
     let marker = unique_name("said");
     s.deploy("talker", &format!("echo {marker}; exec sleep 3600"))

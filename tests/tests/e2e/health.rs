@@ -5,9 +5,7 @@
 //! hive and at the controller, naming the agent), and healthy ones let the
 //! revision converge.
 
-mod controller_support;
-
-use controller_support::*;
+use crate::controller_support::*;
 use hyperhive_tests::docker::{docker, remove_image, ContainerGuard, TestImage};
 use hyperhive_tests::hive::{HiveProc, HiveSpec};
 use hyperhive_tests::unique_name;

@@ -15,13 +15,11 @@
 //! stay in the bucket: once the links are gone, a notice delivers each, and
 //! each good delivery takes its agent out of the warning.
 
-mod controller_support;
-
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use controller_support::*;
+use crate::controller_support::*;
 use hyperhive_tests::docker::{ContainerGuard, TestImage};
 use hyperhive_tests::{unique_name, wait_until};
 use swarm_queue_client::subjects::{credential_key, HiveSubjects};

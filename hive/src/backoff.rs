@@ -1,7 +1,7 @@
 //! The one doubling backoff every retry loop of the hive uses: a node's
-//! transient failure ([`crate::jobs::RetryPolicy`]), an agent that keeps
-//! failing ([`crate::retry`]), a task the supervisor restarts, a failing
-//! reconcile round, and the NATS sessions of the wanted and credentials
+//! transient failure ([`crate::agents::jobs::RetryPolicy`]), an agent that
+//! keeps failing ([`crate::agents::retry`]), a task the supervisor restarts, a
+//! failing reconcile round, and the NATS sessions of the wanted and credentials
 //! tasks.
 //!
 //! Hand-written rather than a crate (`backoff`, `backon`): each caller

@@ -66,7 +66,7 @@ enum Command {
     /// Show this hive's readiness, as published (exit 1 when not ready).
     Status,
     #[command(flatten)]
-    Ops(crate::ops::Command),
+    Ops(crate::local::ops::Command),
 }
 
 #[derive(clap::Args, Debug)]
@@ -137,7 +137,7 @@ pub fn main() -> i32 {
             return EXIT_FAILURE;
         }
     };
-    let api = crate::client::ApiClient::new(crate::client::Endpoint::parse(&cli.api));
+    let api = crate::local::client::ApiClient::new(crate::local::client::Endpoint::parse(&cli.api));
     let api = match &cli.api_token_file {
         None => api,
         Some(path) => match api.with_token_file(path) {
@@ -167,7 +167,7 @@ pub fn main() -> i32 {
             runtime.block_on(run_until_signal(config))
         }
         Command::Status => runtime.block_on(status(&api, cli.json)),
-        Command::Ops(cmd) => runtime.block_on(crate::ops::run(cmd, api, cli.json)),
+        Command::Ops(cmd) => runtime.block_on(crate::local::ops::run(cmd, api, cli.json)),
     }
 }
 
@@ -187,7 +187,7 @@ async fn run_until_signal(config: config::HiveConfig) -> i32 {
     }
 }
 
-async fn status(api: &crate::client::ApiClient, json: bool) -> i32 {
+async fn status(api: &crate::local::client::ApiClient, json: bool) -> i32 {
     let answer = match api.get("/health/ready").await {
         Ok(a) => a,
         Err(e) => {

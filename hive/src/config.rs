@@ -12,13 +12,14 @@ use std::time::Duration;
 use serde::Deserialize;
 use swarm_queue_client::{HiveName, NatsConfig};
 
-pub use crate::runtime::{
+use crate::agents::runtime::admit::HostPolicy;
+
+pub use crate::agents::runtime::{
     DEFAULT_BUILD_CONTEXT_MAX_BYTES, DEFAULT_CONTAINER_LOG_FILES, DEFAULT_CONTAINER_LOG_MAX_MB,
     DEFAULT_CONTAINER_PIDS_LIMIT,
 };
 
 mod host;
-pub use host::HostPolicy;
 
 pub const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:7390";
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/hyperhive";
@@ -105,8 +106,8 @@ pub struct HiveConfig {
     /// backoff (0: neither); see [`swarm_queue_client::jitter`].
     pub jitter_percent: u8,
     /// When an agent that exits is started again, and how long it must
-    /// run to count as up (see [`crate::crashloop`]).
-    pub crash: crate::crashloop::CrashPolicy,
+    /// run to count as up (see [`crate::agents::crashloop`]).
+    pub crash: crate::agents::crashloop::CrashPolicy,
     pub trusted_controller_xkeys: Vec<String>,
     pub xkey_seed_file: PathBuf,
     pub knowledge_repo: Option<String>,
@@ -126,11 +127,11 @@ pub struct HiveConfig {
     pub build_context_max_bytes: u64,
     /// Docker's pids limit and log cap on every container the hive
     /// creates.
-    pub container_limits: crate::runtime::HostLimits,
+    pub container_limits: crate::agents::runtime::HostLimits,
     /// What agents' ports and host-path volumes may use ([`HostPolicy`]).
     pub host: HostPolicy,
     /// A Docker `config.json` whose logins go with pulls; re-read when it
-    /// changes (see [`crate::registry_auth`]).
+    /// changes (see [`crate::agents::runtime::registry_auth`]).
     pub registry_auth_file: Option<PathBuf>,
     pub nats: NatsConfig,
 }
@@ -420,9 +421,9 @@ const ORPHAN_GRACE: Interval = Interval {
 /// `agent_retry_base_secs`.
 const AGENT_RETRY_BASE: Interval = Interval {
     field: "agent_retry_base_secs",
-    default: crate::retry::DEFAULT_BASE.as_secs(),
+    default: crate::agents::retry::DEFAULT_BASE.as_secs(),
     min: 1,
-    max: crate::retry::MAX_DELAY.as_secs(),
+    max: crate::agents::retry::MAX_DELAY.as_secs(),
 };
 
 /// The longest first crash-loop delay: an hour.
@@ -432,26 +433,26 @@ pub const MAX_CRASH_MAX_SECS: u64 = 86_400;
 
 const CRASH_FIRST: Interval = Interval {
     field: "crash_backoff_first_secs",
-    default: crate::crashloop::DEFAULT_FIRST.as_secs(),
+    default: crate::agents::crashloop::DEFAULT_FIRST.as_secs(),
     min: 1,
     max: MAX_CRASH_FIRST_SECS,
 };
 const CRASH_MAX: Interval = Interval {
     field: "crash_backoff_max_secs",
-    default: crate::crashloop::DEFAULT_MAX.as_secs(),
+    default: crate::agents::crashloop::DEFAULT_MAX.as_secs(),
     min: 1,
     max: MAX_CRASH_MAX_SECS,
 };
 const CRASH_RESET: Interval = Interval {
     field: "crash_backoff_reset_secs",
-    default: crate::crashloop::DEFAULT_RESET_AFTER.as_secs(),
+    default: crate::agents::crashloop::DEFAULT_RESET_AFTER.as_secs(),
     min: 1,
     max: MAX_CRASH_MAX_SECS,
 };
 /// The same bound as an agent's own `min_running_secs` in a declaration.
 const MIN_RUNNING: Interval = Interval {
     field: "min_running_secs",
-    default: crate::crashloop::DEFAULT_MIN_RUNNING.as_secs(),
+    default: crate::agents::crashloop::DEFAULT_MIN_RUNNING.as_secs(),
     min: 0,
     max: swarm_queue_client::limits::MAX_MIN_RUNNING_SECS,
 };
@@ -461,7 +462,7 @@ const MIN_RUNNING: Interval = Interval {
 fn agent_backoffs(
     file: &FileConfig,
     problems: &mut Vec<String>,
-) -> (Duration, crate::crashloop::CrashPolicy) {
+) -> (Duration, crate::agents::crashloop::CrashPolicy) {
     let retry_base = AGENT_RETRY_BASE.read(file.agent_retry_base_secs, problems);
     let first = CRASH_FIRST.read(file.crash_backoff_first_secs, problems);
     let max = CRASH_MAX.read(file.crash_backoff_max_secs, problems);
@@ -472,7 +473,7 @@ fn agent_backoffs(
             max.as_secs()
         ));
     }
-    let crash = crate::crashloop::CrashPolicy {
+    let crash = crate::agents::crashloop::CrashPolicy {
         first,
         max,
         reset_after: CRASH_RESET.read(file.crash_backoff_reset_secs, problems),
@@ -483,7 +484,10 @@ fn agent_backoffs(
 
 /// `container_pids_limit`, `container_log_max_mb` and
 /// `container_log_files`, each within its range.
-fn container_limits(file: &FileConfig, problems: &mut Vec<String>) -> crate::runtime::HostLimits {
+fn container_limits(
+    file: &FileConfig,
+    problems: &mut Vec<String>,
+) -> crate::agents::runtime::HostLimits {
     let mut within = |field: &str,
                       value: Option<u64>,
                       default: u64,
@@ -499,7 +503,7 @@ fn container_limits(file: &FileConfig, problems: &mut Vec<String>) -> crate::run
         }
         v.clamp(min, max)
     };
-    crate::runtime::HostLimits {
+    crate::agents::runtime::HostLimits {
         // Clamped to at most 65,536: it fits.
         pids: within(
             "container_pids_limit",
@@ -705,7 +709,10 @@ mod tests {
             ("publish_interval_secs", MAX_PUBLISH_INTERVAL_SECS),
             ("reconcile_interval_secs", MAX_RECONCILE_INTERVAL_SECS),
             ("orphan_grace_secs", MAX_ORPHAN_GRACE_SECS),
-            ("agent_retry_base_secs", crate::retry::MAX_DELAY.as_secs()),
+            (
+                "agent_retry_base_secs",
+                crate::agents::retry::MAX_DELAY.as_secs(),
+            ),
             ("crash_backoff_max_secs", MAX_CRASH_MAX_SECS),
             ("crash_backoff_reset_secs", MAX_CRASH_MAX_SECS),
             (

@@ -9,11 +9,13 @@
 //! 2. [`connect_nats`]: the one NATS connection, or the warning saying why
 //!    there is none.
 //! 3. [`start_container_side`] (with a hive name): the job worker, the
-//!    converger and the Docker event task. They need no NATS: the converger starts from the
-//!    declaration saved in `wanted.json`.
+//!    converger and the Docker event task, from [`crate::agents`]. They
+//!    need no NATS: the converger starts from the declaration saved in
+//!    `wanted.json`.
 //! 4. [`start_nats_side`] (with a name and NATS): publisher, wanted,
-//!    credentials, event listener, log server.
-//! 5. [`start_local_side`]: knowledge, the HTTP server, the watchdog.
+//!    credentials, event listener, log server, from [`crate::bus`].
+//! 5. [`start_local_side`]: knowledge, the HTTP server, the watchdog, from
+//!    [`crate::local`].
 //! 6. [`wait_and_drain`].
 //!
 //! Without a NATS URL or without a hive name the hive still runs locally and
@@ -30,18 +32,19 @@ use swarm_queue_client::http_host::HostRule;
 use swarm_queue_client::{Bucket, Connection, HiveName, Level};
 use tokio::sync::Notify;
 
+use crate::agents::declared::{PlannedTx, WantedRx, WantedTx};
+use crate::agents::jobs::JobStore;
+use crate::agents::runtime::DockerRuntime;
+use crate::agents::worker::WorkerConfig;
+use crate::agents::{converger, docker_events, worker};
+use crate::bus::deploy::Deployer;
+use crate::bus::{credentials, events, publisher, wanted, xkey};
 use crate::config::HiveConfig;
-use crate::deploy::Deployer;
-use crate::jobs::JobStore;
+use crate::local::{access, api, http, knowledge, systemd};
 use crate::readiness::{keys, Health};
-use crate::runtime::DockerRuntime;
 use crate::shutdown::Shutdown;
 use crate::supervisor::{Role, Supervisor};
-use crate::wanted::{PlannedTx, WantedRx, WantedTx};
-use crate::{
-    agent_logs, api, converger, credentials, docker_events, events, fleet_events, http, knowledge,
-    publisher, systemd, wanted, worker, xkey,
-};
+use crate::{bus, fleet_events};
 
 /// File under the state dir holding the HTTP listener's bound address.
 pub const API_ADDR_FILE: &str = "api.addr";
@@ -60,9 +63,9 @@ pub enum DaemonError {
     #[error(transparent)]
     XKey(#[from] xkey::XKeyError),
     #[error(transparent)]
-    Jobs(#[from] crate::jobs::StoreError),
+    Jobs(#[from] crate::agents::jobs::StoreError),
     #[error(transparent)]
-    Socket(#[from] crate::access::SocketError),
+    Socket(#[from] access::SocketError),
     #[error("cannot listen on {addr} for health and metrics")]
     Listen {
         addr: std::net::SocketAddr,
@@ -93,7 +96,7 @@ pub async fn run(config: HiveConfig, shutdown: Shutdown) -> Result<(), DaemonErr
     }
     let health_routes = http::health_router(state.health.clone());
     let (tcp_routes, socket_routes) =
-        crate::access::routers(health_routes, api_routes, config.api_token.clone());
+        access::routers(health_routes, api_routes, config.api_token.clone());
     let tcp_routes = http::guard_host(
         tcp_routes,
         HostRule::for_this_machine(config.http_allowed_hosts.clone()),
@@ -103,7 +106,7 @@ pub async fn run(config: HiveConfig, shutdown: Shutdown) -> Result<(), DaemonErr
     tasks.spawn("api_socket", Role::Auxiliary, move |shutdown| {
         let socket = socket.try_clone();
         let router = socket_routes.clone();
-        async move { crate::access::serve_socket(socket?, router, shutdown).await }
+        async move { access::serve_socket(socket?, router, shutdown).await }
     });
     systemd::notify_ready();
     tracing::info!(
@@ -156,8 +159,7 @@ async fn open_state(config: &HiveConfig) -> Result<State, DaemonError> {
         .map_err(listen_error)?;
     let addr = listener.local_addr().unwrap_or(config.http_listen);
     tracing::info!(%addr, remote_writes = config.api_token.is_some(), "HTTP listening (/health/ready, /health/live, /metrics)");
-    let socket =
-        crate::access::bind_socket(&config.api_socket, config.api_socket_group.as_deref())?;
+    let socket = access::bind_socket(&config.api_socket, config.api_socket_group.as_deref())?;
     tracing::info!(path = %config.api_socket.display(), group = config.api_socket_group.as_deref().unwrap_or("(the daemon's)"), "operator API listening on its Unix socket (mode 0660)");
     // Written so that tools (and tests) using `http_listen = "127.0.0.1:0"`
     // can find the port the kernel chose.
@@ -278,7 +280,7 @@ fn start_container_side(
         event_queue,
     };
     let extra_binds = match &config.knowledge_repo {
-        Some(_) => vec![crate::runtime::Bind {
+        Some(_) => vec![crate::agents::runtime::Bind {
             host: config.knowledge_dir(),
             container: swarm_queue_client::containers::KNOWLEDGE_MOUNT.to_string(),
             read_only: true,
@@ -293,7 +295,7 @@ fn start_container_side(
             state.health.clone(),
         );
         let events = side.events.clone();
-        let config = worker::WorkerConfig::for_hive(config);
+        let config = worker_config(config);
         move || worker::WorkerDeps {
             store: store.clone(),
             runtime: runtime.clone(),
@@ -312,6 +314,18 @@ fn start_container_side(
     start_converger(config, state, &side, tasks);
     start_docker_events(config, state, &side, tasks);
     side
+}
+
+/// What the daemon's worker runs with: the defaults, the hive config's
+/// build roots, container limits and host policy, and the test hooks.
+fn worker_config(config: &HiveConfig) -> WorkerConfig {
+    WorkerConfig {
+        build_roots: config.build_roots.clone(),
+        container_limits: config.container_limits,
+        host: config.host.clone(),
+        ..WorkerConfig::default()
+    }
+    .with_test_hooks()
 }
 
 /// The converger, which turns declarations into jobs (see `converger`).
@@ -364,7 +378,7 @@ fn docker_runtime(config: &HiveConfig, hive: &HiveName) -> DockerRuntime {
         .with_context_max_bytes(config.build_context_max_bytes);
     match &config.registry_auth_file {
         Some(path) => {
-            let auth = crate::registry_auth::RegistryAuth::new(path.clone());
+            let auth = crate::agents::runtime::registry_auth::RegistryAuth::new(path.clone());
             runtime.with_registry_auth(Arc::new(auth))
         }
         None => runtime,
@@ -486,14 +500,14 @@ fn start_log_server(
     conn: &Connection,
     tasks: &mut Supervisor,
 ) {
-    let logs = agent_logs::serve::LogServerDeps {
+    let logs = bus::logs::LogServerDeps {
         client: conn.client.clone(),
         hive: side.hive.clone(),
         runtime: side.runtime.clone(),
         state_dir: config.state_dir.clone(),
     };
     tasks.spawn("logs", Role::Auxiliary, move |shutdown| {
-        agent_logs::serve::run(logs.clone(), shutdown)
+        bus::logs::run(logs.clone(), shutdown)
     });
     let (client, queue) = (conn.client.clone(), side.event_queue.clone());
     tasks.spawn("fleet_events", Role::Auxiliary, move |shutdown| {

@@ -1,6 +1,6 @@
 //! The one way the hive runs git: for the knowledge checkout
-//! ([`crate::knowledge`]) and for build contexts from a repository
-//! ([`crate::runtime::context`]). No prompt for credentials (a job or a
+//! ([`crate::local::knowledge`]) and for build contexts from a repository
+//! ([`crate::agents::runtime::context`]). No prompt for credentials (a job or a
 //! pull must never hang on a terminal), killed when the caller gives up or
 //! the timeout passes, and stdout trimmed. A URL's userinfo (a token) never
 //! reaches an error: the arguments and git's own message are redacted

@@ -1,90 +1,60 @@
 //! # hive: the hyperhive daemon for one host
 //!
 //! Keeps this host's containerised agents running, reports to the swarm, and
-//! converges on what the swarm declares. Parts, and what each owns:
+//! converges on what the swarm declares. The daemon has three sides, each a
+//! module named after the step of [`daemon`] that starts it:
 //!
+//! - [`agents`], the container side (`start_container_side`): the job
+//!   store, the Docker runtime, the worker, the converger, Docker's events;
+//!   it runs with no NATS.
+//! - [`bus`], the NATS side (`start_nats_side`): the wanted and credential
+//!   keys, the status publisher, the event listener, the log stream.
+//! - [`local`], the local side (`start_local_side`): the operator API and
+//!   its client, the loopback HTTP server, systemd, the knowledge checkout.
+//!
+//! Imports run one way: the frame ([`cli`], [`daemon`]) uses the sides;
+//! `bus` and `local` use `agents`, which uses no other side; [`config`],
+//! which holds the container side's settings too, uses `agents` and is
+//! used by the frame and `local`; every other module at the root is a
+//! shared leaf that uses no side. The root:
+//!
+//! - [`cli`]: the command line; [`daemon`]: `hive run`, which wires the
+//!   tasks and drains on shutdown.
 //! - [`config`]: the TOML file, environment and flags; `--check-config`.
-//! - [`readiness`]: the one computation of "is this hive OK" (`Readiness`),
-//!   and the metrics from the same snapshot.
-//! - [`publisher`]: task that puts the `Readiness` in `hyperhive-status`.
-//! - [`wanted`], [`credentials`]: this hive's keys, read by direct get on a
-//!   core-NATS doorbell (no JetStream consumer); [`revision`]: the rule for
-//!   a revision that went back (a bucket made again).
-//! - [`http`]: loopback `/health/ready`, `/health/live`, `/metrics`;
-//!   [`perf`]: counters of where the hive's own time goes, in `/metrics`.
-//! - [`access`]: who may reach the operator API ([`api`]): its Unix socket
-//!   (0660, group `hyperhive`), and the guarded TCP remote writes;
-//!   [`client`] speaks to either.
-//! - [`cli`]: the command line; [`ops`]: its operator verbs, a client of
-//!   the API; [`agent_logs`]: an agent's output, for the API and NATS.
-//! - [`events`]: the listener for the hive's NATS subjects (deploy,
-//!   credential, knowledge); [`knowledge`]: the knowledge checkout;
-//!   [`fleet_events`]: the hive's agents' lifecycle into `hyperhive-events`.
-//! - [`daemon`]: `hive run`, which wires the tasks and drains on shutdown;
+//! - [`readiness`]: the one computation of "is this hive OK"
+//!   (`Readiness`), and the metrics from the same snapshot;
 //!   [`supervisor`]: restarts a task that dies and names it in readiness
-//!   meanwhile; [`deploy`]: the deploy subject's handler.
-//! - [`jobs`]: the durable job DAG in SQLite (power intent, installed
-//!   agents, cleanup journal); [`runtime`]: the Docker runtime behind a
-//!   narrow trait; [`registry_auth`]: the registry logins pulls send;
-//!   [`images`]: the images the hive made or pulled, and their cleanup;
-//!   [`worker`]: the task that runs the jobs' nodes.
-//! - [`plan`] decides and [`converger`] does: declaration, Docker and
-//!   job store compared every round, Docker's containers grouped and
-//!   cleaned by [`observe`]; [`retry`]: the per-agent backoff;
+//!   meanwhile.
+//! - [`fleet_events`]: the hive's agents' lifecycle into `hyperhive-events`,
+//!   queued by the container side, published by the NATS side.
+//! - [`perf`]: counters of where the hive's own time goes, in `/metrics`;
 //!   [`backoff`]: the one doubling delay every retry loop uses;
-//!   [`crashloop`]: when an agent that exited starts again, and when it
-//!   counts as up; [`docker_events`]: Docker's event stream, which marks
-//!   an agent for an immediate look and records how containers ended.
-//! - [`git`]: the one way git is run (knowledge, build contexts);
-//!   [`xkey`]: the hive's sealing key; [`nofollow`]: writes below an
-//!   agent's state dir that follow no link the agent planted;
-//!   [`systemd`]: sd_notify; [`shutdown`]: the signal every task takes;
 //!   [`clock`]: this host's clock in milliseconds, for what only the hive
-//!   reads;
+//!   reads.
+//! - [`git`]: the one way git is run (knowledge, build contexts);
+//!   [`nofollow`]: writes below an agent's state dir that follow no link
+//!   the agent planted; [`shutdown`]: the signal every task takes;
 //!   [`test_hooks`]: hooks that exist only with the `test-hooks` feature.
 //!
 //! Invariants: one NATS connection per process; nothing stamps its own time;
 //! the hive keeps running its agents when NATS or the controller is away.
 
-pub mod access;
-pub mod agent_logs;
-pub mod api;
+pub mod agents;
 pub mod backoff;
+pub mod bus;
 pub mod cli;
-pub mod client;
 pub mod clock;
 pub mod config;
-pub mod converger;
-pub mod crashloop;
-pub mod credentials;
 pub mod daemon;
-pub mod deploy;
-pub mod docker_events;
-pub mod events;
 pub mod fleet_events;
 pub mod git;
-pub mod http;
-pub mod images;
-pub mod jobs;
-pub mod knowledge;
+pub mod local;
 pub mod nofollow;
-pub mod observe;
-pub mod ops;
 pub mod perf;
-pub mod plan;
-pub mod publisher;
 pub mod readiness;
-pub mod registry_auth;
-pub mod retry;
-pub mod revision;
-pub mod runtime;
 pub mod shutdown;
 pub mod supervisor;
-pub mod systemd;
 pub mod test_hooks;
-pub mod wanted;
-pub mod worker;
-pub mod xkey;
 
 /// An error and every cause under it, outermost first, joined by ": ". A
 /// cause whose text an earlier part already contains is left out, so

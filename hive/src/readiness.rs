@@ -476,7 +476,7 @@ fn agents(inner: &Inner) -> BTreeMap<AgentName, AgentStatus> {
                 r.next_try_in_secs = left.as_secs() + u64::from(left.subsec_nanos() > 0);
             }
             if let (Some(e), Some(t)) = (status.exits.as_mut(), inner.exit_times.get(&name)) {
-                t.fill(e, crate::jobs::now_ms());
+                t.fill(e, crate::clock::now_ms());
             }
             (name, status)
         })
@@ -525,7 +525,7 @@ mod tests {
             [(agent.clone(), status)].into(),
             [(agent.clone(), due)].into(),
         );
-        let now = crate::jobs::now_ms();
+        let now = crate::clock::now_ms();
         h.set_exit_times(
             [(
                 agent.clone(),

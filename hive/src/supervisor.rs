@@ -13,7 +13,7 @@
 //! task is missing. An [`Role::Essential`] task's warning is at level
 //! `error` (the hive is not ready without it); an auxiliary task's is `warn`.
 //! The [`TaskBoard`] says whether every essential task runs; the systemd
-//! watchdog is fed only then (see [`crate::systemd`]).
+//! watchdog is fed only then (see [`crate::local::systemd`]).
 //!
 //! Invariants: a task is never restarted after shutdown was requested; a
 //! task's warning is cleared only by its own next start.

@@ -33,8 +33,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bollard::query_parameters::EventsOptions;
 use bollard::Docker;
 use futures_util::StreamExt;
-use hive::runtime::{AgentContainer, ContainerSpec};
-use hive::worker::WorkerConfig;
+use hive::agents::runtime::{AgentContainer, ContainerSpec};
+use hive::agents::worker::WorkerConfig;
 use hyperhive_tests::bare;
 use hyperhive_tests::docker::{ContainerGuard, TestImage};
 use hyperhive_tests::hive::{HiveProc, HiveSpec};
@@ -136,7 +136,7 @@ fn bare_specs(
                 image,
                 state_dir: &dir,
                 extra_binds: vec![],
-                limits: hive::runtime::HostLimits::default(),
+                limits: hive::agents::runtime::HostLimits::default(),
                 ports: vec![],
                 volume_binds: vec![],
             })

@@ -12,9 +12,9 @@
 //!    the end of each sample is the moment the job is durably queued. Each
 //!    put changes the agent's spec, so every one is a new revision to act
 //!    on. A tracing layer timestamps the hive's stage events
-//!    (`hive::converger::stages`), which split each sample into doorbell
-//!    delivery, direct get, decode, hand-off, look, plan, commit and wake
-//!    (`wanted.json` is saved once the converger has committed, off that
+//!    (`hive::agents::converger::stages`), which split each sample into
+//!    doorbell delivery, direct get, decode, hand-off, look, plan, commit and
+//!    wake (`wanted.json` is saved once the converger has committed, off that
 //!    path).
 //! 2. **the floor**, interleaved with (1) in the same run, each sample the
 //!    sum of three bare operations on the same server and disk: (a) a KV
@@ -32,15 +32,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use hive::converger::stages::TARGET_PREFIX;
-use hive::converger::{self, ConvergerDeps};
-use hive::jobs::{Durability, JobStore, Store};
-use hive::readiness::Health;
-use hive::runtime::objects::{ObjectInfo, ObjectKind, ObjectRuntime};
-use hive::runtime::{
+use hive::agents::converger::stages::TARGET_PREFIX;
+use hive::agents::converger::{self, ConvergerDeps};
+use hive::agents::jobs::{Durability, JobStore, Store};
+use hive::agents::runtime::objects::{ObjectInfo, ObjectKind, ObjectRuntime};
+use hive::agents::runtime::{
     BuildRequest, ContainerInfo, ContainerRuntime, ContainerSpec, ProgressFn, RuntimeError,
 };
-use hive::wanted::{self, WantedDeps};
+use hive::bus::wanted::{self, WantedDeps};
+use hive::readiness::Health;
 use hyperhive_tests::docker::{ContainerGuard, TestImage};
 use hyperhive_tests::hive::{HiveProc, HiveSpec};
 use hyperhive_tests::kv::Swarm;
@@ -51,7 +51,7 @@ use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::Layer;
 
 /// The hive's stage events in the order one declaration passes them
-/// (`hive::converger::stages`).
+/// (`hive::agents::converger::stages`).
 /// (`saved` is not one: `wanted.json` is written after the commit.)
 const STAGES: [&str; 7] = [
     "doorbell",
@@ -163,8 +163,8 @@ impl ContainerRuntime for NullRuntime {
     async fn logs(
         &self,
         _: &str,
-        _: &hive::runtime::logs::LogRequest,
-    ) -> Result<Option<hive::runtime::logs::LogStream>, RuntimeError> {
+        _: &hive::agents::runtime::logs::LogRequest,
+    ) -> Result<Option<hive::agents::runtime::logs::LogStream>, RuntimeError> {
         Ok(None)
     }
     async fn inspect(&self, _: &str) -> Result<Option<ContainerInfo>, RuntimeError> {
@@ -277,9 +277,9 @@ async fn main() {
             wanted: rx,
             reconcile_interval: Duration::from_secs(3600),
             orphan_grace: Duration::from_secs(3600),
-            retry_base: hive::retry::DEFAULT_BASE,
+            retry_base: hive::agents::retry::DEFAULT_BASE,
             docker_changed: Arc::default(),
-            crash: hive::crashloop::CrashPolicy::default(),
+            crash: hive::agents::crashloop::CrashPolicy::default(),
             planned,
         },
         shutdown.clone(),

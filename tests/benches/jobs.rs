@@ -20,11 +20,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
-use hive::jobs::{
+use hive::agents::jobs::{
     db_path, now_ms, DeployRequest, Durability, JobRequest, JobStore, Outcome, RetryPolicy, Store,
 };
-use hive::runtime::{AgentContainer, ContainerSpec, DockerRuntime};
-use hive::worker::{self, WorkerConfig, WorkerDeps};
+use hive::agents::runtime::{AgentContainer, ContainerSpec, DockerRuntime};
+use hive::agents::worker::{self, WorkerConfig, WorkerDeps};
 use hyperhive_tests::docker::{ContainerGuard, TestImage};
 use swarm_queue_client::{AgentName, AgentSpec, HiveName};
 use tokio::sync::Notify;
@@ -102,7 +102,7 @@ fn run_dag(nodes: usize, durability: Durability) -> DagRun {
     }
     let enqueue = start.elapsed();
     let queued: usize = store
-        .jobs(&hive::jobs::JobFilter {
+        .jobs(&hive::agents::jobs::JobFilter {
             all: true,
             agent: None,
         })
@@ -255,7 +255,7 @@ async fn first_deploy_vs_bollard(mode: &Mode) {
             image: &image.reference,
             state_dir: &state,
             extra_binds: vec![],
-            limits: hive::runtime::HostLimits::default(),
+            limits: hive::agents::runtime::HostLimits::default(),
             ports: vec![],
             volume_binds: vec![],
         });

@@ -11,7 +11,7 @@ use bollard::query_parameters::{
     CreateContainerOptions, RemoveContainerOptions, StopContainerOptions,
 };
 use bollard::Docker;
-use hive::runtime::ContainerSpec;
+use hive::agents::runtime::ContainerSpec;
 
 /// A client for long benchmark phases: bollard's default timeout would
 /// cut off an event stream that lasts longer than two minutes.
@@ -33,9 +33,9 @@ pub fn create_body(c: &ContainerSpec) -> ContainerCreateBody {
             memory: c.memory_bytes,
             nano_cpus: c.nano_cpus,
             init: Some(true),
-            security_opt: Some(vec![hive::runtime::NO_NEW_PRIVILEGES.to_string()]),
+            security_opt: Some(vec![hive::agents::runtime::NO_NEW_PRIVILEGES.to_string()]),
             pids_limit: Some(c.limits.pids),
-            log_config: Some(hive::runtime::log_config(&c.limits)),
+            log_config: Some(hive::agents::runtime::log_config(&c.limits)),
             ..Default::default()
         }),
         ..Default::default()

@@ -1,11 +1,11 @@
 //! A small client of a hive's operator API, for end-to-end tests: queue
 //! jobs, read them, wait for them to finish. It is the hive's own client
-//! ([`hive::client`]) on the hive's Unix socket, so a test sees exactly
+//! ([`hive::local::client`]) on the hive's Unix socket, so a test sees exactly
 //! what the operator CLI sees.
 
 use std::time::Duration;
 
-use hive::client::{ApiClient, Endpoint};
+use hive::local::client::{ApiClient, Endpoint};
 use serde_json::Value;
 
 /// The hive's operator API at `base`: its socket path (what `hive --api`

@@ -1,20 +1,12 @@
 //! What the hive lets its agents' specs ask of the host: the addresses a
 //! published port may bind (`port_addresses`) and the directories a
-//! host-path volume may mount (`volume_roots`).
+//! host-path volume may mount (`volume_roots`), read into the runtime's
+//! [`HostPolicy`].
 
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-/// The host policy, validated.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HostPolicy {
-    /// Addresses a port may bind; the first is where a port without an
-    /// address goes. Empty: loopback only
-    /// ([`crate::runtime::admit::DEFAULT_PORT_ADDRESS`]).
-    pub port_addresses: Vec<IpAddr>,
-    /// Directories a host-path volume may lie in; empty: none may.
-    pub volume_roots: Vec<PathBuf>,
-}
+use crate::agents::runtime::admit::HostPolicy;
 
 /// `port_addresses` (IP literals) and `volume_roots` (absolute paths), with
 /// a problem naming each bad value.

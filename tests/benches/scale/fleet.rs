@@ -1,7 +1,7 @@
 //! N simulated hives in this process.
 //!
-//! Each is the real status publisher (`hive::publisher::run`) and the real
-//! wanted task (`hive::wanted::run`: a core-NATS doorbell on its own key
+//! Each is the real status publisher (`hive::bus::publisher::run`) and the real
+//! wanted task (`hive::bus::wanted::run`: a core-NATS doorbell on its own key
 //! and direct gets, no JetStream consumer) on its own connection
 //! (`swarm_queue_client::connect`), with the hive's default 60 s publish
 //! interval. Instead of a converger and Docker, a recording step takes each
@@ -24,10 +24,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use hive::publisher::{self, PublisherDeps};
+use hive::bus::publisher::{self, PublisherDeps};
+use hive::bus::wanted::{self, WantedDeps};
 use hive::readiness::Health;
 use hive::shutdown::{Shutdown, ShutdownTrigger};
-use hive::wanted::{self, WantedDeps};
 use swarm_queue_client::{
     AgentName, AgentStatus, Bucket, BucketSettings, Declaration, HiveName, Jitter, NatsConfig,
     Observed, Power,

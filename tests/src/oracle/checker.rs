@@ -203,7 +203,7 @@ pub async fn docker_view(socket: &std::path::Path, hive: &str) -> DockerView {
         let started_ms = state
             .as_ref()
             .and_then(|s| s.started_at.as_deref())
-            .and_then(hive::runtime::docker_time_ms);
+            .and_then(hive::agents::runtime::docker_time_ms);
         facts.push(ContainerFact {
             agent: labels.get(LABEL_AGENT).cloned().unwrap_or_default(),
             running,

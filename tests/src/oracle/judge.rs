@@ -11,7 +11,7 @@
 //! **False `converged`.** The controller calls a hive converged on revision
 //! R from a status entry stamped `s`. That entry can only be as good as the
 //! hive's own look at Docker: the converger looks at least every
-//! `hive::converger::OBSERVE_EVERY` (5 s) and the publisher sends the
+//! `hive::agents::converger::OBSERVE_EVERY` (5 s) and the publisher sends the
 //! latest look every publish interval (1 s). Docker is sampled by the oracle
 //! every 250 ms, so a state that held between two samples can be missed by
 //! one period, and a sample itself takes up to another. The claim is false
@@ -43,7 +43,7 @@ pub const FRESH_SLACK: Duration = Duration::from_millis(250);
 /// How old the Docker evidence behind a converged claim may honestly be,
 /// before the claim's own status timestamp (see the module docs).
 pub const CONVERGED_GRACE: Duration = Duration::from_millis(
-    hive::converger::OBSERVE_EVERY.as_millis() as u64
+    hive::agents::converger::OBSERVE_EVERY.as_millis() as u64
         + super::PUBLISH_INTERVAL.as_millis() as u64
         + 2 * super::SAMPLE_EVERY.as_millis() as u64,
 );

@@ -28,8 +28,9 @@ const LONG_STEPS: usize = 40;
 /// How long a hostile container stands before the truth is asked of the
 /// hive that sees it: one Docker look, then long enough for a broken
 /// publish to show as stale.
-const HOSTILE_SETTLE: Duration =
-    Duration::from_secs(hive::converger::OBSERVE_EVERY.as_secs() + 2 * STALE_AFTER.as_secs());
+const HOSTILE_SETTLE: Duration = Duration::from_secs(
+    hive::agents::converger::OBSERVE_EVERY.as_secs() + 2 * STALE_AFTER.as_secs(),
+);
 
 struct Record {
     kind: FaultKind,

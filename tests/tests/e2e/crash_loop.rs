@@ -83,7 +83,7 @@ impl OneAgent {
             "{{.State.StartedAt}}",
             &format!("hyperhive.{}.{agent}", self.hive),
         ]);
-        running.then(|| hive::runtime::docker_time_ms(at.trim()))?
+        running.then(|| hive::agents::runtime::docker_time_ms(at.trim()))?
     }
 
     /// `(running, StartedAt, FinishedAt, OOMKilled)` as Docker shows them.
@@ -226,7 +226,7 @@ async fn a_crash_loop_backs_off_with_growing_delays_and_is_never_shown_declared(
         samples,
         claimed,
     } = seen.into_inner().unwrap();
-    let ms = |t: &str| hive::runtime::docker_time_ms(t).expect("Docker's time parses");
+    let ms = |t: &str| hive::agents::runtime::docker_time_ms(t).expect("Docker's time parses");
     // Delay i: from exit i to the start after it.
     let delays: Vec<i64> = finishes
         .iter()

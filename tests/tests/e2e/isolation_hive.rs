@@ -15,11 +15,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, kv};
-use hive::credentials::{credential_path, Credentials, Deliverer, DelivererParts};
-use hive::deploy::Deployer;
-use hive::events::EventDeps;
+use hive::bus::credentials::{credential_path, Credentials, Deliverer, DelivererParts};
+use hive::bus::deploy::Deployer;
+use hive::bus::events::EventDeps;
+use hive::bus::wanted::WantedDeps;
 use hive::readiness::Health;
-use hive::wanted::WantedDeps;
 use hyperhive_tests::docker::{ContainerGuard, TestImage};
 use hyperhive_tests::hive::{warning_keys, HiveProc, HiveSpec};
 use hyperhive_tests::identity::{ask_deploy, SecuredNats, Violation};
@@ -168,7 +168,7 @@ async fn the_hive_tasks_work_under_the_hive_identity() {
     ));
     let (trigger, shutdown) = hive::shutdown::channel();
     let (tx, mut rx) = tokio::sync::watch::channel(None);
-    let wanted_task = tokio::spawn(hive::wanted::run(
+    let wanted_task = tokio::spawn(hive::bus::wanted::run(
         WantedDeps {
             nats: conn.clone(),
             hive: alpha.clone(),
@@ -212,14 +212,14 @@ async fn the_hive_tasks_work_under_the_hive_identity() {
     assert_eq!(std::fs::read(&path).unwrap(), b"boot-secret");
 
     // Events: a deploy request answered, a credential notice delivered.
-    let jobs = hive::jobs::JobStore::open(&state.path().join("hive.db")).unwrap();
+    let jobs = hive::agents::jobs::JobStore::open(&state.path().join("hive.db")).unwrap();
     let deploy = Deployer {
         store: jobs.clone(),
         wake: Arc::default(),
         wanted: rx.clone(),
         hive: alpha.clone(),
     };
-    let events = tokio::spawn(hive::events::run(
+    let events = tokio::spawn(hive::bus::events::run(
         EventDeps {
             client: conn.client.clone(),
             hive: alpha.clone(),

@@ -22,7 +22,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, consumer, kv};
 use base64::Engine;
 use futures_util::StreamExt;
-use hive::credentials::{credential_path, DeliverError, Deliverer, DelivererParts};
+use hive::bus::credentials::{credential_path, DeliverError, Deliverer, DelivererParts};
 use hyperhive_tests::hive::{HiveProc, HiveSpec};
 use hyperhive_tests::identity::{render_roster, SecuredNats};
 use hyperhive_tests::trace_log::in_process_log;
@@ -208,7 +208,8 @@ async fn no_secret_in_plain_text_anywhere_the_run_wrote() {
 
     // The boot path too, run in-process (so its logs land in the
     // in-process log), with the hive's own private xkey.
-    let hive_xkey = hive::xkey::load_or_create(&hive_proc.state_dir.join("xkey.seed")).unwrap();
+    let hive_xkey =
+        hive::bus::xkey::load_or_create(&hive_proc.state_dir.join("xkey.seed")).unwrap();
     assert_eq!(hive_xkey.public_key(), hive_xkey_public);
     let conn = s.hive_conn("alpha").await;
     let deliverer = Deliverer::new(DelivererParts {

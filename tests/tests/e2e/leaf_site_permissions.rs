@@ -313,8 +313,11 @@ async fn a_site_hive_converges_and_stays_fresh_with_only_its_generated_grants() 
         .publish(subjects.credential.clone(), notice.into())
         .await
         .unwrap();
-    let path =
-        hive::credentials::credential_path(&hive.state_dir.join("agents"), &agent(), &account());
+    let path = hive::bus::credentials::credential_path(
+        &hive.state_dir.join("agents"),
+        &agent(),
+        &account(),
+    );
     wait_until(T, "the credential in the agent's state dir", || {
         let got = std::fs::read(&path).ok();
         async move { (got.as_deref() == Some(&b"smtp-password"[..])).then_some(()) }

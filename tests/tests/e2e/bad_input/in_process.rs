@@ -51,7 +51,7 @@ async fn the_hive_warns_on_bad_events_and_declarations_and_loses_nothing() {
         .await
         .unwrap();
     let (tx, rx) = tokio::sync::watch::channel(None);
-    let wanted_task = tokio::spawn(hive::wanted::run(
+    let wanted_task = tokio::spawn(hive::bus::wanted::run(
         WantedDeps {
             nats: f.hive.clone(),
             hive: alpha.clone(),
@@ -83,7 +83,7 @@ async fn the_hive_warns_on_bad_events_and_declarations_and_loses_nothing() {
     // The event listener, with the daemon's own deployer over a job store in
     // the temp dir: it refuses agents the declaration in force does not name.
     let deploy = Deployer {
-        store: hive::jobs::JobStore::open(&state.path().join("hive.db")).unwrap(),
+        store: hive::agents::jobs::JobStore::open(&state.path().join("hive.db")).unwrap(),
         wake: Arc::default(),
         wanted: rx.clone(),
         hive: alpha.clone(),
@@ -91,7 +91,7 @@ async fn the_hive_warns_on_bad_events_and_declarations_and_loses_nothing() {
     let controller_xkey = XKey::new();
     let hive_xkey = Arc::new(XKey::new());
     let agents_dir = state.path().join("agents");
-    let events = tokio::spawn(hive::events::run(
+    let events = tokio::spawn(hive::bus::events::run(
         EventDeps {
             client: f.hive.client.clone(),
             hive: alpha.clone(),

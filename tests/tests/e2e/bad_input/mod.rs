@@ -52,11 +52,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, kv};
-use hive::credentials::{credential_path, Credentials, Deliverer, DelivererParts};
-use hive::deploy::Deployer;
-use hive::events::EventDeps;
+use hive::agents::declared::WantedRx;
+use hive::bus::credentials::{credential_path, Credentials, Deliverer, DelivererParts};
+use hive::bus::deploy::Deployer;
+use hive::bus::events::EventDeps;
+use hive::bus::wanted::WantedDeps;
 use hive::readiness::{keys, Health};
-use hive::wanted::{WantedDeps, WantedRx};
 use hyperhive_tests::hive::{HiveProc, HiveSpec};
 use hyperhive_tests::identity::SecuredNats;
 use hyperhive_tests::trace_log::{in_process_log, in_process_log_text};

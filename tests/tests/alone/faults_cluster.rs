@@ -48,7 +48,7 @@ enum Stop {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_of_three_survives_one_server_down() {
-    let _alone = crate::alone().await;
+    let _slot = crate::one_slot().await;
     for (leads, stop, publish_interval_secs) in [
         (Leads::Neither, Stop::Kill, 1),
         (Leads::Both, Stop::Kill, 1),

@@ -14,7 +14,7 @@ const T: Duration = Duration::from_secs(45);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hives_keep_running_and_publishing_without_the_controller() {
-    let _alone = crate::alone().await;
+    let _slot = crate::one_slot().await;
     let swarm = TestSwarm::start(SwarmSpec {
         test: "f-ctl",
         stale_after_secs: 5,

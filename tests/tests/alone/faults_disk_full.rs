@@ -90,7 +90,7 @@ fn jobs_warning(r: &Value) -> Option<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_state_dir_is_reported_without_corruption_and_recovers() {
-    let _alone = crate::alone().await;
+    let _slot = crate::one_slot().await;
     let nats = NatsServer::start();
     let image = TestImage::busybox("f-disk");
     let hive_name = unique_name("f-disk");

@@ -28,7 +28,7 @@ fn docker_warning(r: &Value) -> Option<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dockerd_killed_then_back_is_reported_and_recovered() {
-    let _alone = crate::alone().await;
+    let _slot = crate::one_slot().await;
     let nats = NatsServer::start();
     let image = TestImage::busybox("f-dockerd");
     let mut dockerd = PrivateDockerd::start();

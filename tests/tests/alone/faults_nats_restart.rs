@@ -11,7 +11,7 @@ const T: Duration = Duration::from_secs(45);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_restart_while_declarations_change() {
-    let _alone = crate::alone().await;
+    let _slot = crate::one_slot().await;
     let mut swarm = TestSwarm::start(SwarmSpec {
         test: "f-natsrs",
         ..Default::default()

@@ -14,7 +14,7 @@ const T: Duration = Duration::from_secs(45);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_mid_job_resumes_without_duplicates_or_loss() {
-    let _alone = crate::alone().await;
+    let _slot = crate::one_slot().await;
     let mut swarm = TestSwarm::start(SwarmSpec {
         test: "f-kill",
         hive_envs: &[("HYPERHIVE_TEST_HOLD_BEFORE_NODE", "start")],

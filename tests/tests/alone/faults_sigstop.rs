@@ -12,7 +12,7 @@ const STALE_AFTER: u64 = 3;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frozen_hive_is_stale_then_fresh_without_false_convergence() {
-    let _alone = crate::alone().await;
+    let _slot = crate::one_slot().await;
     let swarm = TestSwarm::start(SwarmSpec {
         test: "f-stop",
         stale_after_secs: STALE_AFTER,

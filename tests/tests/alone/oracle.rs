@@ -178,7 +178,7 @@ fn worst_per_kind(records: &[Record]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oracle_no_false_claims_and_full_convergence_under_faults() {
-    let _alone = crate::alone().await;
+    let _slot = crate::one_slot().await;
     hyperhive_tests::docker::require_docker();
     let long = std::env::var("HYPERHIVE_ORACLE_LONG").is_ok_and(|v| v == "1");
     let seed = seed();

@@ -7,7 +7,7 @@
 //! Both other sides use this one: the NATS side ([`crate::bus`]) queues
 //! deploys and restarts and streams logs through it, the local side
 //! ([`crate::local`]) serves the operator API over it. It uses neither,
-//! only the shared modules at the crate's root (readiness, fleet events,
+//! only the shared modules at the crate's root (status, fleet events,
 //! backoff, the clock, git, the perf counters, the shutdown signal, the
 //! test hooks).
 //!

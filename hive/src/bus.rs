@@ -17,7 +17,7 @@
 //!   opened with the hive's sealing key and written below the agents'
 //!   state dirs; [`xkey`]: that key's seed file, and the atomic private
 //!   writes.
-//! - [`publisher`]: the task that puts the `Readiness` in
+//! - [`publisher`]: the task that puts the `HiveStatus` in
 //!   `hyperhive-status`.
 //! - [`events`]: the listener for the hive's NATS subjects (deploy,
 //!   credential, knowledge); [`deploy`]: the deploy subject's handler.

@@ -18,7 +18,7 @@ pub use swarm_queue_client::cli::{EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, EXIT_USAGE
     about = "The hyperhive hive daemon: keeps this host's agents running and reports to the swarm",
     long_about = "The hyperhive hive daemon.\n\n\
         `hive run` keeps this host's containerised agents running in Docker, publishes its \
-        readiness to the swarm's NATS KV bucket `hyperhive-status` under its own name, and \
+        status to the swarm's NATS KV bucket `hyperhive-status` under its own name, and \
         converges on its declaration in `hyperhive-wanted`. It keeps working when NATS, the \
         controller or Docker go away.\n\n\
         The other verbs talk to a running hive through its operator API: the Unix socket \
@@ -63,7 +63,7 @@ struct Cli {
 enum Command {
     /// Run the hive daemon.
     Run(RunArgs),
-    /// Show this hive's readiness, as published (exit 1 when not ready).
+    /// Show this hive's status, as published (exit 1 when not ready).
     Status,
     #[command(flatten)]
     Ops(crate::local::ops::Command),
@@ -200,11 +200,11 @@ async fn status(api: &crate::local::client::ApiClient, json: bool) -> i32 {
         }
     };
     let body = String::from_utf8_lossy(&answer.body).to_string();
-    let readiness: swarm_queue_client::Readiness = match serde_json::from_str(&body) {
+    let hive_status: swarm_queue_client::HiveStatus = match serde_json::from_str(&body) {
         Ok(r) => r,
         Err(e) => {
             eprintln!(
-                "hive: {} answered {} with something that is not a readiness document: {e}",
+                "hive: {} answered {} with something that is not a hive status document: {e}",
                 api.endpoint, answer.status
             );
             return EXIT_FAILURE;
@@ -215,19 +215,19 @@ async fn status(api: &crate::local::client::ApiClient, json: bool) -> i32 {
     } else {
         println!(
             "hive {}  ready: {}  state: {}  converged revision: {}",
-            readiness.hive,
-            readiness.ready,
-            readiness.state,
-            readiness
+            hive_status.hive,
+            hive_status.ready,
+            hive_status.state,
+            hive_status
                 .converged_revision
                 .map(|r| r.to_string())
                 .unwrap_or_else(|| "none".into())
         );
-        for w in &readiness.warnings {
+        for w in &hive_status.warnings {
             println!("  {:?} {}: {}", w.level, w.key, w.message);
         }
     }
-    if readiness.ready {
+    if hive_status.ready {
         EXIT_OK
     } else {
         EXIT_FAILURE

@@ -3,7 +3,7 @@
 //!
 //! [`run`] is a few named steps, in this order:
 //! 1. [`open_state`]: state dir, job database (a damaged one stops the hive
-//!    here), xkey, `Health`, the loopback listener (bound now, so
+//!    here), xkey, `StatusBoard`, the loopback listener (bound now, so
 //!    `/health/ready` answers even when nothing else works), the saved
 //!    declaration.
 //! 2. [`connect_nats`]: the one NATS connection, or the warning saying why
@@ -19,9 +19,9 @@
 //! 6. [`wait_and_drain`].
 //!
 //! Without a NATS URL or without a hive name the hive still runs locally and
-//! says so in a readiness warning; "not configured" and "configured but
+//! says so in a status warning; "not configured" and "configured but
 //! unreachable" are different warnings. Every task is supervised: one that
-//! ends or panics is restarted with backoff and named in readiness
+//! ends or panics is restarted with backoff and named in the status
 //! meanwhile (see [`crate::supervisor`]).
 
 use std::sync::Arc;
@@ -41,8 +41,8 @@ use crate::bus::deploy::Deployer;
 use crate::bus::{credentials, events, publisher, wanted, xkey};
 use crate::config::HiveConfig;
 use crate::local::{access, api, http, knowledge, systemd};
-use crate::readiness::{keys, Health};
 use crate::shutdown::Shutdown;
+use crate::status::{keys, StatusBoard};
 use crate::supervisor::{Role, Supervisor};
 use crate::{bus, fleet_events};
 
@@ -66,7 +66,7 @@ pub enum DaemonError {
     Jobs(#[from] crate::agents::jobs::StoreError),
     #[error(transparent)]
     Socket(#[from] access::SocketError),
-    #[error("cannot listen on {addr} for health and metrics")]
+    #[error("cannot listen on {addr} for the probes and metrics")]
     Listen {
         addr: std::net::SocketAddr,
         #[source]
@@ -84,8 +84,8 @@ pub async fn run(config: HiveConfig, shutdown: Shutdown) -> Result<(), DaemonErr
         state.wanted_rx.clone(),
         state.planned_tx.subscribe(),
     ));
-    let mut tasks = Supervisor::new(state.health.clone(), shutdown.clone());
-    let nats = connect_nats(&config, &state.health).await;
+    let mut tasks = Supervisor::new(state.board.clone(), shutdown.clone());
+    let nats = connect_nats(&config, &state.board).await;
     let mut api_routes = None;
     if let Some(hive) = config.name.clone() {
         let containers = start_container_side(&config, &state, hive, &mut tasks);
@@ -94,9 +94,9 @@ pub async fn run(config: HiveConfig, shutdown: Shutdown) -> Result<(), DaemonErr
             start_nats_side(&config, &state, &containers, conn, &mut tasks);
         }
     }
-    let health_routes = http::health_router(state.health.clone());
+    let probe_routes = http::probe_router(state.board.clone());
     let (tcp_routes, socket_routes) =
-        access::routers(health_routes, api_routes, config.api_token.clone());
+        access::routers(probe_routes, api_routes, config.api_token.clone());
     let tcp_routes = http::guard_host(
         tcp_routes,
         HostRule::for_this_machine(config.http_allowed_hosts.clone()),
@@ -123,7 +123,7 @@ pub async fn run(config: HiveConfig, shutdown: Shutdown) -> Result<(), DaemonErr
 struct State {
     store: JobStore,
     xkey: Arc<XKey>,
-    health: Arc<Health>,
+    board: Arc<StatusBoard>,
     /// The loopback listener; each start of the HTTP task serves a clone.
     listener: Arc<std::net::TcpListener>,
     /// The operator API's socket (0660, its group); each start of the
@@ -148,7 +148,10 @@ async fn open_state(config: &HiveConfig) -> Result<State, DaemonError> {
     // else runs, with the file named and its bytes left as they were.
     let store = JobStore::open(&config.db_path())?;
     let xkey = xkey::load_or_create(&config.xkey_seed_file)?;
-    let health = Arc::new(Health::new(config.name.clone(), Some(xkey.public_key())));
+    let board = Arc::new(StatusBoard::new(
+        config.name.clone(),
+        Some(xkey.public_key()),
+    ));
     let listen_error = |source| DaemonError::Listen {
         addr: config.http_listen,
         source,
@@ -176,7 +179,7 @@ async fn open_state(config: &HiveConfig) -> Result<State, DaemonError> {
     Ok(State {
         store,
         xkey: Arc::new(xkey),
-        health,
+        board,
         listener: Arc::new(listener),
         socket: Arc::new(socket),
         wanted_tx,
@@ -187,9 +190,9 @@ async fn open_state(config: &HiveConfig) -> Result<State, DaemonError> {
 }
 
 /// The shared NATS connection, or `None` with a warning saying why.
-async fn connect_nats(config: &HiveConfig, health: &Health) -> Option<Connection> {
+async fn connect_nats(config: &HiveConfig, board: &StatusBoard) -> Option<Connection> {
     if config.name.is_none() {
-        health.raise(
+        board.raise(
             keys::HIVE_NAME_MISSING,
             Level::Warn,
             "no hive name is configured: this hive does not publish its status or listen for \
@@ -197,7 +200,7 @@ async fn connect_nats(config: &HiveConfig, health: &Health) -> Option<Connection
         );
     }
     if !config.nats.is_configured() {
-        health.raise(
+        board.raise(
             keys::NATS_NOT_CONFIGURED,
             Level::Warn,
             "no NATS server is configured: this hive runs alone and the swarm cannot see it \
@@ -212,7 +215,7 @@ async fn connect_nats(config: &HiveConfig, health: &Health) -> Option<Connection
         Err(e) => {
             let msg = crate::error_chain(&e);
             tracing::error!(error = %msg, "cannot set up the NATS connection");
-            health.raise(
+            board.raise(
                 keys::NATS_UNREACHABLE,
                 Level::Warn,
                 format!("NATS is configured but cannot be used: {msg}"),
@@ -289,10 +292,10 @@ fn start_container_side(
     };
     let worker_deps = {
         let (store, runtime, hive) = (state.store.clone(), side.runtime.clone(), side.hive.clone());
-        let (state_dir, wake, health) = (
+        let (state_dir, wake, board) = (
             config.state_dir.clone(),
             side.wake.clone(),
-            state.health.clone(),
+            state.board.clone(),
         );
         let events = side.events.clone();
         let config = worker_config(config);
@@ -302,7 +305,7 @@ fn start_container_side(
             hive: hive.clone(),
             state_dir: state_dir.clone(),
             wake: wake.clone(),
-            health: Some(health.clone()),
+            board: Some(board.clone()),
             extra_binds: extra_binds.clone(),
             config: config.clone(),
             events: Some(events.clone()),
@@ -337,8 +340,8 @@ fn start_converger(
 ) {
     let converger_deps = {
         let (store, runtime, hive) = (state.store.clone(), side.runtime.clone(), side.hive.clone());
-        let (health, wake, wanted) = (
-            state.health.clone(),
+        let (board, wake, wanted) = (
+            state.board.clone(),
             side.wake.clone(),
             state.wanted_rx.clone(),
         );
@@ -356,7 +359,7 @@ fn start_converger(
             store: store.clone(),
             runtime: runtime.clone(),
             hive: hive.clone(),
-            health: health.clone(),
+            board: board.clone(),
             wake: wake.clone(),
             wanted: wanted.clone(),
             reconcile_interval,
@@ -420,16 +423,16 @@ fn start_nats_side(
     conn: &Connection,
     tasks: &mut Supervisor,
 ) {
-    let (hive, health) = (side.hive.clone(), state.health.clone());
+    let (hive, board) = (side.hive.clone(), state.board.clone());
     let publisher_deps = {
-        let (conn, hive, health) = (conn.clone(), hive.clone(), health.clone());
+        let (conn, hive, board) = (conn.clone(), hive.clone(), board.clone());
         let (interval, bucket) = (
             config.publish_interval,
             config.nats.buckets.get(Bucket::Status),
         );
         move || publisher::PublisherDeps {
             nats: conn.clone(),
-            health: health.clone(),
+            board: board.clone(),
             hive: hive.clone(),
             interval,
             bucket: bucket.clone(),
@@ -439,13 +442,13 @@ fn start_nats_side(
         publisher::run(publisher_deps(), shutdown)
     });
     let wanted_deps = {
-        let (conn, hive, health) = (conn.clone(), hive.clone(), health.clone());
+        let (conn, hive, board) = (conn.clone(), hive.clone(), board.clone());
         let bucket = config.nats.buckets.get(Bucket::Wanted);
         let tx = state.wanted_tx.clone();
         move || wanted::WantedDeps {
             nats: conn.clone(),
             hive: hive.clone(),
-            health: health.clone(),
+            board: board.clone(),
             bucket: bucket.clone(),
             tx: tx.clone(),
         }
@@ -471,7 +474,7 @@ fn start_nats_side(
     let boot = credentials::BootDeps {
         nats: conn.clone(),
         hive: hive.clone(),
-        health: health.clone(),
+        board: board.clone(),
         credentials: credentials.clone(),
         wanted: state.wanted_rx.clone(),
     };
@@ -481,7 +484,7 @@ fn start_nats_side(
     let events = events::EventDeps {
         client: conn.client.clone(),
         hive,
-        health,
+        board,
         knowledge: state.knowledge.clone(),
         credentials,
         deploy: side.deployer(state),
@@ -528,7 +531,7 @@ fn start_local_side(
             repo,
             dir: config.knowledge_dir(),
             trigger,
-            health: state.health.clone(),
+            board: state.board.clone(),
         };
         tasks.spawn("knowledge", Role::Auxiliary, move |shutdown| {
             knowledge::run(deps.clone(), shutdown)

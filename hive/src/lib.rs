@@ -21,10 +21,10 @@
 //! - [`cli`]: the command line; [`daemon`]: `hive run`, which wires the
 //!   tasks and drains on shutdown.
 //! - [`config`]: the TOML file, environment and flags; `--check-config`.
-//! - [`readiness`]: the one computation of "is this hive OK"
-//!   (`Readiness`), and the metrics from the same snapshot;
-//!   [`supervisor`]: restarts a task that dies and names it in readiness
-//!   meanwhile.
+//! - [`status`]: the one computation of "is this hive OK"
+//!   (`StatusBoard`, whose snapshot is the published `HiveStatus`), and the
+//!   metrics from the same snapshot; [`supervisor`]: restarts a task that
+//!   dies and names it in the status meanwhile.
 //! - [`fleet_events`]: the hive's agents' lifecycle into `hyperhive-events`,
 //!   queued by the container side, published by the NATS side.
 //! - [`perf`]: counters of where the hive's own time goes, in `/metrics`;
@@ -51,8 +51,8 @@ pub mod git;
 pub mod local;
 pub mod nofollow;
 pub mod perf;
-pub mod readiness;
 pub mod shutdown;
+pub mod status;
 pub mod supervisor;
 pub mod test_hooks;
 

@@ -8,8 +8,8 @@
 //! and started again after a backoff ([`RestartPolicy`]: 1 s doubling to
 //! 60 s, back to 1 s after a run that lasted a minute).
 //!
-//! While a task is down, [`Health`] carries the warning `task_<name>`, so
-//! the published `Readiness`, `/health/ready` and `hive status` all say which
+//! While a task is down, [`StatusBoard`] carries the warning `task_<name>`, so
+//! the published `HiveStatus`, `/health/ready` and `hive status` all say which
 //! task is missing. An [`Role::Essential`] task's warning is at level
 //! `error` (the hive is not ready without it); an auxiliary task's is `warn`.
 //! The [`TaskBoard`] says whether every essential task runs; the systemd
@@ -29,10 +29,10 @@ use swarm_queue_client::Level;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::readiness::Health;
 use crate::shutdown::Shutdown;
+use crate::status::StatusBoard;
 
-/// Readiness warnings of supervised tasks are `task_<name>`.
+/// Status warnings of supervised tasks are `task_<name>`.
 pub const TASK_KEY_PREFIX: &str = "task_";
 
 /// Whether the hive can be ready without the task.
@@ -137,7 +137,7 @@ impl TaskBoard {
 
 /// Starts tasks and keeps them running until shutdown.
 pub struct Supervisor {
-    health: Arc<Health>,
+    status: Arc<StatusBoard>,
     shutdown: Shutdown,
     board: Arc<TaskBoard>,
     policy: RestartPolicy,
@@ -145,9 +145,9 @@ pub struct Supervisor {
 }
 
 impl Supervisor {
-    pub fn new(health: Arc<Health>, shutdown: Shutdown) -> Supervisor {
+    pub fn new(status: Arc<StatusBoard>, shutdown: Shutdown) -> Supervisor {
         Supervisor {
-            health,
+            status,
             shutdown,
             board: Arc::default(),
             policy: RestartPolicy::default(),
@@ -177,7 +177,7 @@ impl Supervisor {
             name,
             role,
             key: format!("{TASK_KEY_PREFIX}{name}"),
-            health: Arc::clone(&self.health),
+            status: Arc::clone(&self.status),
             board: Arc::clone(&self.board),
             policy: self.policy,
             shutdown: self.shutdown.clone(),
@@ -210,7 +210,7 @@ struct Kept {
     name: &'static str,
     role: Role,
     key: String,
-    health: Arc<Health>,
+    status: Arc<StatusBoard>,
     board: Arc<TaskBoard>,
     policy: RestartPolicy,
     shutdown: Shutdown,
@@ -229,7 +229,7 @@ impl Kept {
             let started = Instant::now();
             let run = crate::test_hooks::killable(self.name, factory(self.shutdown.clone()));
             // The future is only polled here and dropped after a panic; the
-            // state it shares (Health, the job store) stays usable.
+            // state it shares (StatusBoard, the job store) stays usable.
             let ended = AssertUnwindSafe(run).catch_unwind().await;
             if self.shutdown.is_requested() {
                 return;
@@ -250,7 +250,7 @@ impl Kept {
             }
             tracing::info!(task = self.name, "restarting the task");
             self.board.set(self.name, self.role, true);
-            self.health.clear(&self.key);
+            self.status.clear(&self.key);
         }
     }
 
@@ -261,7 +261,7 @@ impl Kept {
             Role::Essential => (Level::Error, "the hive is not ready without it"),
             Role::Auxiliary => (Level::Warn, "the hive works on without it"),
         };
-        self.health.raise(
+        self.status.raise(
             &self.key,
             level,
             format!(

@@ -10,7 +10,7 @@
 //! write goes on (a hive being set up is declared before it starts).
 
 use async_nats::jetstream::kv::{self, Operation};
-use swarm_queue_client::{decode, AgentName, Declaration, HiveName, Readiness};
+use swarm_queue_client::{decode, AgentName, Declaration, HiveName, HiveStatus};
 
 use crate::declare::HivePlan;
 
@@ -39,9 +39,9 @@ impl std::fmt::Display for Refusal {
     }
 }
 
-/// Each agent of `declaration` that sets a field `readiness` does not list.
-pub fn check(hive: &HiveName, declaration: &Declaration, readiness: &Readiness) -> Vec<Refusal> {
-    let known = readiness.known_agent_fields();
+/// Each agent of `declaration` that sets a field `hive_status` does not list.
+pub fn check(hive: &HiveName, declaration: &Declaration, hive_status: &HiveStatus) -> Vec<Refusal> {
+    let known = hive_status.known_agent_fields();
     declaration
         .agents
         .iter()
@@ -53,7 +53,7 @@ pub fn check(hive: &HiveName, declaration: &Declaration, readiness: &Readiness) 
                 .collect();
             (!fields.is_empty()).then(|| Refusal {
                 hive: hive.clone(),
-                version: readiness.version.clone(),
+                version: hive_status.version.clone(),
                 agent: agent.clone(),
                 fields,
             })
@@ -74,11 +74,11 @@ pub async fn check_plans(status: &kv::Store, plans: &[HivePlan]) -> Checked {
     let mut out = Checked::default();
     for plan in plans.iter().filter(|p| p.changed) {
         let entry = status.entry(plan.hive.as_str()).await.ok().flatten();
-        let readiness = entry
+        let hive_status = entry
             .filter(|e| e.operation == Operation::Put)
-            .and_then(|e| decode::<Readiness>(&e.value).ok())
+            .and_then(|e| decode::<HiveStatus>(&e.value).ok())
             .map(|d| d.value);
-        match readiness {
+        match hive_status {
             Some(r) => out
                 .refusals
                 .extend(check(&plan.hive, plan.declaration(), &r)),
@@ -92,7 +92,7 @@ pub async fn check_plans(status: &kv::Store, plans: &[HivePlan]) -> Checked {
 mod tests {
     use std::collections::BTreeMap;
 
-    use swarm_queue_client::test_support::ReadinessBuilder;
+    use swarm_queue_client::test_support::HiveStatusBuilder;
     use swarm_queue_client::{AgentSpec, HiveState, AGENT_SPEC};
 
     use super::*;
@@ -119,7 +119,7 @@ mod tests {
         newer.unknown.insert("user_ns".into(), "remap".into());
         let d = declaration(&[("web", newer), ("db", plain)]);
         // A hive of this build: only the field it does not know.
-        let mut r = ReadinessBuilder::new("alpha", HiveState::Ok).build();
+        let mut r = HiveStatusBuilder::new("alpha", HiveState::Ok).build();
         r.agent_spec = Some(AGENT_SPEC);
         let got = check(&hive, &d, &r);
         assert_eq!(got.len(), 1, "{got:?}");

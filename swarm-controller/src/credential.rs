@@ -3,7 +3,7 @@
 //!
 //! The controller's own xkey (its seed in `xkey_seed_file`, created with mode
 //! 0600 on first use) is the sender every hive is configured to trust. The
-//! hive's public xkey comes from its own `Readiness`, so a secret can only be
+//! hive's public xkey comes from its own `HiveStatus`, so a secret can only be
 //! opened by the hive that published that key. The sealed envelope goes into
 //! `hyperhive-credentials` under `<hive>.<agent>.<account>`; then a notice
 //! with names only goes to the hive's credential subject. A hive that misses
@@ -29,7 +29,7 @@ use swarm_queue_client::credentials::{self, seal, CredentialError, XKey};
 use swarm_queue_client::subjects::{credential_key, HiveSubjects};
 use swarm_queue_client::{
     decode, encode, ensure_connected, AccountName, AgentName, CredentialNotice, HiveName,
-    NotConnected, Readiness,
+    HiveStatus, NotConnected,
 };
 
 /// Why a credential could not be stored or announced.
@@ -260,7 +260,7 @@ pub async fn delete(
         .map_or(last.revision + 1, |e| e.revision);
     tracing::info!(%hive, %agent, %account, revision, "deleted a credential");
     let hive_not_fresh = match read_status(cx.status, hive).await {
-        Ok((readiness, created)) => not_fresh(hive, &readiness, created, cx.stale_after),
+        Ok((hive_status, created)) => not_fresh(hive, &hive_status, created, cx.stale_after),
         Err(e) => Some(e.to_string()),
     };
     notify(cx.client, owner, &key, revision).await?;
@@ -284,12 +284,12 @@ async fn recipient(
     hive: &HiveName,
     stale_after: std::time::Duration,
 ) -> Result<Recipient, CredentialPutError> {
-    let (readiness, created) = read_status(status, hive).await?;
-    let xkey = readiness
+    let (hive_status, created) = read_status(status, hive).await?;
+    let xkey = hive_status
         .xkey
         .clone()
         .ok_or_else(|| CredentialPutError::NoXkey { hive: hive.clone() })?;
-    let not_fresh = not_fresh(hive, &readiness, created, stale_after);
+    let not_fresh = not_fresh(hive, &hive_status, created, stale_after);
     Ok(Recipient { xkey, not_fresh })
 }
 
@@ -297,7 +297,7 @@ async fn recipient(
 async fn read_status(
     status: &kv::Store,
     hive: &HiveName,
-) -> Result<(Readiness, time::OffsetDateTime), CredentialPutError> {
+) -> Result<(HiveStatus, time::OffsetDateTime), CredentialPutError> {
     let status_err = |reason: String| CredentialPutError::Status {
         hive: hive.clone(),
         reason,
@@ -308,22 +308,22 @@ async fn read_status(
         .map_err(|e| status_err(e.to_string()))?
         .filter(|e| e.operation == Operation::Put)
         .ok_or_else(|| CredentialPutError::NeverReported { hive: hive.clone() })?;
-    let readiness = decode::<Readiness>(&entry.value)
+    let hive_status = decode::<HiveStatus>(&entry.value)
         .map_err(|e| status_err(e.to_string()))?
         .value;
-    Ok((readiness, entry.created))
+    Ok((hive_status, entry.created))
 }
 
-/// Why a hive whose status is `readiness`, written at `created`, may not
+/// Why a hive whose status is `hive_status`, written at `created`, may not
 /// act on a notice soon, if so.
 fn not_fresh(
     hive: &HiveName,
-    readiness: &Readiness,
+    hive_status: &HiveStatus,
     created: time::OffsetDateTime,
     stale_after: std::time::Duration,
 ) -> Option<String> {
     let age = time::OffsetDateTime::now_utc() - created;
-    if readiness.state == swarm_queue_client::HiveState::Stopped {
+    if hive_status.state == swarm_queue_client::HiveState::Stopped {
         Some(format!("hive {hive} is stopped"))
     } else if age > stale_after {
         Some(format!(

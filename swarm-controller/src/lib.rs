@@ -2,7 +2,7 @@
 //!
 //! The controller holds no state of its own. Its roster comes from its
 //! config file; everything else it reads from, and writes to, NATS: the
-//! hives' readiness in `hyperhive-status`, the declarations in
+//! hives' status in `hyperhive-status`, the declarations in
 //! `hyperhive-wanted`, sealed secrets in `hyperhive-credentials`. Any
 //! number of controllers can run at once and agree, because they all read
 //! the same buckets and their only writes (declarations) are

@@ -243,7 +243,7 @@ mod tests {
     use std::time::Duration;
 
     use async_nats::jetstream::kv::Operation;
-    use swarm_queue_client::test_support::ReadinessBuilder;
+    use swarm_queue_client::test_support::HiveStatusBuilder;
     use swarm_queue_client::{encode, AgentName, AgentSpec, Declaration, HiveName, HiveState};
 
     use super::*;
@@ -271,8 +271,8 @@ mod tests {
             spec,
         )])))
         .unwrap();
-        let a = encode(&ReadinessBuilder::new("a", HiveState::Ok).build()).unwrap();
-        let b = encode(&ReadinessBuilder::new("b", HiveState::Degraded).build()).unwrap();
+        let a = encode(&HiveStatusBuilder::new("a", HiveState::Ok).build()).unwrap();
+        let b = encode(&HiveStatusBuilder::new("b", HiveState::Degraded).build()).unwrap();
         let values: [(Source, &str, &[u8]); 5] = [
             (Source::Wanted, "a", &declaration),
             (Source::Status, "a", &a),

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 #[cfg(feature = "nats")]
 use crate::limits::MAX_VALUE_BYTES;
 
-/// `hyperhive-status/<hive>`: `Readiness`, written only by that hive.
+/// `hyperhive-status/<hive>`: `HiveStatus`, written only by that hive.
 pub const STATUS_BUCKET: &str = "hyperhive-status";
 /// `hyperhive-wanted/<hive>`: `Declaration`, written by the controller.
 pub const WANTED_BUCKET: &str = "hyperhive-wanted";

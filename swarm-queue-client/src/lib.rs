@@ -10,7 +10,7 @@
 //!   of an existing bucket's settings.
 //! - [`direct`]: a hive's JetStream use: read a key by direct get, put its
 //!   own key; no stream info, no consumer.
-//! - [`payload`]: `Declaration`, `Readiness`, `DeployRequest`,
+//! - [`payload`]: `Declaration`, `HiveStatus`, `DeployRequest`,
 //!   `DeployReply`, `CredentialNotice`, their bounds and the one
 //!   encode/decode path.
 //! - [`credentials`]: sealing and opening secrets with NATS xkeys.
@@ -69,8 +69,8 @@ pub use names::{AccountName, AgentName, GroupName, HiveName, LeafSiteName, NameE
 pub use payload::{
     agent_fields_of, decode, encode, encode_pretty, AgentSpec, AgentStatus, BuildSpec,
     CredentialNotice, Declaration, DecodeError, Decoded, DeployReply, DeployRequest, EncodeError,
-    ExitReport, HealthSpec, HiveState, InvalidField, JobSummary, Level, LogFrame, LogLine,
-    LogSource, LogsAck, LogsRequest, Observed, Payload, Power, Readiness, RetryStatus, Unsettled,
+    ExitReport, HealthSpec, HiveState, HiveStatus, InvalidField, JobSummary, Level, LogFrame,
+    LogLine, LogSource, LogsAck, LogsRequest, Observed, Payload, Power, RetryStatus, Unsettled,
     Warning, AGENT_FIELDS, AGENT_SPEC, BASELINE_AGENT_FIELDS,
 };
 pub use payload::{

@@ -1,6 +1,6 @@
 //! Every bound of the wire contract. Each payload validates against these
 //! before it is written and after it is read, and a test builds the largest
-//! valid `Readiness` and `Declaration` and checks they fit the server's
+//! valid `HiveStatus` and `Declaration` and checks they fit the server's
 //! default max payload (1 MiB).
 
 /// The nats-server default `max_payload`.
@@ -47,7 +47,7 @@ pub const MAX_MIN_RUNNING_SECS: u64 = 3600;
 pub const MAX_HEALTH_ARGS: usize = 8;
 pub const MAX_HEALTH_ARG_LEN: usize = 256;
 
-/// Warnings in one `Readiness`.
+/// Warnings in one `HiveStatus`.
 pub const MAX_WARNINGS: usize = 32;
 /// Bytes in a warning key.
 pub const MAX_WARNING_KEY_LEN: usize = 64;
@@ -56,9 +56,9 @@ pub const MAX_MESSAGE_LEN: usize = 512;
 /// Bytes in short free-form fields (observed state, version, xkey, spec hash, job kind).
 pub const MAX_SHORT_LEN: usize = 80;
 
-/// An agent's exit count in a `Readiness` (the hive saturates at it).
+/// An agent's exit count in a `HiveStatus` (the hive saturates at it).
 pub const MAX_EXIT_COUNT: u32 = 99_999;
-/// Seconds in an agent's exit times in a `Readiness` (about 11 days; the
+/// Seconds in an agent's exit times in a `HiveStatus` (about 11 days; the
 /// hive saturates at it, so it reads "at least").
 pub const MAX_EXIT_SECS: u64 = 999_999;
 

@@ -9,23 +9,23 @@
 
 use crate::limits::SCHEMA_VERSION;
 use crate::names::{AgentName, HiveName};
-use crate::payload::{AgentSpec, AgentStatus, HiveState, JobSummary, Observed, Power, Readiness};
+use crate::payload::{AgentSpec, AgentStatus, HiveState, HiveStatus, JobSummary, Observed, Power};
 
 /// The id of the job every [`agent_status`] reports, so assertions can name it.
 pub const JOB_ID: u64 = 42;
 
-/// A readiness as a hive would publish it: ready exactly when its state is
+/// A status as a hive would publish it: ready exactly when its state is
 /// ok, no warnings, no xkey, no revisions and no agents until they are added.
 #[derive(Debug, Clone)]
-pub struct ReadinessBuilder {
-    readiness: Readiness,
+pub struct HiveStatusBuilder {
+    status: HiveStatus,
 }
 
-impl ReadinessBuilder {
+impl HiveStatusBuilder {
     /// Panics when `hive` is not a valid hive name: a test's own typo.
     pub fn new(hive: &str, state: HiveState) -> Self {
         Self {
-            readiness: Readiness {
+            status: HiveStatus {
                 schema: SCHEMA_VERSION,
                 hive: HiveName::new(hive).expect("a test's hive name is valid"),
                 ready: state == HiveState::Ok,
@@ -43,14 +43,14 @@ impl ReadinessBuilder {
 
     /// The newest declaration revision read, and the last one converged on.
     pub fn revisions(mut self, seen: Option<u64>, converged: Option<u64>) -> Self {
-        self.readiness.seen_revision = seen;
-        self.readiness.converged_revision = converged;
+        self.status.seen_revision = seen;
+        self.status.converged_revision = converged;
         self
     }
 
     /// Panics when an agent name is not valid: a test's own typo.
     pub fn agents<'a>(mut self, agents: impl IntoIterator<Item = (&'a str, AgentStatus)>) -> Self {
-        self.readiness.agents.extend(
+        self.status.agents.extend(
             agents
                 .into_iter()
                 .map(|(n, a)| (AgentName::new(n).expect("a test's agent name is valid"), a)),
@@ -58,8 +58,8 @@ impl ReadinessBuilder {
         self
     }
 
-    pub fn build(self) -> Readiness {
-        self.readiness
+    pub fn build(self) -> HiveStatus {
+        self.status
     }
 }
 

@@ -43,7 +43,7 @@ fn design_example_declaration_decodes() {
 }
 
 #[test]
-fn design_example_readiness_decodes() {
+fn design_example_status_decodes() {
     let json = br#"{
       "schema": 1, "hive": "alpha", "ready": true, "state": "ok",
       "warnings": [{ "key": "swarm_status_publish", "level": "warn", "message": "..." }],
@@ -52,7 +52,7 @@ fn design_example_readiness_decodes() {
                   "last_job": { "id": 42, "kind": "first_deploy", "state": "done" } } },
       "xkey": "XABC", "version": "0.1.0"
     }"#;
-    let r = decode::<Readiness>(json).unwrap().value;
+    let r = decode::<HiveStatus>(json).unwrap().value;
     assert_eq!(r.converged_revision, Some(17));
     assert_eq!(r.state, HiveState::Ok);
 }
@@ -354,8 +354,8 @@ fn worst(n: usize) -> String {
     "\"".repeat(n)
 }
 
-/// Every field of a Readiness at its bound, with the worst escaping.
-fn largest_readiness() -> Readiness {
+/// Every field of a `HiveStatus` at its bound, with the worst escaping.
+fn largest_status() -> HiveStatus {
     let agents = (0..MAX_AGENTS_PER_HIVE)
         .map(|i| {
             let name = format!("{i:0>63}");
@@ -394,7 +394,7 @@ fn largest_readiness() -> Readiness {
             )
         })
         .collect();
-    Readiness {
+    HiveStatus {
         schema: SCHEMA_VERSION,
         hive: HiveName::new("h".repeat(63)).unwrap(),
         ready: false,
@@ -416,16 +416,16 @@ fn largest_readiness() -> Readiness {
 }
 
 #[test]
-fn largest_valid_readiness_fits_server_payload() {
+fn largest_valid_status_fits_server_payload() {
     // Every field of every one of MAX_AGENTS_PER_HIVE agents at its bound:
     // the hive publishes pretty JSON when it fits and compact otherwise
     // (`encode_pretty`), so the compact form is the one that must fit.
-    let r = largest_readiness();
+    let r = largest_status();
     assert_eq!(r.agents.len(), MAX_AGENTS_PER_HIVE);
-    let compact = encode(&r).expect("the largest readiness is valid and fits");
-    let published = encode_pretty(&r).expect("the largest readiness is valid");
+    let compact = encode(&r).expect("the largest status is valid and fits");
+    let published = encode_pretty(&r).expect("the largest status is valid");
     println!(
-        "largest valid readiness: {} agents, {} bytes compact, {} as published (limit {MAX_VALUE_BYTES}, server {SERVER_MAX_PAYLOAD})",
+        "largest valid status: {} agents, {} bytes compact, {} as published (limit {MAX_VALUE_BYTES}, server {SERVER_MAX_PAYLOAD})",
         r.agents.len(),
         compact.len(),
         published.len()
@@ -433,7 +433,7 @@ fn largest_valid_readiness_fits_server_payload() {
     assert!(compact.len() <= MAX_VALUE_BYTES);
     assert!(published.len() <= MAX_VALUE_BYTES);
     assert!(published.len() < SERVER_MAX_PAYLOAD);
-    let back = decode::<Readiness>(&published).unwrap().value;
+    let back = decode::<HiveStatus>(&published).unwrap().value;
     assert_eq!(back, r);
 }
 
@@ -620,7 +620,7 @@ proptest! {
     #[test]
     fn decoders_never_panic_on_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
         let _ = decode::<Declaration>(&bytes);
-        let _ = decode::<Readiness>(&bytes);
+        let _ = decode::<HiveStatus>(&bytes);
         let _ = decode::<DeployRequest>(&bytes);
         let _ = decode::<CredentialNotice>(&bytes);
         let _ = decode::<swarm_queue_client::credentials::CredentialEnvelope>(&bytes);
@@ -630,7 +630,7 @@ proptest! {
     #[test]
     fn decoders_never_panic_on_json_shaped_text(s in r#"\{("[a-z_]{1,8}":(-?[0-9]{1,20}|"[^"]{0,12}"|\[\]|\{\}|null|true|1e999),?){0,6}\}"#) {
         let _ = decode::<Declaration>(s.as_bytes());
-        let _ = decode::<Readiness>(s.as_bytes());
+        let _ = decode::<HiveStatus>(s.as_bytes());
         let _ = decode::<DeployRequest>(s.as_bytes());
     }
 

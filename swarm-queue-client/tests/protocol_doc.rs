@@ -5,7 +5,7 @@
 //! own decoders and constants. The conventions the document follows:
 //!
 //! - A fenced block tagged ```` ```json <payload> ```` is an example of that
-//!   payload, where `<payload>` is one of `declaration`, `readiness`,
+//!   payload, where `<payload>` is one of `declaration`, `status`,
 //!   `deploy-request`, `deploy-reply`, `logs-request`, `log-frame`,
 //!   `logs-ack`, `event`, `credential-notice`,
 //!   `credential-envelope`. It must decode through [`decode`] (or
@@ -48,7 +48,7 @@ const DOC: &str = "docs/protocol.md";
 
 const PAYLOADS: &[&str] = &[
     "declaration",
-    "readiness",
+    "status",
     "deploy-request",
     "deploy-reply",
     "logs-request",
@@ -208,7 +208,7 @@ fn decode_example(payload: &str, bytes: &[u8]) -> Option<Outcome> {
     }
     Some(match payload {
         "declaration" => outcome(decode::<Declaration>(bytes)),
-        "readiness" => outcome(decode::<Readiness>(bytes)),
+        "status" => outcome(decode::<HiveStatus>(bytes)),
         "deploy-request" => outcome(decode::<DeployRequest>(bytes)),
         "credential-notice" => outcome(decode::<CredentialNotice>(bytes)),
         "credential-envelope" => outcome(decode::<CredentialEnvelope>(bytes)),
@@ -313,10 +313,10 @@ fn every_json_example_decodes_as_the_doc_says() {
     fail_all("JSON examples in docs/protocol.md", failures);
 }
 
-/// The readiness examples quote the spec hash of the first declaration
+/// The status examples quote the spec hash of the first declaration
 /// example; the hash must be what the crate computes.
 #[test]
-fn readiness_examples_quote_the_declared_spec_hash() {
+fn status_examples_quote_the_declared_spec_hash() {
     let doc = doc_text();
     let blocks = blocks(&doc);
     let tagged = |payload: &'static str| {
@@ -332,11 +332,11 @@ fn readiness_examples_quote_the_declared_spec_hash() {
         .value;
     let mut failures = Vec::new();
     let mut compared = 0;
-    for block in tagged("readiness") {
-        let Ok(readiness) = decode::<Readiness>(block.body.as_bytes()) else {
+    for block in tagged("status") {
+        let Ok(hive_status) = decode::<HiveStatus>(block.body.as_bytes()) else {
             continue; // reported by every_json_example_decodes_as_the_doc_says
         };
-        for (agent, status) in &readiness.value.agents {
+        for (agent, status) in &hive_status.value.agents {
             let Some(spec) = declaration.agents.get(agent) else {
                 continue;
             };
@@ -359,7 +359,7 @@ fn readiness_examples_quote_the_declared_spec_hash() {
     }
     assert!(
         compared > 0,
-        "no readiness example quotes a declared agent's spec hash"
+        "no status example quotes a declared agent's spec hash"
     );
     fail_all("spec hashes in docs/protocol.md", failures);
 }

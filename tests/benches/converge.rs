@@ -40,7 +40,7 @@ use hive::agents::runtime::{
     BuildRequest, ContainerInfo, ContainerRuntime, ContainerSpec, ProgressFn, RuntimeError,
 };
 use hive::bus::wanted::{self, WantedDeps};
-use hive::readiness::Health;
+use hive::status::StatusBoard;
 use hyperhive_tests::docker::{ContainerGuard, TestImage};
 use hyperhive_tests::hive::{HiveProc, HiveSpec};
 use hyperhive_tests::kv::Swarm;
@@ -237,7 +237,7 @@ async fn main() {
     let hive = HiveName::new("bench").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let store = JobStore::open(&dir.path().join("hive.db")).unwrap();
-    let health = Arc::new(Health::new(Some(hive.clone()), None));
+    let board = Arc::new(StatusBoard::new(Some(hive.clone()), None));
     let conn = swarm_queue_client::connect(
         &NatsConfig {
             url: Some(url.clone()),
@@ -261,7 +261,7 @@ async fn main() {
         WantedDeps {
             nats: conn,
             hive: hive.clone(),
-            health: health.clone(),
+            board: board.clone(),
             bucket: BucketSettings::default_for(Bucket::Wanted),
             tx,
         },
@@ -272,7 +272,7 @@ async fn main() {
             store,
             runtime: Arc::new(NullRuntime(hive.clone())),
             hive: hive.clone(),
-            health,
+            board,
             wake: wake.clone(),
             wanted: rx,
             reconcile_interval: Duration::from_secs(3600),

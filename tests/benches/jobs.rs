@@ -205,7 +205,7 @@ async fn first_deploy_vs_bollard(mode: &Mode) {
             hive: hive.clone(),
             state_dir: dir.path().to_path_buf(),
             wake: Arc::clone(&wake),
-            health: None,
+            board: None,
             extra_binds: vec![],
             config: WorkerConfig::default(),
             events: None,

@@ -43,8 +43,8 @@ use serde_json::{json, Value};
 use swarm_controller::config::Config;
 use swarm_controller::fleet::Fleet;
 use swarm_queue_client::{
-    encode_pretty, AgentName, AgentSpec, AgentStatus, Declaration, HiveName, HiveState, JobSummary,
-    Level, Observed, Power, Readiness, Warning,
+    encode_pretty, AgentName, AgentSpec, AgentStatus, Declaration, HiveName, HiveState, HiveStatus,
+    JobSummary, Level, Observed, Power, Warning,
 };
 use time::OffsetDateTime;
 
@@ -154,9 +154,9 @@ fn agents_for(i: usize) -> BTreeMap<AgentName, AgentSpec> {
     agents
 }
 
-/// A readiness for hive `i` against declared revision `rev`; `generation`
+/// A status for hive `i` against declared revision `rev`; `generation`
 /// varies the value between updates.
-fn readiness_for(i: usize, rev: u64, generation: u64) -> Readiness {
+fn status_for(i: usize, rev: u64, generation: u64) -> HiveStatus {
     let agents = agents_for(i);
     let kind = i % 20;
     let (seen, converged, state) = match kind {
@@ -206,7 +206,7 @@ fn readiness_for(i: usize, rev: u64, generation: u64) -> Readiness {
             (name.clone(), status)
         })
         .collect();
-    Readiness {
+    HiveStatus {
         schema: 1,
         hive: HiveName::new(hive_name(i)).unwrap_or_else(|_| unreachable!()),
         ready: state == HiveState::Ok,
@@ -361,7 +361,7 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
     let mut status_bytes = 0usize;
     let statuses = (0..hives)
         .map(|i| {
-            let v = encode_pretty(&readiness_for(i, declared[&hive_name(i)], 0))?;
+            let v = encode_pretty(&status_for(i, declared[&hive_name(i)], 0))?;
             status_bytes += v.len();
             Ok((hive_name(i), v))
         })
@@ -702,7 +702,7 @@ async fn child(mode: &str, config_path: &Path, extra: Option<String>) -> Res<Val
             let cpu = CpuSpan::start();
             let mut failed = 0usize;
             for v in &values[0] {
-                failed += usize::from(swarm_queue_client::decode::<Readiness>(v).is_err());
+                failed += usize::from(swarm_queue_client::decode::<HiveStatus>(v).is_err());
             }
             for v in &values[1] {
                 failed += usize::from(swarm_queue_client::decode::<Declaration>(v).is_err());
@@ -845,7 +845,7 @@ async fn dashboard(
             .await?
             .map(|e| e.revision)
             .unwrap_or(1);
-        let value = Bytes::from(encode_pretty(&readiness_for(i, rev, u as u64 + 1))?);
+        let value = Bytes::from(encode_pretty(&status_for(i, rev, u as u64 + 1))?);
         let marker = format!("\"name\":\"{name}\"");
         let t = Instant::now();
         buckets.status.put(name.as_str(), value).await?;
@@ -878,12 +878,12 @@ async fn dashboard(
             .await?
             .map(|e| e.revision)
             .unwrap_or(1);
-        let mut readiness = readiness_for(i, rev, 1000 + u as u64);
+        let mut status = status_for(i, rev, 1000 + u as u64);
         if u >= hidden.len() / 2 {
-            readiness.seen_revision = Some(rev.saturating_sub(1));
-            readiness.converged_revision = Some(rev.saturating_sub(1));
+            status.seen_revision = Some(rev.saturating_sub(1));
+            status.converged_revision = Some(rev.saturating_sub(1));
         }
-        let value = Bytes::from(encode_pretty(&readiness)?);
+        let value = Bytes::from(encode_pretty(&status)?);
         buckets.status.put(hives[i].as_str(), value).await?;
     }
     let sentinel = &shown[0];
@@ -898,7 +898,7 @@ async fn dashboard(
         .status
         .put(
             sentinel.as_str(),
-            Bytes::from(encode_pretty(&readiness_for(i, rev, 5000))?),
+            Bytes::from(encode_pretty(&status_for(i, rev, 5000))?),
         )
         .await?;
     let marker = format!("\"name\":\"{sentinel}\"");

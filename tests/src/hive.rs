@@ -141,7 +141,7 @@ impl HiveProc {
         let url = format!("{}/health/ready", self.api().await);
         let resp = reqwest::get(&url).await.expect("GET /health/ready");
         let code = resp.status().as_u16();
-        let body = resp.json().await.expect("readiness JSON");
+        let body = resp.json().await.expect("status JSON");
         (code, body)
     }
 
@@ -163,9 +163,9 @@ impl HiveProc {
     }
 }
 
-/// Warning keys in a readiness JSON document.
-pub fn warning_keys(readiness: &serde_json::Value) -> Vec<String> {
-    readiness["warnings"]
+/// Warning keys in a hive status JSON document.
+pub fn warning_keys(status: &serde_json::Value) -> Vec<String> {
+    status["warnings"]
         .as_array()
         .map(|ws| {
             ws.iter()

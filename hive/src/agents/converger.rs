@@ -3,7 +3,7 @@
 //!
 //! Each pass:
 //! 1. **observe**: list this hive's containers. When Docker cannot be asked
-//!    the hive raises an error-level readiness warning (it is not ready) and
+//!    the hive raises an error-level status warning (it is not ready) and
 //!    decides nothing destructive: "I could not look" is never "nothing is
 //!    there".
 //! 2. **apply** a new declaration (from the wanted task): plan against the
@@ -25,7 +25,7 @@
 //!    the same grace ([`networks`]).
 //! 4. **report**: the agents' wanted and observed state, spec hashes, last
 //!    jobs and retry state (failing step, attempts, next try) go into
-//!    [`Health`], every string from Docker made safe first
+//!    [`StatusBoard`], every string from Docker made safe first
 //!    ([`crate::agents::observe`]), and the revision becomes
 //!    `converged_revision` only when [`plan::convergence_gap`] finds nothing
 //!    missing.
@@ -62,8 +62,8 @@ use crate::agents::plan::{self, Action, Installed, Seen};
 use crate::agents::retry::{Failure, Retries};
 use crate::agents::runtime::ContainerRuntime;
 use crate::perf;
-use crate::readiness::{keys, Health};
 use crate::shutdown::Shutdown;
+use crate::status::{keys, StatusBoard};
 
 /// How often Docker is looked at when nothing else wakes the converger.
 pub const OBSERVE_EVERY: Duration = Duration::from_secs(5);
@@ -75,7 +75,7 @@ pub struct ConvergerDeps<R> {
     pub store: JobStore,
     pub runtime: Arc<R>,
     pub hive: HiveName,
-    pub health: Arc<Health>,
+    pub board: Arc<StatusBoard>,
     /// Wakes the job worker after queueing.
     pub wake: Arc<Notify>,
     pub wanted: WantedRx,
@@ -98,7 +98,7 @@ pub struct ConvergerDeps<R> {
 pub async fn run<R: ContainerRuntime>(deps: ConvergerDeps<R>, mut shutdown: Shutdown) {
     let mut c = Converger::new(deps);
     let mut wanted = c.deps.wanted.clone();
-    let health = c.deps.health.clone();
+    let board = c.deps.board.clone();
     let docker_changed = c.deps.docker_changed.clone();
     loop {
         perf::CONVERGER_PASSES.time(c.pass()).await;
@@ -115,7 +115,7 @@ pub async fn run<R: ContainerRuntime>(deps: ConvergerDeps<R>, mut shutdown: Shut
             _ = wanted.changed() => {}
             // A start that waited for the agent's job in flight is queued
             // as soon as that job ends.
-            _ = health.job_progress.notified() => if c.restart_pending {
+            _ = board.job_progress.notified() => if c.restart_pending {
                 c.next_round = Instant::now();
             },
             _ = docker_changed.notified() => c.next_round = Instant::now(),
@@ -220,9 +220,9 @@ impl<R: ContainerRuntime> Converger<R> {
         let mut observed = observe::group(&self.deps.hive, containers);
         self.read_failing_streaks(&mut observed.seen).await;
         if observed.odd.is_empty() {
-            self.deps.health.clear(keys::ODD_CONTAINERS);
+            self.deps.board.clear(keys::ODD_CONTAINERS);
         } else {
-            self.deps.health.raise(
+            self.deps.board.raise(
                 keys::ODD_CONTAINERS,
                 Level::Warn,
                 format!(
@@ -381,17 +381,17 @@ impl<R: ContainerRuntime> Converger<R> {
     async fn look(&mut self) -> Observation {
         match self.observe().await {
             Ok(seen) => {
-                if self.deps.health.has_warning(keys::DOCKER) {
+                if self.deps.board.has_warning(keys::DOCKER) {
                     // Docker is back: look at everything now rather than
                     // when the failed rounds' backoff ends.
                     self.next_round = Instant::now();
                 }
-                self.deps.health.clear(keys::DOCKER);
+                self.deps.board.clear(keys::DOCKER);
                 Some(seen)
             }
             Err(e) => {
                 tracing::warn!(hive = %self.deps.hive, error = %e, "cannot observe containers");
-                self.deps.health.raise(
+                self.deps.board.raise(
                     keys::DOCKER,
                     Level::Error,
                     format!(
@@ -463,7 +463,7 @@ impl<R: ContainerRuntime> Converger<R> {
                 Ok(n) => {
                     store.get_or_insert(Ok(()));
                     self.backoff = self.deps.reconcile_interval;
-                    self.deps.health.clear(keys::RECONCILER);
+                    self.deps.board.clear(keys::RECONCILER);
                     if n > 0 {
                         tracing::info!(hive = %self.deps.hive, repairs = n, "reconcile round queued repairs");
                     }
@@ -474,7 +474,7 @@ impl<R: ContainerRuntime> Converger<R> {
                     }
                     self.backoff = crate::backoff::doubled(self.backoff, MAX_BACKOFF);
                     tracing::warn!(hive = %self.deps.hive, error = %e, next_in = ?self.backoff, "reconcile round failed; backing off");
-                    self.deps.health.raise(
+                    self.deps.board.raise(
                         keys::RECONCILER,
                         Level::Warn,
                         format!(
@@ -487,14 +487,14 @@ impl<R: ContainerRuntime> Converger<R> {
             self.next_round = Instant::now() + self.backoff;
         }
         match store {
-            Some(Err(e)) => self.deps.health.raise(
+            Some(Err(e)) => self.deps.board.raise(
                 keys::JOBS,
                 Level::Error,
                 format!(
                     "the job store in the state dir cannot be used ({e}); declarations are not applied until it can (check free space and permissions)"
                 ),
             ),
-            Some(Ok(())) => self.deps.health.clear(keys::JOBS),
+            Some(Ok(())) => self.deps.board.clear(keys::JOBS),
             None => {}
         }
         if let Err(e) = self.report(&observation, wanted.as_deref()).await {

@@ -4,7 +4,7 @@
 //! any label, name or image on a container, including this hive's own
 //! labels. So the grouping is by container id and agent label, never by the
 //! expected name, and every string that may later reach a published
-//! `Readiness` is made safe ([`sanitize_short`]) before it leaves this
+//! `HiveStatus` is made safe ([`sanitize_short`]) before it leaves this
 //! module. A container the hive cannot place (its agent label is missing or
 //! not a valid agent name) is reported as odd and left alone.
 //!

@@ -49,13 +49,13 @@ use crate::agents::jobs::{
 };
 use crate::agents::runtime::{Bind, ContainerRuntime, RuntimeError};
 use crate::perf;
-use crate::readiness::Health;
 use crate::shutdown::Shutdown;
+use crate::status::StatusBoard;
 use image::ImageCleanup;
 use journal::replay_idle_cleanups;
 use node::run_node;
 
-/// The least time between two pull-progress changes in Readiness.
+/// The least time between two pull-progress changes in `HiveStatus`.
 pub const PULL_PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 /// How the worker behaves. `Default` is what the daemon ships.
@@ -122,7 +122,7 @@ pub struct WorkerDeps<R> {
     /// Notified by whoever queues a job.
     pub wake: Arc<Notify>,
     /// Job outcomes are counted here (metrics).
-    pub health: Option<Arc<Health>>,
+    pub board: Option<Arc<StatusBoard>>,
     /// Mounted into every container after the state dir (the knowledge
     /// directory, read-only, once the hive has one).
     pub extra_binds: Vec<Bind>,
@@ -498,7 +498,7 @@ fn job_finished<R: ContainerRuntime>(
     if let Some(events) = &deps.events {
         job_event(events, claim, kind, state);
     }
-    if let Some(h) = &deps.health {
+    if let Some(h) = &deps.board {
         h.record_job_outcome(kind.as_str(), state.as_str());
     }
     if state == crate::agents::jobs::JobState::Done

@@ -429,8 +429,8 @@ impl Deliverer {
 
     /// Raise the `credential_refused` warning naming every agent whose
     /// delivery stands refused, or clear it when none does.
-    pub fn publish_refusals(&self, health: &crate::readiness::Health) {
-        use crate::readiness::keys::CREDENTIAL_REFUSED;
+    pub fn publish_refusals(&self, board: &crate::status::StatusBoard) {
+        use crate::status::keys::CREDENTIAL_REFUSED;
         let warning = self
             .refusals
             .lock()
@@ -438,9 +438,9 @@ impl Deliverer {
             .warning();
         match warning {
             Some(message) => {
-                health.raise(CREDENTIAL_REFUSED, swarm_queue_client::Level::Warn, message)
+                board.raise(CREDENTIAL_REFUSED, swarm_queue_client::Level::Warn, message)
             }
-            None => health.clear(CREDENTIAL_REFUSED),
+            None => board.clear(CREDENTIAL_REFUSED),
         }
     }
 

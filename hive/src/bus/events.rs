@@ -19,14 +19,14 @@ use tokio::sync::Notify;
 
 use crate::bus::credentials::Credentials;
 use crate::bus::deploy::Deployer;
-use crate::readiness::{keys, Health};
 use crate::shutdown::Shutdown;
+use crate::status::{keys, StatusBoard};
 
 #[derive(Clone)]
 pub struct EventDeps {
     pub client: async_nats::Client,
     pub hive: HiveName,
-    pub health: Arc<Health>,
+    pub board: Arc<StatusBoard>,
     pub knowledge: Option<Arc<Notify>>,
     /// Delivers a credential named by a notice (opens the bucket on first
     /// use).
@@ -148,16 +148,16 @@ async fn on_credential(deps: &EventDeps, msg: async_nats::Message) {
     };
     match deps
         .credentials
-        .deliver(&notice.agent, &notice.account, &deps.health)
+        .deliver(&notice.agent, &notice.account, &deps.board)
         .await
     {
-        Ok(_) => deps.health.clear(keys::CREDENTIALS),
+        Ok(_) => deps.board.clear(keys::CREDENTIALS),
         // Logged, and named in `credential_refused`, by the delivery.
         Err(e) if e.refused() => {}
         Err(e) => {
             let msg = crate::error_chain(&e);
             tracing::warn!(hive = %deps.hive, agent = %notice.agent, account = %notice.account, error = %msg, "credential delivery failed");
-            deps.health.raise(
+            deps.board.raise(
                 keys::CREDENTIALS,
                 Level::Warn,
                 format!("credential delivery failed: {msg}"),

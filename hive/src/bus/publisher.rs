@@ -1,10 +1,10 @@
-//! The status publisher: puts this hive's `Readiness` under its own key in
+//! The status publisher: puts this hive's `HiveStatus` under its own key in
 //! `hyperhive-status`.
 //!
 //! Publish first, then wait. It publishes again when the interval passes,
 //! when what is published changes (after a successful publish only, so a
 //! NATS outage does not turn into a retry storm; after a failed one only
-//! when the seen or converged revision changes, `Health::revisions_changed`,
+//! when the seen or converged revision changes, `StatusBoard::revisions_changed`,
 //! which is rare and is what the swarm waits for), and right after every
 //! reconnect. A put that failed while connected (no ack within
 //! [`PUBLISH_TIMEOUT`]: the stream had no leader, during an election; or
@@ -15,7 +15,7 @@
 //! is back. Disconnected, it waits for the reconnect (or the interval).
 //! After [`PUBLISH_FAILURES_BEFORE_WARNING`] failures in a row it
 //! raises a local warning; the first success clears it, and tells the
-//! wanted task the buckets answer again (`Health::buckets_back`). On
+//! wanted task the buckets answer again (`StatusBoard::buckets_back`). On
 //! shutdown it publishes one last status saying `stopped`.
 //!
 //! Each wait (the interval, a retry's backoff) is spread by the
@@ -26,7 +26,7 @@
 //! The payload carries no timestamp: readers take freshness from the KV
 //! entry's own time.
 //!
-//! [`PUBLISH_FAILURES_BEFORE_WARNING`]: crate::readiness::PUBLISH_FAILURES_BEFORE_WARNING
+//! [`PUBLISH_FAILURES_BEFORE_WARNING`]: crate::status::PUBLISH_FAILURES_BEFORE_WARNING
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,8 +38,8 @@ use swarm_queue_client::{
     encode_pretty, ensure_connected, Bucket, BucketSettings, Connection, HiveName, Level,
 };
 
-use crate::readiness::{keys, Health};
 use crate::shutdown::Shutdown;
+use crate::status::{keys, StatusBoard};
 
 /// Time allowed for one publish (the put and its ack). An ack takes
 /// milliseconds (p99 well under 0.5 s at 1,000 hives on one server,
@@ -54,7 +54,7 @@ const MIN_CHANGE_GAP: Duration = Duration::from_millis(100);
 
 pub struct PublisherDeps {
     pub nats: Connection,
-    pub health: Arc<Health>,
+    pub board: Arc<StatusBoard>,
     pub hive: HiveName,
     pub interval: Duration,
     /// How the status bucket is made if it is missing and this identity
@@ -83,7 +83,7 @@ impl Publisher {
     async fn publish(&mut self) -> Result<u64, PublishError> {
         let client = &self.deps.nats.client;
         if let Err(e) = ensure_connected(client) {
-            self.deps.health.raise(
+            self.deps.board.raise(
                 keys::NATS_UNREACHABLE,
                 Level::Warn,
                 format!(
@@ -93,13 +93,13 @@ impl Publisher {
             );
             return Err(e.into());
         }
-        self.deps.health.clear(keys::NATS_UNREACHABLE);
+        self.deps.board.clear(keys::NATS_UNREACHABLE);
         // A JetStream publish to its own key, no stream info first: a hive
         // may not ask for it (it lists every key of a bucket). When the
         // bucket is missing, try to create it once (it works only where
         // hives are not limited to their own keys) and put again.
         let attempt = async {
-            let bytes = encode_pretty(&self.deps.health.published_readiness())?;
+            let bytes = encode_pretty(&self.deps.board.published_status())?;
             let own = OwnKey {
                 bucket: Bucket::Status,
                 key: self.deps.hive.as_str(),
@@ -127,13 +127,13 @@ impl Publisher {
         match self.publish().await {
             Ok(revision) => {
                 tracing::debug!(hive = %self.deps.hive, revision, "status published");
-                self.deps.health.publish_succeeded();
+                self.deps.board.publish_succeeded();
                 Outcome::Published
             }
             Err(e) => {
                 let msg = crate::error_chain(&e);
                 tracing::warn!(hive = %self.deps.hive, error = %msg, "status publish failed");
-                self.deps.health.publish_failed(&msg);
+                self.deps.board.publish_failed(&msg);
                 match e {
                     PublishError::NotConnected(_) => Outcome::Disconnected,
                     _ => Outcome::Failed,
@@ -173,11 +173,11 @@ pub async fn run(deps: PublisherDeps, mut shutdown: Shutdown) {
     let _ = tokio::time::timeout(Duration::from_secs(2), connects.wait_for(|n| *n > 0)).await;
     connects.mark_unchanged();
     let interval = deps.interval;
-    let health = deps.health.clone();
+    let board = deps.board.clone();
     let js = deps.nats.jetstream();
     let mut p = Publisher { deps, js };
     let mut backoff = RETRY_FIRST;
-    let mut revisions = health.revisions_changed.subscribe();
+    let mut revisions = board.revisions_changed.subscribe();
     loop {
         // What this publish carries is what the next revision change is
         // measured against.
@@ -195,7 +195,7 @@ pub async fn run(deps: PublisherDeps, mut shutdown: Shutdown) {
                 // watch::changed can be dropped and re-created freely.
                 _ = shutdown.wait() => break,
                 _ = &mut wait => {}
-                _ = health.changed.notified() => {
+                _ = board.changed.notified() => {
                     tokio::time::sleep(MIN_CHANGE_GAP).await;
                 }
                 _ = connects.changed() => {}
@@ -215,7 +215,7 @@ pub async fn run(deps: PublisherDeps, mut shutdown: Shutdown) {
             }
         }
     }
-    health.set_stopping();
+    board.set_stopping();
     if p.publish_and_record().await == Outcome::Published {
         tracing::info!(hive = %p.deps.hive, "published final status: stopped");
     }

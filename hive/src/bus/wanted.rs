@@ -19,7 +19,7 @@
 //! close the gaps a failover leaves: a read that failed is tried again
 //! after [`READ_RETRY_FIRST`], doubling up to [`READ_RETRY_MAX`], until one
 //! succeeds; and the key is read whenever the status publisher gets through
-//! after failing (`Health::buckets_back`), because the buckets can be out of
+//! after failing (`StatusBoard::buckets_back`), because the buckets can be out of
 //! reach while the connection stays up (a stream without a leader, a leaf
 //! node's link to the hub down), and a doorbell rung meanwhile is lost.
 //!
@@ -39,7 +39,7 @@
 //! saved to `<state>/wanted.json` (so the hive knows what is wanted while
 //! NATS is away; see `saved.rs`). A
 //! delete, a purge or an undecodable value is **not** a deletion order: it
-//! changes nothing and raises a readiness warning naming the revision and
+//! changes nothing and raises a status warning naming the revision and
 //! the reason.
 
 use std::sync::Arc;
@@ -59,8 +59,8 @@ mod saved;
 use crate::agents::declared::{Wanted, WantedTx};
 use crate::backoff::Backoff;
 use crate::bus::revision::{judge, Seen, Suspect, Verdict, CONFIRM_AFTER};
-use crate::readiness::{keys, Health};
 use crate::shutdown::Shutdown;
+use crate::status::{keys, StatusBoard};
 
 /// Re-read the key this often even when the watch is quiet (each wait
 /// spread by the connection's jitter).
@@ -112,7 +112,7 @@ pub const RESET_WARNING_FOR: Duration = Duration::from_secs(600);
 pub struct WantedDeps {
     pub nats: Connection,
     pub hive: HiveName,
-    pub health: Arc<Health>,
+    pub board: Arc<StatusBoard>,
     /// How the bucket is made if it is missing at start and this identity
     /// may create it (no per-hive permissions).
     pub bucket: BucketSettings,
@@ -169,7 +169,7 @@ impl Session<'_> {
             Ok(found) => {
                 self.missing = false;
                 self.retry = None;
-                self.deps.health.clear(keys::WANTED_BUCKET);
+                self.deps.board.clear(keys::WANTED_BUCKET);
                 match found {
                     Some(entry) => return self.handle(entry, Instant::now()),
                     None => tracing::debug!(%hive, why, "no declaration for this hive yet"),
@@ -179,7 +179,7 @@ impl Session<'_> {
                 self.missing = true;
                 self.schedule_retry();
                 tracing::warn!(%hive, why, error = %e, "wanted bucket missing");
-                self.deps.health.raise(
+                self.deps.board.raise(
                     keys::WANTED_BUCKET,
                     Level::Warn,
                     format!(
@@ -255,7 +255,7 @@ impl Session<'_> {
             .reset_at
             .is_some_and(|t| now.duration_since(t) >= RESET_WARNING_FOR)
         {
-            self.deps.health.clear(keys::WANTED_RESET);
+            self.deps.board.clear(keys::WANTED_RESET);
             self.reset_at = None;
         }
         match judge(self.last, self.suspect, read, now) {
@@ -277,7 +277,7 @@ impl Session<'_> {
                 // value as the truth and converges on it), so it is neither
                 // degraded nor kept from converging; the note says what
                 // happened.
-                self.deps.health.raise(
+                self.deps.board.raise(
                     keys::WANTED_RESET,
                     Level::Info,
                     format!(
@@ -308,7 +308,7 @@ impl Session<'_> {
             "purged"
         };
         tracing::warn!(hive = %self.deps.hive, revision = entry.revision, op, "wanted key removed; not a deletion order");
-        self.deps.health.raise(
+        self.deps.board.raise(
             keys::WANTED,
             Level::Warn,
             format!(
@@ -327,7 +327,7 @@ impl Session<'_> {
         match decoded {
             Err(e) => {
                 tracing::warn!(%hive, revision = entry.revision, error = %e, "undecodable declaration ignored");
-                self.deps.health.raise(
+                self.deps.board.raise(
                     keys::WANTED,
                     Level::Warn,
                     format!(
@@ -341,7 +341,7 @@ impl Session<'_> {
                 for w in &decoded.warnings {
                     tracing::warn!(%hive, revision = entry.revision, warning = %w, "declaration");
                 }
-                self.deps.health.clear(keys::WANTED);
+                self.deps.board.clear(keys::WANTED);
                 self.report_ignored(entry.revision, &decoded.warnings);
                 let wanted = Wanted {
                     revision: entry.revision,
@@ -365,10 +365,10 @@ impl Session<'_> {
     /// the status says so until a declaration without one.
     fn report_ignored(&self, revision: u64, warnings: &[String]) {
         if warnings.is_empty() {
-            self.deps.health.clear(keys::WANTED_IGNORED);
+            self.deps.board.clear(keys::WANTED_IGNORED);
             return;
         }
-        self.deps.health.raise(
+        self.deps.board.raise(
             keys::WANTED_IGNORED,
             Level::Warn,
             format!(
@@ -416,7 +416,7 @@ impl Session<'_> {
         let jitter = &deps.nats.jitter;
         let every = repull_every(&deps.nats);
         let repull = tokio::time::sleep(jitter.spread(every));
-        let mut buckets_back = deps.health.buckets_back.subscribe();
+        let mut buckets_back = deps.board.buckets_back.subscribe();
         let settle = tokio::time::sleep(jitter.spread(SETTLE_REREAD));
         tokio::pin!(repull, settle);
         let mut settled = false;

@@ -1,6 +1,6 @@
 //! The hive's xkey: the curve25519 key credentials are sealed to. The seed
 //! lives in a file (mode 0600) created at first start; the public half is
-//! published in `Readiness.xkey` so the controller knows what to seal to.
+//! published in `HiveStatus.xkey` so the controller knows what to seal to.
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;

@@ -216,7 +216,7 @@ pub struct AgentExits {
 }
 
 impl AgentRow {
-    /// The row as the published readiness carries it.
+    /// The row as the published status carries it.
     pub fn status(&self) -> AgentStatus {
         AgentStatus {
             spec: self.container_spec.clone(),

@@ -1,5 +1,5 @@
 //! The loopback HTTP server: `/health/ready` (200 when ready, 503 when not;
-//! the body is the very `Readiness` that is published), `/health/live`,
+//! the body is the very `HiveStatus` that is published), `/health/live`,
 //! `/metrics` (Prometheus text from the same snapshot), plus whatever the
 //! local operator API adds.
 
@@ -13,31 +13,31 @@ use axum::routing::get;
 use axum::Router;
 use swarm_queue_client::http_host::HostRule;
 
-use crate::readiness::{render_metrics, Health};
 use crate::shutdown::Shutdown;
+use crate::status::{render_metrics, StatusBoard};
 
-pub fn health_router(health: Arc<Health>) -> Router {
+pub fn probe_router(board: Arc<StatusBoard>) -> Router {
     Router::new()
         .route("/health/ready", get(ready))
         .route("/health/live", get(|| async { "ok\n" }))
         .route("/metrics", get(metrics))
-        .with_state(health)
+        .with_state(board)
 }
 
-async fn ready(State(health): State<Arc<Health>>) -> Response {
-    let snap = health.snapshot();
-    let code = if snap.readiness.ready {
+async fn ready(State(board): State<Arc<StatusBoard>>) -> Response {
+    let snap = board.snapshot();
+    let code = if snap.status.ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    // A Readiness always serializes: it is plain strings, numbers and maps.
-    let body = serde_json::to_string_pretty(&snap.readiness).unwrap_or_default();
+    // A `HiveStatus` always serializes: it is plain strings, numbers and maps.
+    let body = serde_json::to_string_pretty(&snap.status).unwrap_or_default();
     (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-async fn metrics(State(health): State<Arc<Health>>) -> Response {
-    let mut text = render_metrics(&health.snapshot());
+async fn metrics(State(board): State<Arc<StatusBoard>>) -> Response {
+    let mut text = render_metrics(&board.snapshot());
     text.push_str(&crate::perf::render());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }

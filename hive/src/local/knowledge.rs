@@ -68,18 +68,18 @@ pub struct KnowledgeDeps {
     /// Rung by each knowledge event.
     pub trigger: std::sync::Arc<tokio::sync::Notify>,
     /// Where a failed pull is raised as a warning.
-    pub health: std::sync::Arc<crate::readiness::Health>,
+    pub board: std::sync::Arc<crate::status::StatusBoard>,
 }
 
 /// The knowledge task: pull at start, then on every trigger (knowledge
 /// events coalesce: several events during one pull cause one more pull).
 pub async fn run(deps: KnowledgeDeps, mut shutdown: crate::shutdown::Shutdown) {
-    use crate::readiness::keys;
+    use crate::status::keys;
     let KnowledgeDeps {
         repo,
         dir,
         trigger,
-        health,
+        board,
     } = deps;
     // Logs and warnings show the repository without a URL's userinfo.
     let shown = swarm_queue_client::redact::userinfo(&repo).into_owned();
@@ -87,12 +87,12 @@ pub async fn run(deps: KnowledgeDeps, mut shutdown: crate::shutdown::Shutdown) {
         match pull(&repo, &dir).await {
             Ok(commit) => {
                 tracing::info!(repo = %shown, %commit, dir = %dir.display(), "knowledge repo up to date");
-                health.clear(keys::KNOWLEDGE);
+                board.clear(keys::KNOWLEDGE);
             }
             Err(e) => {
                 let msg = crate::error_chain(&e);
                 tracing::warn!(repo = %shown, error = %msg, "knowledge pull failed");
-                health.raise(
+                board.raise(
                     keys::KNOWLEDGE,
                     swarm_queue_client::Level::Warn,
                     format!(

@@ -98,7 +98,7 @@ mod tests {
     use swarm_queue_client::HiveName;
 
     use super::*;
-    use crate::readiness::Health;
+    use crate::status::StatusBoard;
     use crate::supervisor::{Role, Supervisor};
 
     /// A notification reaches a socket named by path and one in the
@@ -127,8 +127,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_watchdog_is_fed_only_while_every_essential_task_runs() {
         let (trigger, shutdown) = crate::shutdown::channel();
-        let health = Arc::new(Health::new(Some(HiveName::new("alpha").unwrap()), None));
-        let mut sup = Supervisor::new(health, shutdown.clone());
+        let board = Arc::new(StatusBoard::new(
+            Some(HiveName::new("alpha").unwrap()),
+            None,
+        ));
+        let mut sup = Supervisor::new(board, shutdown.clone());
         // The task dies at 10.5 s; the supervisor starts it again 1 s later.
         let runs = Arc::new(Mutex::new(0));
         let r = runs.clone();

@@ -4,8 +4,11 @@ use swarm_queue_client::HiveName;
 
 use super::*;
 
-fn health() -> Arc<Health> {
-    Arc::new(Health::new(Some(HiveName::new("alpha").unwrap()), None))
+fn board() -> Arc<StatusBoard> {
+    Arc::new(StatusBoard::new(
+        Some(HiveName::new("alpha").unwrap()),
+        None,
+    ))
 }
 
 const S: fn(u64) -> Duration = Duration::from_secs;
@@ -41,7 +44,7 @@ fn recorder() -> (Arc<Mutex<Vec<Duration>>>, Instant) {
 #[tokio::test(start_paused = true)]
 async fn a_task_that_keeps_returning_is_restarted_with_backoff() {
     let (trigger, shutdown) = crate::shutdown::channel();
-    let h = health();
+    let h = board();
     let mut sup = Supervisor::new(h.clone(), shutdown);
     let (starts, t0) = recorder();
     let s = starts.clone();
@@ -53,8 +56,8 @@ async fn a_task_that_keeps_returning_is_restarted_with_backoff() {
     tokio::time::sleep(S(190)).await;
     let got: Vec<u64> = starts.lock().unwrap().iter().map(|d| d.as_secs()).collect();
     assert_eq!(got, [0, 1, 3, 7, 15, 31, 63, 123, 183]);
-    // Down between starts: named in readiness, not ready.
-    let r = h.snapshot().readiness;
+    // Down between starts: named in the status, not ready.
+    let r = h.snapshot().status;
     assert!(!r.ready, "{r:?}");
     let w = r.warnings.iter().find(|w| w.key == "task_wanted").unwrap();
     assert_eq!(w.level, Level::Error);
@@ -73,7 +76,7 @@ async fn a_task_that_keeps_returning_is_restarted_with_backoff() {
 #[tokio::test(start_paused = true)]
 async fn a_panic_is_caught_named_and_cleared_by_the_next_start() {
     let (trigger, shutdown) = crate::shutdown::channel();
-    let h = health();
+    let h = board();
     let mut sup = Supervisor::new(h.clone(), shutdown);
     let board = sup.board();
     let runs = Arc::new(AtomicU32::new(0));
@@ -88,7 +91,7 @@ async fn a_panic_is_caught_named_and_cleared_by_the_next_start() {
         }
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let w = h.snapshot().readiness.warnings;
+    let w = h.snapshot().status.warnings;
     assert_eq!(w.len(), 1, "{w:?}");
     assert!(
         w[0].message.contains("panicked: boom in the listener"),
@@ -98,7 +101,7 @@ async fn a_panic_is_caught_named_and_cleared_by_the_next_start() {
     assert_eq!(board.is_up("events"), Some(false));
     tokio::time::sleep(S(1)).await;
     assert_eq!(runs.load(Ordering::SeqCst), 2);
-    let r = h.snapshot().readiness;
+    let r = h.snapshot().status;
     assert!(r.ready && r.warnings.is_empty(), "{r:?}");
     assert!(board.essential_up());
     trigger.trigger();
@@ -112,13 +115,13 @@ async fn an_auxiliary_task_down_leaves_the_hive_ready_and_the_error_named() {
     #[error("cannot bind 127.0.0.1:7390")]
     struct BindError;
     let (trigger, shutdown) = crate::shutdown::channel();
-    let h = health();
+    let h = board();
     let mut sup = Supervisor::new(h.clone(), shutdown);
     sup.spawn("http", Role::Auxiliary, |_| async {
         Err::<(), _>(BindError)
     });
     tokio::time::sleep(Duration::from_millis(10)).await;
-    let r = h.snapshot().readiness;
+    let r = h.snapshot().status;
     assert!(r.ready, "{r:?}");
     assert!(r.warnings[0].message.contains("cannot bind 127.0.0.1:7390"));
     assert_eq!(r.warnings[0].level, Level::Warn);
@@ -130,7 +133,7 @@ async fn an_auxiliary_task_down_leaves_the_hive_ready_and_the_error_named() {
 #[tokio::test(start_paused = true)]
 async fn a_healthy_run_resets_the_backoff() {
     let (trigger, shutdown) = crate::shutdown::channel();
-    let mut sup = Supervisor::new(health(), shutdown);
+    let mut sup = Supervisor::new(board(), shutdown);
     let (starts, t0) = recorder();
     let s = starts.clone();
     let runs = Arc::new(AtomicU32::new(0));
@@ -155,7 +158,7 @@ async fn a_healthy_run_resets_the_backoff() {
 #[tokio::test(start_paused = true)]
 async fn shutdown_during_the_backoff_stops_the_keeper() {
     let (trigger, shutdown) = crate::shutdown::channel();
-    let mut sup = Supervisor::new(health(), shutdown);
+    let mut sup = Supervisor::new(board(), shutdown);
     let runs = Arc::new(AtomicU32::new(0));
     let r = runs.clone();
     sup.spawn("worker", Role::Essential, move |_| {

@@ -11,14 +11,14 @@ use crate::age::human_age;
 /// One row per agent that is declared, reported, or both, sorted by name.
 pub(super) fn agent_rows(
     declared: Option<&Declared>,
-    readiness: Option<&Reported>,
+    reported: Option<&Reported>,
     age: Duration,
 ) -> Vec<AgentRow> {
     let mut names: Vec<&AgentName> = Vec::new();
     if let Some(d) = declared {
         names.extend(d.spec_hashes.keys());
     }
-    if let Some(r) = readiness {
+    if let Some(r) = reported {
         names.extend(r.agents.keys());
     }
     names.sort();
@@ -27,7 +27,7 @@ pub(super) fn agent_rows(
         .into_iter()
         .map(|name| {
             let hash = declared.and_then(|d| d.spec_hashes.get(name));
-            let report = readiness.and_then(|r| r.agents.get(name));
+            let report = reported.and_then(|r| r.agents.get(name));
             let spec_matches = match (hash, report.and_then(|a| a.spec.as_ref())) {
                 (Some(h), Some(s)) => Some(h == s),
                 (Some(_), None) if report.is_some() => Some(false),

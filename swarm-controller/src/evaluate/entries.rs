@@ -2,16 +2,17 @@
 //! and kept compact: a fleet holds one of each per hive, so their size is
 //! most of what 10,000 hives cost the controller.
 //!
-//! - A status keeps what a row shows of its [`Readiness`] as a
+//! - A status keeps what a row shows of its [`HiveStatus`] as a
 //!   [`Reported`], its agents in a sorted slice ([`ByName`]): a `BTreeMap`
 //!   node has room for eleven entries, and a hive reports a few.
 //! - A declaration keeps only each agent's spec hash and, for the webhook,
 //!   the agents built from a repository: the specs themselves are dropped
 //!   once hashed. Convergence compares hashes, never specs.
 
-use swarm_queue_client::payload::{readiness_matches_key, DecodeError};
+use swarm_queue_client::payload::{status_matches_key, DecodeError};
 use swarm_queue_client::{
-    decode, AgentName, AgentStatus, BuildSpec, Declaration, HiveName, HiveState, Readiness, Warning,
+    decode, AgentName, AgentStatus, BuildSpec, Declaration, HiveName, HiveState, HiveStatus,
+    Warning,
 };
 use time::OffsetDateTime;
 
@@ -90,7 +91,7 @@ impl<V> FromIterator<(AgentName, V)> for ByName<V> {
     }
 }
 
-/// What a row needs of a hive's [`Readiness`] (its name was checked against
+/// What a row needs of a hive's [`HiveStatus`] (its name was checked against
 /// the key, its xkey is read from the bucket by `credential`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reported {
@@ -103,8 +104,8 @@ pub struct Reported {
     pub version: String,
 }
 
-impl From<Readiness> for Reported {
-    fn from(r: Readiness) -> Self {
+impl From<HiveStatus> for Reported {
+    fn from(r: HiveStatus) -> Self {
         Reported {
             ready: r.ready,
             state: r.state,
@@ -125,7 +126,7 @@ pub struct StatusEntry {
     /// When the server stored it: the only clock freshness trusts.
     pub created: OffsetDateTime,
     /// What the hive reported, or why it could not be read.
-    pub readiness: Result<Reported, EntryError>,
+    pub reported: Result<Reported, EntryError>,
     /// Things the reader should know (for example a newer schema).
     pub notes: Vec<String>,
 }
@@ -134,10 +135,10 @@ impl StatusEntry {
     /// Decode a status value stored under `key`. A value that claims to be
     /// another hive is refused: it is no evidence about this one.
     pub fn decode(key: &str, revision: u64, created: OffsetDateTime, bytes: &[u8]) -> Self {
-        let (readiness, notes) = match decode::<Readiness>(bytes) {
+        let (reported, notes) = match decode::<HiveStatus>(bytes) {
             Ok(d) => {
                 let claims_other = HiveName::new(key)
-                    .map(|k| !readiness_matches_key(&d.value, &k))
+                    .map(|k| !status_matches_key(&d.value, &k))
                     .unwrap_or(true);
                 if claims_other {
                     (
@@ -156,7 +157,7 @@ impl StatusEntry {
         StatusEntry {
             revision,
             created,
-            readiness,
+            reported,
             notes,
         }
     }

@@ -294,7 +294,7 @@ pub fn evaluate(i: Inputs<'_>) -> HiveRow {
         _ => None,
     };
 
-    let readiness = i.status.and_then(|s| s.readiness.as_ref().ok());
+    let reported = i.status.and_then(|s| s.reported.as_ref().ok());
     let declared = i.wanted.and_then(|w| w.declared.as_ref().ok());
     let (convergence, reason) = rules::convergence(timely, age, i.status, i.wanted);
 
@@ -322,13 +322,13 @@ pub fn evaluate(i: Inputs<'_>) -> HiveRow {
         convergence,
         reason,
         declared_revision: i.wanted.map(|w| w.revision),
-        seen_revision: readiness.and_then(|r| r.seen_revision),
-        converged_revision: readiness.and_then(|r| r.converged_revision),
-        state: readiness.map(|r| r.state.to_string()),
-        ready: readiness.map(|r| r.ready),
-        version: readiness.map(|r| r.version.clone()),
-        warnings: readiness.map(row_warnings).unwrap_or_default(),
-        agents: agents::agent_rows(declared, readiness, age.unwrap_or_default()),
+        seen_revision: reported.and_then(|r| r.seen_revision),
+        converged_revision: reported.and_then(|r| r.converged_revision),
+        state: reported.map(|r| r.state.to_string()),
+        ready: reported.map(|r| r.ready),
+        version: reported.map(|r| r.version.clone()),
+        warnings: reported.map(row_warnings).unwrap_or_default(),
+        agents: agents::agent_rows(declared, reported, age.unwrap_or_default()),
         problems: problems(i.status, i.wanted, i.hold),
         maintenance: maintenance.filter(|_| i.roster.is_some()),
         stale_at,
@@ -370,7 +370,7 @@ fn timeliness(
         );
     };
     let ago = human_age(age);
-    match &s.readiness {
+    match &s.reported {
         Err(e) => (
             Freshness::Unknown,
             format!("the status stored {ago} ago does not decode: {e}"),
@@ -398,7 +398,7 @@ fn problems(
 ) -> Vec<String> {
     let mut problems = Vec::new();
     if let Some(s) = status {
-        if let Err(e) = &s.readiness {
+        if let Err(e) = &s.reported {
             problems.push(format!("status revision {}: {e}", s.revision));
         }
         problems.extend(s.notes.iter().cloned());

@@ -28,11 +28,11 @@ pub(super) fn convergence(
     status: Option<&StatusEntry>,
     wanted: Option<&WantedEntry>,
 ) -> Verdict {
-    let (rev, declared, readiness) = match comparable(status, wanted) {
+    let (rev, declared, reported) = match comparable(status, wanted) {
         Ok(inputs) => inputs,
         Err(verdict) => return verdict,
     };
-    let evidence = Evidence::gather(timely, age, rev, declared, readiness);
+    let evidence = Evidence::gather(timely, age, rev, declared, reported);
     RULES
         .iter()
         .find_map(|rule| (rule.verdict)(&evidence))
@@ -98,7 +98,7 @@ const RULES: &[Rule] = &[
     },
 ];
 
-/// The declared revision, its declaration and the hive's readiness, or why
+/// The declared revision, its declaration and the hive's status, or why
 /// they cannot be compared.
 fn comparable<'a>(
     status: Option<&'a StatusEntry>,
@@ -107,7 +107,7 @@ fn comparable<'a>(
     let unknown = |why: String| (Convergence::Unknown, why);
     // An undecodable status is the first thing to say: it is never hidden
     // behind anything else about the hive.
-    let readiness = match status.map(|s| &s.readiness) {
+    let reported = match status.map(|s| &s.reported) {
         Some(Err(e)) => return Err(unknown(format!("the hive's status does not decode: {e}"))),
         Some(Ok(r)) => Some(r),
         None => None,
@@ -126,7 +126,7 @@ fn comparable<'a>(
             )))
         }
     };
-    let Some(r) = readiness else {
+    let Some(r) = reported else {
         return Err(unknown(format!(
             "revision {rev} is declared, but the hive has no status to compare it with"
         )));
@@ -142,7 +142,7 @@ struct Evidence<'a> {
     rev: u64,
     /// The newest revision the hive says it has read or converged on.
     seen: Option<u64>,
-    readiness: &'a Reported,
+    reported: &'a Reported,
     declared_agents: usize,
     agents: AgentFindings,
 }
@@ -153,21 +153,21 @@ impl<'a> Evidence<'a> {
         age: Option<Duration>,
         rev: u64,
         declared: &Declared,
-        readiness: &'a Reported,
+        reported: &'a Reported,
     ) -> Self {
         Evidence {
             timely,
             ago: age.map(human_age).unwrap_or_default(),
             rev,
-            seen: readiness.seen_revision.max(readiness.converged_revision),
-            readiness,
+            seen: reported.seen_revision.max(reported.converged_revision),
+            reported,
             declared_agents: declared.spec_hashes.len(),
-            agents: AgentFindings::gather(declared, readiness, age.unwrap_or_default()),
+            agents: AgentFindings::gather(declared, reported, age.unwrap_or_default()),
         }
     }
 
     fn claims_converged(&self) -> bool {
-        self.readiness.converged_revision == Some(self.rev)
+        self.reported.converged_revision == Some(self.rev)
     }
 }
 
@@ -457,7 +457,7 @@ fn degraded(e: &Evidence<'_>) -> Option<Verdict> {
             .iter()
             .map(|f| format!("{f} (the running container is still the declared one)")),
     );
-    let r = e.readiness;
+    let r = e.reported;
     if r.state != HiveState::Ok {
         let mut why = format!("the hive is {}", r.state);
         let worst: Vec<&str> = r

@@ -1,7 +1,7 @@
 use super::*;
-use swarm_queue_client::test_support::{agent_status, ReadinessBuilder};
+use swarm_queue_client::test_support::{agent_status, HiveStatusBuilder};
 use swarm_queue_client::{
-    AgentName, AgentSpec, AgentStatus, Declaration, Level, Readiness, Warning,
+    AgentName, AgentSpec, AgentStatus, Declaration, HiveStatus, Level, Warning,
 };
 
 const STALE_AFTER: Duration = Duration::from_secs(120);
@@ -39,23 +39,23 @@ fn agent(image: &str, observed: Observed, job: Option<(&str, Option<&str>)>) -> 
     agent_status(&spec(image), observed, job)
 }
 
-fn readiness(
+fn hive_status(
     state: HiveState,
     seen: Option<u64>,
     converged: Option<u64>,
     agents: Vec<(&str, AgentStatus)>,
-) -> Readiness {
-    ReadinessBuilder::new("alpha", state)
+) -> HiveStatus {
+    HiveStatusBuilder::new("alpha", state)
         .revisions(seen, converged)
         .agents(agents)
         .build()
 }
 
-fn status_at(age_secs: i64, r: Readiness) -> StatusEntry {
+fn status_at(age_secs: i64, r: HiveStatus) -> StatusEntry {
     StatusEntry {
         revision: 3,
         created: t0() - time::Duration::seconds(age_secs),
-        readiness: Ok(r.into()),
+        reported: Ok(r.into()),
         notes: vec![],
     }
 }
@@ -96,7 +96,7 @@ fn a_closed_connection_turns_the_row_offline() {
     let w = wanted(5, declaration(&[("bot", "img:1")]));
     let fresh = status_at(5, ok_hive(5, 5));
     let old = status_at(STALE_AFTER.as_secs() as i64 + 30, ok_hive(5, 5));
-    let stopped = status_at(5, readiness(HiveState::Stopped, Some(5), Some(5), vec![]));
+    let stopped = status_at(5, hive_status(HiveState::Stopped, Some(5), Some(5), vec![]));
     let cases: [(&StatusEntry, Option<&Link>, Freshness, FreshnessRule); 6] = [
         (&fresh, None, Freshness::Fresh, FreshnessRule::KvTimestamp),
         (
@@ -151,8 +151,8 @@ fn a_closed_connection_turns_the_row_offline() {
     assert_eq!(none.freshness, Freshness::Unknown);
 }
 
-fn ok_hive(seen: u64, converged: u64) -> Readiness {
-    readiness(
+fn ok_hive(seen: u64, converged: u64) -> HiveStatus {
+    hive_status(
         HiveState::Ok,
         Some(seen),
         Some(converged),
@@ -168,8 +168,8 @@ fn freshness_table() {
     let undecodable = StatusEntry {
         revision: 9,
         created: t0(),
-        readiness: Err(EntryError::Undecodable(
-            "readiness is not valid: expected value".into(),
+        reported: Err(EntryError::Undecodable(
+            "hive status is not valid: expected value".into(),
         )),
         notes: vec![],
     };
@@ -208,7 +208,7 @@ fn freshness_table() {
             true,
             Some(status_at(
                 1,
-                readiness(HiveState::Stopped, None, None, vec![]),
+                hive_status(HiveState::Stopped, None, None, vec![]),
             )),
             Freshness::Stopped,
             "shut down cleanly",
@@ -262,17 +262,17 @@ fn age_and_stale_deadline_come_from_the_entry_timestamp() {
 fn a_value_under_another_hives_key_is_not_evidence() {
     let bytes = serde_json::to_vec(&ok_hive(1, 1)).unwrap();
     let entry = StatusEntry::decode("beta", 4, t0(), &bytes);
-    let err = entry.readiness.unwrap_err().to_string();
+    let err = entry.reported.unwrap_err().to_string();
     assert!(
         err.contains("\"beta\"") && err.contains("\"alpha\""),
         "{err}"
     );
     let garbage = StatusEntry::decode("alpha", 4, t0(), b"{not json");
     assert!(garbage
-        .readiness
+        .reported
         .unwrap_err()
         .to_string()
-        .contains("readiness is not valid"));
+        .contains("hive status is not valid"));
 }
 
 #[test]
@@ -295,7 +295,7 @@ fn convergence_table() {
     let with_health = |h: &str| {
         let mut a = agent("img:1", Observed::Running, Some(("done", None)));
         a.health = Some(h.to_string());
-        readiness(HiveState::Ok, Some(5), Some(5), vec![("bot", a)])
+        hive_status(HiveState::Ok, Some(5), Some(5), vec![("bot", a)])
     };
     let degraded_hive = {
         let mut r = ok_hive(5, 5);
@@ -343,7 +343,7 @@ fn convergence_table() {
             "stopped",
             Some(status_at(
                 1,
-                readiness(HiveState::Stopped, Some(5), Some(5), vec![]),
+                hive_status(HiveState::Stopped, Some(5), Some(5), vec![]),
             )),
             Some(wanted(5, decl())),
             C::Unknown,
@@ -351,7 +351,7 @@ fn convergence_table() {
         ),
         (
             "not read yet",
-            Some(status_at(1, readiness(HiveState::Ok, None, None, vec![]))),
+            Some(status_at(1, hive_status(HiveState::Ok, None, None, vec![]))),
             Some(wanted(5, decl())),
             C::Published,
             "not read any declaration",
@@ -374,7 +374,7 @@ fn convergence_table() {
             "read, working",
             Some(status_at(
                 1,
-                readiness(
+                hive_status(
                     HiveState::Ok,
                     Some(5),
                     Some(4),
@@ -392,7 +392,7 @@ fn convergence_table() {
             "read, agent not reported yet",
             Some(status_at(
                 1,
-                readiness(HiveState::Ok, Some(5), Some(4), vec![]),
+                hive_status(HiveState::Ok, Some(5), Some(4), vec![]),
             )),
             Some(wanted(5, decl())),
             C::Progressing,
@@ -402,7 +402,7 @@ fn convergence_table() {
             "job failed",
             Some(status_at(
                 1,
-                readiness(
+                hive_status(
                     HiveState::Degraded,
                     Some(5),
                     Some(4),
@@ -424,7 +424,7 @@ fn convergence_table() {
             "job of an older spec failed: still progressing",
             Some(status_at(
                 1,
-                readiness(
+                hive_status(
                     HiveState::Ok,
                     Some(5),
                     Some(4),
@@ -451,7 +451,7 @@ fn convergence_table() {
             "empty declaration converged",
             Some(status_at(
                 1,
-                readiness(HiveState::Ok, Some(5), Some(5), vec![]),
+                hive_status(HiveState::Ok, Some(5), Some(5), vec![]),
             )),
             Some(wanted(5, declaration(&[]))),
             C::Converged,
@@ -461,7 +461,7 @@ fn convergence_table() {
             "claims convergence, reports nothing about a declared agent",
             Some(status_at(
                 1,
-                readiness(HiveState::Ok, Some(5), Some(5), vec![]),
+                hive_status(HiveState::Ok, Some(5), Some(5), vec![]),
             )),
             Some(wanted(5, decl())),
             C::Unknown,
@@ -471,7 +471,7 @@ fn convergence_table() {
             "claims convergence, Docker state unknown",
             Some(status_at(
                 1,
-                readiness(
+                hive_status(
                     HiveState::Ok,
                     Some(5),
                     Some(5),
@@ -507,7 +507,7 @@ fn convergence_table() {
             "converged but agent stopped",
             Some(status_at(
                 1,
-                readiness(
+                hive_status(
                     HiveState::Ok,
                     Some(5),
                     Some(5),
@@ -522,7 +522,7 @@ fn convergence_table() {
             "converged but spec drift",
             Some(status_at(
                 1,
-                readiness(HiveState::Ok, Some(5), Some(5), vec![("bot", drifted_spec)]),
+                hive_status(HiveState::Ok, Some(5), Some(5), vec![("bot", drifted_spec)]),
             )),
             Some(wanted(5, decl())),
             C::Degraded,
@@ -539,7 +539,7 @@ fn convergence_table() {
             "converged, undeclared agent still running",
             Some(status_at(
                 1,
-                readiness(
+                hive_status(
                     HiveState::Ok,
                     Some(5),
                     Some(5),
@@ -557,7 +557,7 @@ fn convergence_table() {
             "converged, a later redeploy failed but the declared container runs",
             Some(status_at(
                 1,
-                readiness(
+                hive_status(
                     HiveState::Ok,
                     Some(5),
                     Some(5),
@@ -579,7 +579,7 @@ fn convergence_table() {
             "converged, agent wanted down and stopped",
             Some(status_at(
                 1,
-                readiness(
+                hive_status(
                     HiveState::Ok,
                     Some(5),
                     Some(5),
@@ -624,7 +624,7 @@ fn decode_problems_are_shown_never_hidden() {
 fn agent_rows_join_declared_and_reported() {
     let s = status_at(
         1,
-        readiness(
+        hive_status(
             HiveState::Ok,
             Some(5),
             Some(5),
@@ -702,7 +702,7 @@ fn human_ages() {
 fn claimed_with(bot: AgentStatus) -> StatusEntry {
     status_at(
         10,
-        readiness(HiveState::Ok, Some(5), Some(5), vec![("bot", bot)]),
+        hive_status(HiveState::Ok, Some(5), Some(5), vec![("bot", bot)]),
     )
 }
 

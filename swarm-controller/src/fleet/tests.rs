@@ -1,6 +1,6 @@
 use super::*;
-use swarm_queue_client::test_support::ReadinessBuilder;
-use swarm_queue_client::{encode, HiveName, HiveState, Readiness};
+use swarm_queue_client::test_support::HiveStatusBuilder;
+use swarm_queue_client::{encode, HiveName, HiveState, HiveStatus};
 
 use crate::config::RosterEntry;
 use crate::evaluate::{Convergence, Freshness};
@@ -10,7 +10,7 @@ fn t0() -> OffsetDateTime {
 }
 
 fn status_bytes(hive: &str) -> Vec<u8> {
-    encode(&ReadinessBuilder::new(hive, HiveState::Ok).build()).unwrap()
+    encode(&HiveStatusBuilder::new(hive, HiveState::Ok).build()).unwrap()
 }
 
 fn roster(names: &[&str]) -> Roster {
@@ -143,7 +143,7 @@ fn rows_are_sorted_and_complete() {
 }
 
 fn progressing_status(hive: &str) -> Vec<u8> {
-    let mut r: Readiness = swarm_queue_client::decode(&status_bytes(hive))
+    let mut r: HiveStatus = swarm_queue_client::decode(&status_bytes(hive))
         .unwrap()
         .value;
     r.seen_revision = Some(1);

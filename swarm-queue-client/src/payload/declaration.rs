@@ -181,7 +181,7 @@ impl HealthSpec {
 
 /// The version of the agent spec this build knows: each release that adds
 /// an agent field raises it and adds the field to [`AGENT_FIELDS`]. A hive
-/// publishes it in its status ([`super::Readiness::agent_spec`]), so that
+/// publishes it in its status ([`super::HiveStatus::agent_spec`]), so that
 /// a controller can refuse to write a field a hive would not honour.
 ///
 /// 2: [`BASELINE_AGENT_FIELDS`] and `min_running_secs`.

@@ -19,7 +19,7 @@
 //! - `container`: the agent fields that shape its container beyond image
 //!   and command (user, stop grace, ports, volumes, network) and the
 //!   hive's reactions (to failed health checks, to a changed credential).
-//! - `readiness`: what a hive says of itself (`hyperhive-status/<hive>`).
+//! - `status`: what a hive says of itself (`hyperhive-status/<hive>`).
 //! - `events`: the core-NATS requests and notices (deploy, credential).
 //! - `logs`: an agent's output over NATS, its frames and flow control.
 //! - `checks`: the bounds checks the validators share, and the sanitizers
@@ -34,7 +34,7 @@ mod container;
 mod declaration;
 mod events;
 mod logs;
-mod readiness;
+mod status;
 
 pub use checks::{sanitize_message, sanitize_short};
 pub use codec::{
@@ -54,7 +54,7 @@ pub use logs::{
     LOG_FRAME_OVERHEAD, LOG_HEARTBEAT_SECS, LOG_WINDOW, MAX_LOG_FRAME_BYTES, MAX_LOG_LINE_BYTES,
     MAX_LOG_LINE_COST, MAX_LOG_TAIL,
 };
-pub use readiness::{
-    readiness_matches_key, AgentStatus, ExitReport, HiveState, JobSummary, Level, Observed,
-    Readiness, RetryStatus, Unsettled, Warning,
+pub use status::{
+    status_matches_key, AgentStatus, ExitReport, HiveState, HiveStatus, JobSummary, Level,
+    Observed, RetryStatus, Unsettled, Warning,
 };

@@ -6,7 +6,7 @@
 //! (`swarm_queue_client::connect`), with the hive's default 60 s publish
 //! interval. Instead of a converger and Docker, a recording step takes each
 //! declaration the wanted task hands over and reports it converged through
-//! the hive's `Health` (each declared agent running on its declared spec, as
+//! the hive's `StatusBoard` (each declared agent running on its declared spec, as
 //! a real hive reports it), which makes the publisher put a new status.
 //!
 //! Each connection carries the hive's jitter (`swarm_queue_client::Jitter`,
@@ -26,8 +26,8 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use hive::bus::publisher::{self, PublisherDeps};
 use hive::bus::wanted::{self, WantedDeps};
-use hive::readiness::Health;
 use hive::shutdown::{Shutdown, ShutdownTrigger};
+use hive::status::StatusBoard;
 use swarm_queue_client::{
     AgentName, AgentStatus, Bucket, BucketSettings, Declaration, HiveName, Jitter, NatsConfig,
     Observed, Power,
@@ -90,7 +90,7 @@ async fn start_one(name: &str, url: String, dir: &Path, jitter: Jitter, shutdown
     let conn = swarm_queue_client::connect_with(&cfg, name, jitter)
         .await
         .expect("connect a simulated hive");
-    let health = Arc::new(Health::new(Some(hive.clone()), None));
+    let board = Arc::new(StatusBoard::new(Some(hive.clone()), None));
     let state_dir = dir.join(name);
     std::fs::create_dir_all(&state_dir).expect("a hive's state dir");
     let (tx, mut rx) = tokio::sync::watch::channel(None);
@@ -104,7 +104,7 @@ async fn start_one(name: &str, url: String, dir: &Path, jitter: Jitter, shutdown
     tokio::spawn(publisher::run(
         PublisherDeps {
             nats: conn.clone(),
-            health: health.clone(),
+            board: board.clone(),
             hive: hive.clone(),
             interval: PUBLISH_INTERVAL,
             bucket: BucketSettings::default_for(Bucket::Status),
@@ -115,7 +115,7 @@ async fn start_one(name: &str, url: String, dir: &Path, jitter: Jitter, shutdown
         WantedDeps {
             nats: conn,
             hive,
-            health: health.clone(),
+            board: board.clone(),
             bucket: BucketSettings::default_for(Bucket::Wanted),
             tx,
         },
@@ -126,8 +126,8 @@ async fn start_one(name: &str, url: String, dir: &Path, jitter: Jitter, shutdown
         while rx.changed().await.is_ok() {
             let wanted = rx.borrow().clone();
             if let Some(w) = wanted {
-                health.set_agents(as_declared(&w.declaration), Default::default());
-                health.set_revisions(Some(w.revision), Some(w.revision));
+                board.set_agents(as_declared(&w.declaration), Default::default());
+                board.set_revisions(Some(w.revision), Some(w.revision));
             }
         }
     });

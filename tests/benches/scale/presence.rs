@@ -26,7 +26,7 @@ use hyperhive_tests::swarm::write_controller_config;
 use hyperhive_tests::{wait_until, NatsServer};
 use serde_json::{json, Value};
 use swarm_queue_client::presence::CONNZ_REQUEST;
-use swarm_queue_client::test_support::ReadinessBuilder;
+use swarm_queue_client::test_support::HiveStatusBuilder;
 use swarm_queue_client::{encode, open_or_create, Bucket, BucketSettings, HiveState};
 
 use crate::dashboard;
@@ -108,7 +108,7 @@ async fn put_statuses(js: &async_nats::jetstream::Context, names: &[String]) {
     for chunk in names.chunks(500) {
         let mut acks = Vec::new();
         for name in chunk {
-            let value = encode(&ReadinessBuilder::new(name, HiveState::Ok).build()).unwrap();
+            let value = encode(&HiveStatusBuilder::new(name, HiveState::Ok).build()).unwrap();
             let ack = js
                 .publish(Bucket::Status.key_subject(name), value.into())
                 .await

@@ -194,7 +194,7 @@ impl World {
     }
 
     /// Hive `i`'s own `/health/ready` body, when it answers.
-    async fn readiness(&self, i: usize) -> Option<Value> {
+    async fn own_status(&self, i: usize) -> Option<Value> {
         let addr = std::fs::read_to_string(self.hives[i].state_dir.join("api.addr")).ok()?;
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(2))
@@ -205,7 +205,7 @@ impl World {
     }
 
     async fn last_job(&self, i: usize, agent: &str) -> Option<Value> {
-        let r = self.readiness(i).await?;
+        let r = self.own_status(i).await?;
         Some(r["agents"][agent]["last_job"].clone()).filter(|j| !j.is_null())
     }
 

@@ -1,4 +1,4 @@
-//! A full state dir: the hive says so (readiness warning `jobs`, level
+//! A full state dir: the hive says so (status warning `jobs`, level
 //! error, not ready), does not claim a declaration it cannot record, leaves
 //! its SQLite file intact (`PRAGMA integrity_check` is `ok`), and converges
 //! by itself once space returns.

@@ -32,8 +32,8 @@ fn decl(image: &str, version: &str) -> String {
     .to_string()
 }
 
-fn warning<'a>(readiness: &'a Value, key: &str) -> Option<&'a str> {
-    readiness["warnings"]
+fn warning<'a>(status: &'a Value, key: &str) -> Option<&'a str> {
+    status["warnings"]
         .as_array()?
         .iter()
         .find(|w| w["key"] == key)?["message"]

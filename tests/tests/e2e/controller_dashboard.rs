@@ -126,11 +126,11 @@ fn scale_name(i: usize) -> String {
 
 /// What hive `i` reports: every 20th failed, the next degraded, the next
 /// never reported (unknown), the rest converged. `version` varies a value.
-fn scale_status(i: usize, rev: u64, version: &str) -> Option<swarm_queue_client::Readiness> {
+fn scale_status(i: usize, rev: u64, version: &str) -> Option<swarm_queue_client::HiveStatus> {
     use swarm_queue_client::{HiveState, Observed};
     let spec = image_spec(&format!("local/web:{}", i % 7));
     let mut r = match i % 20 {
-        0 => readiness(
+        0 => hive_status(
             &scale_name(i),
             HiveState::Ok,
             Some(rev),
@@ -144,7 +144,7 @@ fn scale_status(i: usize, rev: u64, version: &str) -> Option<swarm_queue_client:
                 ),
             )],
         ),
-        1 => readiness(
+        1 => hive_status(
             &scale_name(i),
             HiveState::Degraded,
             Some(rev),
@@ -155,7 +155,7 @@ fn scale_status(i: usize, rev: u64, version: &str) -> Option<swarm_queue_client:
             )],
         ),
         2 => return None,
-        _ => readiness(
+        _ => hive_status(
             &scale_name(i),
             HiveState::Ok,
             Some(rev),

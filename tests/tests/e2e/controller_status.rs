@@ -78,7 +78,7 @@ async fn freshness_of_real_hives_fresh_stale_stopped_unknown_unrostered() {
 #[tokio::test]
 async fn age_is_the_kv_entry_timestamp_and_bad_values_are_shown() {
     let env = Env::new(&["alpha", "gamma", "delta", "omega"], "").await;
-    env.put_status(&readiness("alpha", HiveState::Ok, None, None, vec![]))
+    env.put_status(&hive_status("alpha", HiveState::Ok, None, None, vec![]))
         .await;
     let entry = env.status.entry("alpha").await.unwrap().unwrap();
     let row = env.row("alpha").await;
@@ -104,12 +104,12 @@ async fn age_is_the_kv_entry_timestamp_and_bad_values_are_shown() {
         row["problems"][0]
             .as_str()
             .unwrap()
-            .contains("readiness is not valid"),
+            .contains("hive status is not valid"),
         "{row}"
     );
 
-    // A valid readiness under another hive's key is no evidence about it.
-    env.put_status(&readiness("alpha", HiveState::Ok, None, None, vec![]))
+    // A valid status under another hive's key is no evidence about it.
+    env.put_status(&hive_status("alpha", HiveState::Ok, None, None, vec![]))
         .await;
     let alpha_bytes = env.status.get("alpha").await.unwrap().unwrap();
     env.put_raw_status("delta", &alpha_bytes).await;
@@ -124,7 +124,7 @@ async fn age_is_the_kv_entry_timestamp_and_bad_values_are_shown() {
     );
 
     // A deleted key is "never reported", not a crash and not fresh.
-    env.put_status(&readiness("omega", HiveState::Ok, None, None, vec![]))
+    env.put_status(&hive_status("omega", HiveState::Ok, None, None, vec![]))
         .await;
     assert_eq!(env.row("omega").await["freshness"], "fresh");
     env.status.delete("omega").await.unwrap();
@@ -268,7 +268,7 @@ async fn every_convergence_state_from_a_real_declaration() {
         ),
     ];
     for (state, seen, converged, agents, want, reason) in steps {
-        env.put_status(&readiness("alpha", state, seen, converged, agents))
+        env.put_status(&hive_status("alpha", state, seen, converged, agents))
             .await;
         let row = expect_convergence(&env, want, reason).await;
         if want == "converged" {
@@ -290,7 +290,7 @@ async fn every_convergence_state_from_a_real_declaration() {
         env.run(&["declare", swarm2.to_str().unwrap()]).await.code,
         0
     );
-    env.put_status(&readiness(
+    env.put_status(&hive_status(
         "alpha",
         HiveState::Ok,
         Some(declared),
@@ -306,7 +306,7 @@ async fn every_convergence_state_from_a_real_declaration() {
     .await;
 
     // beta reports but nothing is declared for it.
-    env.put_status(&readiness("beta", HiveState::Ok, None, None, vec![]))
+    env.put_status(&hive_status("beta", HiveState::Ok, None, None, vec![]))
         .await;
     let beta = env.row("beta").await;
     assert_eq!(beta["convergence"], "unknown");
@@ -349,7 +349,7 @@ async fn status_watch_prints_on_every_change_and_when_a_hive_turns_stale() {
     let first = next_doc(&mut lines).await;
     assert_eq!(hive_row(&first, "alpha").unwrap()["freshness"], "unknown");
 
-    env.put_status(&readiness("alpha", HiveState::Ok, None, None, vec![]))
+    env.put_status(&hive_status("alpha", HiveState::Ok, None, None, vec![]))
         .await;
     let doc = next_doc(&mut lines).await;
     assert_eq!(

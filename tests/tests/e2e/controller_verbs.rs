@@ -134,9 +134,9 @@ async fn declare_shows_the_diff_publishes_changes_only_and_is_idempotent() {
 #[tokio::test]
 async fn declare_refuses_a_field_a_hive_does_not_know_unless_forced() {
     let env = Env::new(&["alpha", "beta", "gamma"], "").await;
-    env.put_status(&readiness("alpha", HiveState::Ok, None, None, vec![]))
+    env.put_status(&hive_status("alpha", HiveState::Ok, None, None, vec![]))
         .await;
-    let mut beta = readiness("beta", HiveState::Ok, None, None, vec![]);
+    let mut beta = hive_status("beta", HiveState::Ok, None, None, vec![]);
     beta.agent_spec = Some(swarm_queue_client::AGENT_SPEC);
     env.put_status(&beta).await;
     let file = env.write(
@@ -424,8 +424,8 @@ async fn credential_put_seals_to_the_real_hive_and_never_stores_the_secret() {
         .await
         .unwrap()
         .is_none());
-    // A readiness without an xkey: refused.
-    env.put_status(&readiness(
+    // A status without an xkey: refused.
+    env.put_status(&hive_status(
         "quiet",
         swarm_queue_client::HiveState::Ok,
         None,

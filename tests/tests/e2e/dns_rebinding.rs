@@ -1,6 +1,6 @@
 //! DNS rebinding: a page whose own name an attacker's DNS points at this
 //! machine is, to the browser, same-origin with whatever listens there, so
-//! it could read the hive's readiness and metrics and the controller's
+//! it could read the hive's status and metrics and the controller's
 //! whole fleet view. Both listeners answer only a `Host` that names this
 //! machine (an IP literal, `localhost`, its own host name, or a name the
 //! operator listed); any other gets 421 and reaches no route. Over a real
@@ -94,7 +94,7 @@ async fn the_dashboard_answers_only_a_host_that_names_this_machine() {
 
 /// The attack itself: Chromium resolves the attacker's name to 127.0.0.1
 /// and opens the hive's and the dashboard's ports under it. The pages it
-/// gets hold the refusal, never the readiness or the fleet.
+/// gets hold the refusal, never the status or the fleet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rebound_name_in_chromium_reads_nothing() {
     let name = unique_name("rebind-cr");

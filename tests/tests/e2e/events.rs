@@ -1,7 +1,7 @@
 //! Events on the hive's one connection, over a real nats-server and dockerd:
 //! deploy requests with replies, knowledge pulls from a local bare repo,
 //! sealed credentials delivered on notice and again at boot, and the metrics
-//! taken from the same snapshot as the readiness.
+//! taken from the same snapshot as the status.
 
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
@@ -302,7 +302,7 @@ fn hex_of(s: &str) -> String {
 }
 
 #[tokio::test]
-async fn metrics_agree_with_the_published_readiness() {
+async fn metrics_agree_with_the_published_status() {
     let nats = NatsServer::start();
     let url = nats.url();
     let hive = unique_name("ev-met");

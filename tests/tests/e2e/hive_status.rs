@@ -1,5 +1,5 @@
 //! The first slice end to end: a real `hive` process publishing its
-//! readiness into a real nats-server, and serving the same value on
+//! status into a real nats-server, and serving the same value on
 //! `/health/ready`.
 
 use std::process::Command;

@@ -24,7 +24,7 @@ use hyperhive_tests::docker::{ContainerGuard, TestImage};
 use hyperhive_tests::{unique_name, wait_until};
 use swarm_queue_client::subjects::{credential_key, HiveSubjects};
 use swarm_queue_client::{
-    decode, encode, AccountName, AgentName, CredentialNotice, HiveName, Readiness,
+    decode, encode, AccountName, AgentName, CredentialNotice, HiveName, HiveStatus,
 };
 
 /// What each agent runs at start: plant its link, say so, then idle.
@@ -76,8 +76,8 @@ fn listing(dir: &Path) -> BTreeMap<String, (u32, String)> {
 /// The `credential_refused` warning in the hive's last published status.
 async fn refused_warning(env: &Env, hive: &str) -> Option<String> {
     let entry = env.status.entry(hive).await.ok().flatten()?;
-    let readiness = decode::<Readiness>(&entry.value).ok()?.value;
-    readiness
+    let hive_status = decode::<HiveStatus>(&entry.value).ok()?.value;
+    hive_status
         .warnings
         .into_iter()
         .find(|w| w.key == "credential_refused")

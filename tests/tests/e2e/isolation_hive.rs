@@ -19,7 +19,7 @@ use hive::bus::credentials::{credential_path, Credentials, Deliverer, DelivererP
 use hive::bus::deploy::Deployer;
 use hive::bus::events::EventDeps;
 use hive::bus::wanted::WantedDeps;
-use hive::readiness::Health;
+use hive::status::StatusBoard;
 use hyperhive_tests::docker::{ContainerGuard, TestImage};
 use hyperhive_tests::hive::{warning_keys, HiveProc, HiveSpec};
 use hyperhive_tests::identity::{ask_deploy, SecuredNats, Violation};
@@ -30,7 +30,7 @@ use swarm_queue_client::subjects::{credential_key, hive_inbox_prefix, HiveSubjec
 use swarm_queue_client::{
     decode, encode, encode_pretty, open_or_create, AccountName, AgentName, AgentSpec, Bucket,
     BucketSettings, Connection, CredentialNotice, Declaration, DeployReply, DeployRequest,
-    HiveName, Readiness,
+    HiveName, HiveStatus,
 };
 
 const T: Duration = Duration::from_secs(30);
@@ -87,8 +87,8 @@ async fn a_hive_process_publishes_its_status_with_its_own_identity_only() {
         }
     })
     .await;
-    let readiness = decode::<Readiness>(&entry.value).unwrap().value;
-    assert_eq!(readiness.hive.as_str(), "alpha");
+    let hive_status = decode::<HiveStatus>(&entry.value).unwrap().value;
+    assert_eq!(hive_status.hive.as_str(), "alpha");
     let (_, ready) = hive.ready().await;
     let warnings = warning_keys(&ready);
     assert!(
@@ -162,7 +162,7 @@ async fn the_hive_tasks_work_under_the_hive_identity() {
 
     let conn = s.hive_conn("alpha").await;
     let state = tempfile::tempdir().unwrap();
-    let health = Arc::new(Health::new(
+    let board = Arc::new(StatusBoard::new(
         Some(alpha.clone()),
         Some(hive_xkey.public_key()),
     ));
@@ -172,7 +172,7 @@ async fn the_hive_tasks_work_under_the_hive_identity() {
         WantedDeps {
             nats: conn.clone(),
             hive: alpha.clone(),
-            health: health.clone(),
+            board: board.clone(),
             bucket: BucketSettings::default_for(Bucket::Wanted),
             tx,
         },
@@ -223,7 +223,7 @@ async fn the_hive_tasks_work_under_the_hive_identity() {
         EventDeps {
             client: conn.client.clone(),
             hive: alpha.clone(),
-            health: health.clone(),
+            board: board.clone(),
             knowledge: None,
             credentials: Credentials::open(deliverer),
             deploy,

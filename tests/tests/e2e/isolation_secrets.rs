@@ -31,7 +31,7 @@ use swarm_queue_client::credentials::{self, seal, CredentialEnvelope, Credential
 use swarm_queue_client::subjects::{credential_key, HiveSubjects};
 use swarm_queue_client::{
     decode, encode, open_or_create, AccountName, AgentName, Bucket, BucketSettings,
-    CredentialNotice, HiveName, Readiness,
+    CredentialNotice, HiveName, HiveStatus,
 };
 
 const T: Duration = Duration::from_secs(30);
@@ -161,15 +161,15 @@ async fn no_secret_in_plain_text_anywhere_the_run_wrote() {
         envs: &[("RUST_LOG", "trace")],
         ..Default::default()
     });
-    let readiness = wait_until(T, "alpha's status", || {
+    let hive_status = wait_until(T, "alpha's status", || {
         let status = status.clone();
         async move {
             let e = status.entry("alpha").await.ok().flatten()?;
-            decode::<Readiness>(&e.value).ok().map(|d| d.value)
+            decode::<HiveStatus>(&e.value).ok().map(|d| d.value)
         }
     })
     .await;
-    let hive_xkey_public = readiness.xkey.expect("the hive publishes its xkey");
+    let hive_xkey_public = hive_status.xkey.expect("the hive publishes its xkey");
 
     // The controller seals a secret to that key, stores it, sends a notice;
     // the hive process delivers it into the agent's state dir.

@@ -1,7 +1,7 @@
 //! Pulls from a real registry with htpasswd authentication (Debian's
 //! `docker-registry`), through a real `hive`, nats-server and dockerd: the
 //! login from `registry_auth_file` goes with the pull, its progress reaches
-//! Readiness and `hive deploy --wait`, a wrong login is a clear error, and
+//! `HiveStatus` and `hive deploy --wait`, a wrong login is a clear error, and
 //! the password is nowhere: not in a log, a KV value or the job database.
 
 use std::collections::BTreeSet;
@@ -186,7 +186,7 @@ async fn an_authenticated_pull_runs_the_agent_and_shows_its_progress() {
     let s = setup("reg-pull", &pw, &pw);
     let kv = Swarm::connect(&s.nats.url()).await;
 
-    // The declared path: progress is seen in the published Readiness.
+    // The declared path: progress is seen in the published `HiveStatus`.
     let image = s.push("hh/app");
     let declaration = json!({ "schema": 1, "agents": { "app": { "image": image } } });
     let revision = kv.declare(&s.hive_name, &declaration.to_string()).await;
@@ -207,7 +207,7 @@ async fn an_authenticated_pull_runs_the_agent_and_shows_its_progress() {
     println!("image_progress values published while pulling: {seen:?}");
     assert!(
         seen.iter().any(|p| p.starts_with("layers ")),
-        "no pull progress reached the published Readiness: {seen:?}"
+        "no pull progress reached the published HiveStatus: {seen:?}"
     );
     assert!(image_present(&image), "{image} is local after the pull");
 

@@ -104,7 +104,7 @@ mod tests {
     use crate::agents::jobs::JobStore;
     use crate::agents::runtime::fake::FakeRuntime;
     use crate::agents::runtime::objects::ObjectRuntime;
-    use crate::readiness::Health;
+    use crate::status::StatusBoard;
 
     #[tokio::test(start_paused = true)]
     async fn an_unused_network_goes_after_the_grace_and_a_foreign_or_busy_one_stays() {
@@ -115,7 +115,7 @@ mod tests {
             store: JobStore::open(&dir.path().join("hive.db")).unwrap(),
             runtime: Arc::new(FakeRuntime::new("alpha")),
             hive: hive.clone(),
-            health: Arc::new(Health::new(Some(hive), None)),
+            board: Arc::new(StatusBoard::new(Some(hive), None)),
             wake: Arc::new(Notify::new()),
             wanted,
             reconcile_interval: Duration::from_secs(1),

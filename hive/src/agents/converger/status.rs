@@ -1,4 +1,4 @@
-//! Status building: what the converger puts into [`Health`] after each
+//! Status building: what the converger puts into [`StatusBoard`] after each
 //! pass. Every agent's wanted and observed state, spec hashes, last job
 //! and retry state, with every string from Docker made safe first
 //! ([`crate::agents::observe`]), with each agent's exit evidence and why it is
@@ -22,7 +22,7 @@ use crate::agents::jobs::{AgentRecords, JobId, JobState, JobView, StoreError};
 use crate::agents::observe;
 use crate::agents::plan::{self, Installed, JobOutcome, Seen};
 use crate::agents::runtime::ContainerRuntime;
-use crate::readiness::ExitTimes;
+use crate::status::ExitTimes;
 
 impl<R: ContainerRuntime> Converger<R> {
     pub(super) async fn report(
@@ -42,8 +42,8 @@ impl<R: ContainerRuntime> Converger<R> {
             .filter_map(|(a, s)| Some((a.clone(), s.unsettled?)))
             .collect();
         let times = exit_times(&records, observation, &self.deps.crash);
-        self.deps.health.set_exit_times(times);
-        self.deps.health.set_agents(agents, due);
+        self.deps.board.set_exit_times(times);
+        self.deps.board.set_agents(agents, due);
         let AgentRecords {
             installed,
             power,
@@ -64,7 +64,7 @@ impl<R: ContainerRuntime> Converger<R> {
                 self.judge(w, &power, seen, &inst, &outcomes, &unsettled);
             }
         }
-        self.deps.health.set_revisions(
+        self.deps.board.set_revisions(
             wanted.map(|w| w.revision),
             self.converged.map(|c| c.revision),
         );
@@ -72,7 +72,7 @@ impl<R: ContainerRuntime> Converger<R> {
     }
 
     /// Put the repo digest each agent's container runs, and its health,
-    /// into Readiness; an unhealthy agent degrades the hive. A digest that
+    /// into `HiveStatus`; an unhealthy agent degrades the hive. A digest that
     /// cannot be looked up is left out, never guessed.
     pub(super) async fn report_images_and_health(
         &self,
@@ -94,8 +94,8 @@ impl<R: ContainerRuntime> Converger<R> {
                 digests.insert(agent, d);
             }
         }
-        self.deps.health.set_image_digests(digests);
-        self.deps.health.set_agent_health(health);
+        self.deps.board.set_image_digests(digests);
+        self.deps.board.set_agent_health(health);
     }
 
     /// Every agent's status (installed, declared or seen) and when each
@@ -276,7 +276,7 @@ fn wake_for(why: Option<&(Unsettled, Option<Millis>)>, now: Millis) -> Option<Mi
 }
 
 /// The durable exit evidence as published; the times are filled in as of
-/// each snapshot ([`crate::readiness::ExitTimes`]).
+/// each snapshot ([`crate::status::ExitTimes`]).
 fn exit_report(rec: &ExitRecord) -> ExitReport {
     use swarm_queue_client::limits::MAX_EXIT_COUNT;
     ExitReport {

@@ -14,7 +14,7 @@ fn converger(dir: &std::path::Path, interval: Duration) -> Converger<FakeRuntime
         store: JobStore::open(&dir.join("hive.db")).unwrap(),
         runtime: Arc::new(FakeRuntime::new("alpha")),
         hive: hive.clone(),
-        health: Arc::new(Health::new(Some(hive), None)),
+        board: Arc::new(StatusBoard::new(Some(hive), None)),
         wake: Arc::new(Notify::new()),
         wanted: rx,
         reconcile_interval: interval,
@@ -47,14 +47,11 @@ async fn failing_rounds_back_off_doubling_to_an_hour_and_reset_after_a_clean_one
         gaps.push(round_gap(&mut c).await.as_secs());
     }
     assert_eq!(gaps, [60, 120, 240, 480, 960, 1920, 3600, 3600, 3600, 3600]);
-    let r = c.deps.health.snapshot().readiness;
+    let r = c.deps.board.snapshot().status;
     assert!(!r.ready, "Docker unreachable makes the hive not ready");
     let keys: Vec<_> = r.warnings.iter().map(|w| w.key.as_str()).collect();
-    assert!(keys.contains(&crate::readiness::keys::DOCKER), "{keys:?}");
-    assert!(
-        keys.contains(&crate::readiness::keys::RECONCILER),
-        "{keys:?}"
-    );
+    assert!(keys.contains(&crate::status::keys::DOCKER), "{keys:?}");
+    assert!(keys.contains(&crate::status::keys::RECONCILER), "{keys:?}");
 
     c.deps.runtime.unreachable.store(false, Ordering::SeqCst);
     assert_eq!(
@@ -62,7 +59,7 @@ async fn failing_rounds_back_off_doubling_to_an_hour_and_reset_after_a_clean_one
         interval,
         "reset after a clean round"
     );
-    let r = c.deps.health.snapshot().readiness;
+    let r = c.deps.board.snapshot().status;
     assert!(r.ready && r.warnings.is_empty(), "{:?}", r.warnings);
 }
 
@@ -88,7 +85,7 @@ fn job_count(c: &Converger<FakeRuntime>) -> usize {
 }
 
 fn web_retry(c: &Converger<FakeRuntime>) -> Option<RetryStatus> {
-    let r = c.deps.health.snapshot().readiness;
+    let r = c.deps.board.snapshot().status;
     r.agents[&AgentName::new("web").unwrap()].retry.clone()
 }
 

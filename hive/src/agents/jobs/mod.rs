@@ -106,7 +106,7 @@
 //! ## Retention
 //!
 //! Finished jobs older than the retention period are pruned, except each
-//! agent's newest job, which `hive agents` and the published readiness show.
+//! agent's newest job, which `hive agents` and the published status show.
 
 pub mod dag;
 pub mod model;

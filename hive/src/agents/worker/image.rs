@@ -1,5 +1,5 @@
 //! The image node and image cleanup. [`ensure_image`] pulls or builds an
-//! agent's image, showing progress on the node and in Readiness without
+//! agent's image, showing progress on the node and in `HiveStatus` without
 //! flooding either; [`ImageCleanup`] defers the hive-wide image cleanup a
 //! finished job wants until the worker is idle, so that a rebuild of many
 //! agents pays one container listing, not one per job.
@@ -93,7 +93,7 @@ impl ImageCleanup {
 }
 
 /// Show the latest progress line on the node, at most a few times a
-/// second, and the pull's tally in the agent's Readiness entry at most
+/// second, and the pull's tally in the agent's `HiveStatus` entry at most
 /// once a second: every change there is a publish, and a pull must not
 /// flood NATS. Ends when the progress sender is dropped.
 fn write_progress<R: ContainerRuntime>(
@@ -102,13 +102,13 @@ fn write_progress<R: ContainerRuntime>(
     mut rx: watch::Receiver<String>,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let (store, job, seq) = (deps.store.clone(), claim.job, claim.seq);
-    let (health, who) = (deps.health.clone(), claim.agent.clone());
+    let (board, who) = (deps.board.clone(), claim.agent.clone());
     async move {
         let mut next_publish = tokio::time::Instant::now();
         while rx.changed().await.is_ok() {
             let line = rx.borrow_and_update().clone();
             let now = tokio::time::Instant::now();
-            if let (Some(h), Some(sum)) = (&health, pull_progress::summary_of(&line)) {
+            if let (Some(h), Some(sum)) = (&board, pull_progress::summary_of(&line)) {
                 if now >= next_publish {
                     h.set_image_progress(&who, Some(sum));
                     next_publish = now + PULL_PROGRESS_EVERY;
@@ -117,7 +117,7 @@ fn write_progress<R: ContainerRuntime>(
             let _ = store.set_detail(job, seq, line).await;
             tokio::time::sleep(DETAIL_EVERY).await;
         }
-        if let Some(h) = &health {
+        if let Some(h) = &board {
             h.set_image_progress(&who, None);
         }
     }

@@ -139,7 +139,7 @@ mod tests {
             hive: HiveName::new("h").unwrap(),
             state_dir,
             wake: Arc::new(Notify::new()),
-            health: None,
+            board: None,
             extra_binds: vec![],
             config,
             events: None,

@@ -80,7 +80,7 @@ impl Harness {
             hive: HiveName::new(HIVE).unwrap(),
             state_dir: self.state_dir.clone(),
             wake: Arc::clone(&self.wake),
-            health: None,
+            board: None,
             extra_binds: vec![],
             config,
             events: Some(self.events.clone()),

@@ -18,7 +18,7 @@ use crate::backoff::Backoff;
 pub struct BootDeps {
     pub nats: swarm_queue_client::Connection,
     pub hive: HiveName,
-    pub health: Arc<crate::readiness::Health>,
+    pub board: Arc<crate::status::StatusBoard>,
     pub credentials: Credentials,
     /// The declaration in force: which keys to read at boot.
     pub wanted: crate::agents::declared::WantedRx,
@@ -199,9 +199,9 @@ impl Session<'_> {
         &self,
         result: Result<(Vec<Delivered>, Vec<DeliverError>), DeliverError>,
     ) -> Option<Instant> {
-        use crate::readiness::keys;
+        use crate::status::keys;
         use swarm_queue_client::Level;
-        let health = &self.deps.health;
+        let board = &self.deps.board;
         self.missing.store(
             matches!(&result, Err(e) if e.bucket_missing()),
             std::sync::atomic::Ordering::Relaxed,
@@ -211,7 +211,7 @@ impl Session<'_> {
             Err(e) if e.bucket_missing() => {
                 let msg = crate::error_chain(&e);
                 tracing::warn!(hive = %self.deps.hive, error = %msg, "credentials bucket missing");
-                health.raise(
+                board.raise(
                     keys::CREDENTIALS_BUCKET,
                     Level::Warn,
                     format!("{msg}; credentials delivered before stay; the hive reads its keys again when the bucket answers"),
@@ -223,8 +223,8 @@ impl Session<'_> {
                 return None;
             }
         };
-        health.clear(keys::CREDENTIALS_BUCKET);
-        self.deliverer.publish_refusals(health);
+        board.clear(keys::CREDENTIALS_BUCKET);
+        self.deliverer.publish_refusals(board);
         // A refusal has its own warning, naming the agent.
         let total = done.len() + failures.len();
         let failures: Vec<DeliverError> = failures.into_iter().filter(|e| !e.refused()).collect();
@@ -237,7 +237,7 @@ impl Session<'_> {
             {
                 // Info: handled (the new value was written), so the hive is
                 // not degraded by it; the note says what happened.
-                health.raise(
+                board.raise(
                     keys::CREDENTIALS_RESET,
                     Level::Info,
                     format!(
@@ -250,10 +250,10 @@ impl Session<'_> {
             }
         }
         if failures.is_empty() {
-            health.clear(keys::CREDENTIALS);
+            board.clear(keys::CREDENTIALS);
         } else {
             let first = crate::error_chain(&failures[0]);
-            health.raise(
+            board.raise(
                 keys::CREDENTIALS,
                 Level::Warn,
                 format!(

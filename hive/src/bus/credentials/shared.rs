@@ -86,16 +86,16 @@ impl Credentials {
     }
 
     /// Deliver one credential named by a notice, then raise or clear the
-    /// `credential_refused` warning in `health`.
+    /// `credential_refused` warning in `board`.
     pub async fn deliver(
         &self,
         agent: &AgentName,
         account: &AccountName,
-        health: &crate::readiness::Health,
+        board: &crate::status::StatusBoard,
     ) -> Result<Delivered, DeliverError> {
         let deliverer = self.deliverer().await;
         let result = deliverer.deliver(agent, account).await;
-        deliverer.publish_refusals(health);
+        deliverer.publish_refusals(board);
         result
     }
 }

@@ -54,7 +54,7 @@ async fn serve(with_worker: bool) -> Server {
             hive: state.hive.clone(),
             state_dir: dir.path().to_path_buf(),
             wake: Arc::clone(&state.wake),
-            health: None,
+            board: None,
             extra_binds: vec![],
             config: WorkerConfig::default(),
             events: None,

@@ -36,9 +36,9 @@ fn every_payload_decoder_refuses_bad_input_by_name() {
             vec!["declaration is not valid", "EOF"],
         ),
         (
-            "truncated readiness".into(),
-            decode_err::<Readiness>(br#"{"schema":1,"hive":"alpha","ready":tr"#),
-            vec!["readiness", "not valid"],
+            "truncated hive status".into(),
+            decode_err::<HiveStatus>(br#"{"schema":1,"hive":"alpha","ready":tr"#),
+            vec!["hive status", "not valid"],
         ),
         (
             "truncated envelope".into(),
@@ -88,8 +88,8 @@ fn every_payload_decoder_refuses_bad_input_by_name() {
             vec!["invalid agent name", why],
         ));
         cases.push((
-            format!("readiness of hive {bad:?}"),
-            decode_err::<Readiness>(
+            format!("status of hive {bad:?}"),
+            decode_err::<HiveStatus>(
                 format!(r#"{{"schema":1,"hive":{json},"ready":true,"state":"ok"}}"#).as_bytes(),
             ),
             vec!["invalid hive name", why],

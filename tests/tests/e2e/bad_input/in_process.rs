@@ -41,7 +41,7 @@ async fn the_hive_warns_on_bad_events_and_declarations_and_loses_nothing() {
     let agent = AgentName::new("mail-bot").unwrap();
     let account = AccountName::new("smtp").unwrap();
     let state = tempfile::tempdir().unwrap();
-    let health = Arc::new(Health::new(Some(alpha.clone()), None));
+    let board = Arc::new(StatusBoard::new(Some(alpha.clone()), None));
     let (trigger, shutdown) = hive::shutdown::channel();
 
     // The wanted task, with one valid declaration to start from.
@@ -55,7 +55,7 @@ async fn the_hive_warns_on_bad_events_and_declarations_and_loses_nothing() {
         WantedDeps {
             nats: f.hive.clone(),
             hive: alpha.clone(),
-            health: health.clone(),
+            board: board.clone(),
             bucket: BucketSettings::default_for(Bucket::Wanted),
             tx,
         },
@@ -67,7 +67,7 @@ async fn the_hive_warns_on_bad_events_and_declarations_and_loses_nothing() {
     })
     .await;
 
-    each_bad_declaration_warns_and_the_good_one_stays(&f.wanted, &health, &rx, good).await;
+    each_bad_declaration_warns_and_the_good_one_stays(&f.wanted, &board, &rx, good).await;
     let fixed = f
         .wanted
         .put("alpha", valid_declaration("local/a:2").into())
@@ -75,7 +75,7 @@ async fn the_hive_warns_on_bad_events_and_declarations_and_loses_nothing() {
         .unwrap();
     wait_until(T, "the fixed declaration", || {
         let r = current(&rx);
-        let clear = warning(&health, keys::WANTED).is_none();
+        let clear = warning(&board, keys::WANTED).is_none();
         async move { (r == Some(fixed) && clear).then_some(()) }
     })
     .await;
@@ -95,7 +95,7 @@ async fn the_hive_warns_on_bad_events_and_declarations_and_loses_nothing() {
         EventDeps {
             client: f.hive.client.clone(),
             hive: alpha.clone(),
-            health: health.clone(),
+            board: board.clone(),
             knowledge: None,
             credentials: Credentials::open(Deliverer::new(DelivererParts {
                 client: f.hive.client.clone(),
@@ -113,7 +113,7 @@ async fn the_hive_warns_on_bad_events_and_declarations_and_loses_nothing() {
     each_bad_deploy_is_refused_and_a_good_one_queued(&f.ctl, &agent).await;
 
     let notice = encode(&CredentialNotice::new(agent.clone(), account.clone())).unwrap();
-    each_bad_notice_is_logged_and_a_missing_key_warns(&f.ctl, &health, &subjects, &notice).await;
+    each_bad_notice_is_logged_and_a_missing_key_warns(&f.ctl, &board, &subjects, &notice).await;
 
     // Nothing lost: the key appears, a notice delivers it, the warning clears.
     let envelope = seal(b"s3cret", &controller_xkey, &hive_xkey.public_key()).unwrap();
@@ -135,7 +135,7 @@ async fn the_hive_warns_on_bad_events_and_declarations_and_loses_nothing() {
         "the credential delivered and the warning cleared",
         || {
             let done = std::fs::read(&path).ok().as_deref() == Some(&b"s3cret"[..])
-                && warning(&health, keys::CREDENTIALS).is_none();
+                && warning(&board, keys::CREDENTIALS).is_none();
             async move { done.then_some(()) }
         },
     )
@@ -163,7 +163,7 @@ fn current(rx: &WantedRx) -> Option<u64> {
 /// and the declaration in force (revision `good`) stays.
 async fn each_bad_declaration_warns_and_the_good_one_stays(
     wanted: &kv::Store,
-    health: &Health,
+    board: &StatusBoard,
     rx: &WantedRx,
     good: u64,
 ) {
@@ -195,8 +195,7 @@ async fn each_bad_declaration_warns_and_the_good_one_stays(
     for (case, bytes, why) in &wanted_cases {
         let rev = wanted.put("alpha", bytes.clone().into()).await.unwrap();
         let message = wait_until(T, "the wanted warning", || {
-            let w =
-                warning(health, keys::WANTED).filter(|m| m.contains(&format!("revision {rev}")));
+            let w = warning(board, keys::WANTED).filter(|m| m.contains(&format!("revision {rev}")));
             async move { w }
         })
         .await;
@@ -271,7 +270,7 @@ async fn each_bad_deploy_is_refused_and_a_good_one_queued(ctl: &Connection, agen
 /// in the bucket yet, raises a warning naming the key.
 async fn each_bad_notice_is_logged_and_a_missing_key_warns(
     ctl: &Connection,
-    health: &Health,
+    board: &StatusBoard,
     subjects: &HiveSubjects,
     notice: &[u8],
 ) {
@@ -305,7 +304,7 @@ async fn each_bad_notice_is_logged_and_a_missing_key_warns(
         .unwrap();
     ctl.client.flush().await.unwrap();
     let missing = wait_until(T, "the missing-credential warning", || {
-        let w = warning(health, keys::CREDENTIALS);
+        let w = warning(board, keys::CREDENTIALS);
         async move { w }
     })
     .await;

@@ -23,7 +23,7 @@
 //!
 //! The subjects and the key are tried twice: through a running `hive`
 //! process (the real deploy function, so a deploy for an undeclared agent
-//! is refused by the daemon itself; readiness warnings read from
+//! is refused by the daemon itself; status warnings read from
 //! `/health/ready`), and through the hive's tasks run in-process, where the
 //! warnings and logs can be read one case at a time.
 //!
@@ -57,7 +57,7 @@ use hive::bus::credentials::{credential_path, Credentials, Deliverer, DelivererP
 use hive::bus::deploy::Deployer;
 use hive::bus::events::EventDeps;
 use hive::bus::wanted::WantedDeps;
-use hive::readiness::{keys, Health};
+use hive::status::{keys, StatusBoard};
 use hyperhive_tests::hive::{HiveProc, HiveSpec};
 use hyperhive_tests::identity::SecuredNats;
 use hyperhive_tests::trace_log::{in_process_log, in_process_log_text};
@@ -68,7 +68,7 @@ use swarm_queue_client::subjects::{credential_key, HiveSubjects};
 use swarm_queue_client::{
     decode, encode, encode_pretty, open_or_create, AccountName, AgentName, AgentSpec, Bucket,
     BucketSettings, Connection, CredentialNotice, Declaration, DecodeError, DeployReply,
-    DeployRequest, HiveName, Payload, Readiness,
+    DeployRequest, HiveName, HiveStatus, Payload,
 };
 
 const T: Duration = Duration::from_secs(30);
@@ -180,10 +180,10 @@ async fn status_bucket(ctl: &Connection) -> kv::Store {
         .unwrap()
 }
 
-fn warning(health: &Health, key: &str) -> Option<String> {
-    health
+fn warning(board: &StatusBoard, key: &str) -> Option<String> {
+    board
         .snapshot()
-        .readiness
+        .status
         .warnings
         .iter()
         .find(|w| w.key == key)

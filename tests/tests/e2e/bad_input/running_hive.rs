@@ -20,7 +20,7 @@ async fn a_running_hive_refuses_bad_input_by_name_and_keeps_running() {
         let status = status.clone();
         async move {
             let e = status.entry("alpha").await.ok().flatten()?;
-            let r = decode::<Readiness>(&e.value).ok()?.value;
+            let r = decode::<HiveStatus>(&e.value).ok()?.value;
             (r.converged_revision == Some(rev)).then_some(r)
         }
     };

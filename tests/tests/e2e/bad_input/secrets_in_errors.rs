@@ -36,7 +36,7 @@ async fn a_failing_clone_shows_its_url_without_the_userinfo() {
         let (status, leaky) = (status.clone(), leaky.clone());
         async move {
             let e = status.entry("alpha").await.ok().flatten()?;
-            let r = decode::<Readiness>(&e.value).ok()?.value;
+            let r = decode::<HiveStatus>(&e.value).ok()?.value;
             let job = r.agents.get(&leaky)?.last_job.as_ref()?;
             (job.state == "failed").then(|| String::from_utf8_lossy(&e.value).to_string())
         }
@@ -54,7 +54,7 @@ async fn a_failing_clone_shows_its_url_without_the_userinfo() {
         seen.push(("a job", api.job(id).await.unwrap().to_string()));
     }
     seen.push(("the job listing", jobs.to_string()));
-    seen.push(("readiness", hive.ready().await.1.to_string()));
+    seen.push(("/health/ready", hive.ready().await.1.to_string()));
     seen.push(("the hive log", hive.daemon.log()));
     for (what, text) in seen {
         assert!(!text.contains(TOKEN), "{what} shows the token: {text}");

@@ -6,7 +6,7 @@ use super::*;
 #[tokio::test]
 async fn api_and_events_push_one_row_per_update() {
     let env = Env::new(&["alpha", "beta"], "stale_after_secs = 2").await;
-    env.put_status(&readiness("beta", HiveState::Ok, None, None, vec![]))
+    env.put_status(&hive_status("beta", HiveState::Ok, None, None, vec![]))
         .await;
     let (_serve, base) = env.serve("serve.log").await;
 
@@ -33,7 +33,7 @@ async fn api_and_events_push_one_row_per_update() {
     assert_eq!(names(&snapshot), ["alpha", "beta"]);
 
     let before = get_json(&format!("{base}/api/stats")).await;
-    env.put_status(&readiness("alpha", HiveState::Ok, None, None, vec![]))
+    env.put_status(&hive_status("alpha", HiveState::Ok, None, None, vec![]))
         .await;
     let (name, push) = events.next().await;
     assert_eq!(name, "row");
@@ -68,7 +68,7 @@ async fn api_and_events_push_one_row_per_update() {
     );
 
     // A removed unrostered key is pushed as a removal.
-    env.put_status(&readiness("stray", HiveState::Ok, None, None, vec![]))
+    env.put_status(&hive_status("stray", HiveState::Ok, None, None, vec![]))
         .await;
     loop {
         let (name, push) = events.next().await;
@@ -100,7 +100,7 @@ async fn api_and_events_push_one_row_per_update() {
 async fn api_status_and_events_filter_and_page_and_bad_values_get_400() {
     let env = Env::new(&["alpha", "beta", "gamma", "delta"], "").await;
     for hive in ["alpha", "beta"] {
-        env.put_status(&readiness(hive, HiveState::Ok, None, None, vec![]))
+        env.put_status(&hive_status(hive, HiveState::Ok, None, None, vec![]))
             .await;
     }
     let (_serve, base) = env.serve("serve.log").await;
@@ -177,16 +177,22 @@ async fn api_status_and_events_filter_and_page_and_bad_values_get_400() {
     assert_eq!(snapshot["matched"], 2);
     // alpha is neither shown nor matching: nothing at all is sent for it,
     // so the next event is gamma's, which left the filter: counts only.
-    env.put_status(&readiness("alpha", HiveState::Degraded, None, None, vec![]))
-        .await;
-    env.put_status(&readiness("gamma", HiveState::Ok, None, None, vec![]))
+    env.put_status(&hive_status(
+        "alpha",
+        HiveState::Degraded,
+        None,
+        None,
+        vec![],
+    ))
+    .await;
+    env.put_status(&hive_status("gamma", HiveState::Ok, None, None, vec![]))
         .await;
     let (name, push) = events.next().await;
     assert_eq!(name, "summary", "{push}");
     assert_eq!(push["view"]["matched"], 1);
     assert!(push.get("row").is_none());
     // delta, the shown hive, leaves the filter: removed from the page.
-    env.put_status(&readiness("delta", HiveState::Ok, None, None, vec![]))
+    env.put_status(&hive_status("delta", HiveState::Ok, None, None, vec![]))
         .await;
     let (name, push) = events.next().await;
     assert_eq!(
@@ -209,8 +215,14 @@ async fn a_declaration_progressing_too_long_enters_the_attention_page_with_no_kv
         .await
         .unwrap();
     // The hive read the revision and works on it: progressing.
-    env.put_status(&readiness("alpha", HiveState::Ok, Some(rev), None, vec![]))
-        .await;
+    env.put_status(&hive_status(
+        "alpha",
+        HiveState::Ok,
+        Some(rev),
+        None,
+        vec![],
+    ))
+    .await;
     let (_serve, base) = env.serve("serve.log").await;
     let mut events = Events::open_query(&base, "attention=true").await;
     let (name, snapshot) = events.next().await;
@@ -259,7 +271,7 @@ async fn scrape(base: &str) -> std::collections::BTreeMap<String, f64> {
 #[tokio::test]
 async fn metrics_count_the_fleet_by_state_and_the_open_streams_never_one_series_per_hive() {
     let env = Env::new(&["alpha", "beta", "gamma"], "").await;
-    env.put_status(&readiness("alpha", HiveState::Ok, None, None, vec![]))
+    env.put_status(&hive_status("alpha", HiveState::Ok, None, None, vec![]))
         .await;
     let (_serve, base) = env.serve("serve.log").await;
     let api = get_json(&format!("{base}/api/status")).await;

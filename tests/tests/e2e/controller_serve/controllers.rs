@@ -6,9 +6,9 @@ use super::*;
 #[tokio::test]
 async fn two_controllers_at_once_agree_and_declare_once() {
     let env = Env::new(&["alpha", "beta"], "").await;
-    env.put_status(&readiness("alpha", HiveState::Ok, None, None, vec![]))
+    env.put_status(&hive_status("alpha", HiveState::Ok, None, None, vec![]))
         .await;
-    env.put_status(&readiness("stray", HiveState::Ok, None, None, vec![]))
+    env.put_status(&hive_status("stray", HiveState::Ok, None, None, vec![]))
         .await;
     let (_a, base_a) = env.serve("serve-a.log").await;
     let (_b, base_b) = env.serve("serve-b.log").await;
@@ -119,7 +119,7 @@ async fn two_controllers_at_once_agree_and_declare_once() {
 #[tokio::test]
 async fn serve_keeps_following_across_a_nats_server_restart() {
     let mut env = Env::new(&["alpha"], "").await;
-    env.put_status(&readiness("alpha", HiveState::Ok, None, None, vec![]))
+    env.put_status(&hive_status("alpha", HiveState::Ok, None, None, vec![]))
         .await;
     let (_serve, base) = env.serve("serve.log").await;
     let mut events = Events::open(&base).await;
@@ -132,7 +132,7 @@ async fn serve_keeps_following_across_a_nats_server_restart() {
     env.nats.restart();
     // The test's own client reconnects too; put once it can.
     let revision = wait_until(T, "a put after the restart", || async {
-        let bytes = swarm_queue_client::encode_pretty(&readiness(
+        let bytes = swarm_queue_client::encode_pretty(&hive_status(
             "alpha",
             HiveState::Degraded,
             None,

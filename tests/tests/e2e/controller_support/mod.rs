@@ -1,6 +1,6 @@
 //! What the controller's end-to-end tests share: a real nats-server with
 //! the hives' three buckets, a controller config with a roster, the controller
-//! binary run as a one-shot command or as `serve`, and real `Readiness`
+//! binary run as a one-shot command or as `serve`, and real `HiveStatus`
 //! values written into the status bucket the way a hive writes them.
 
 #![allow(dead_code)] // each test file uses a different part
@@ -18,10 +18,10 @@ use swarm_queue_client::credentials::XKey;
 // Each test file uses a different part, this one too.
 #[allow(unused_imports)]
 pub use swarm_queue_client::test_support::agent_status;
-use swarm_queue_client::test_support::ReadinessBuilder;
+use swarm_queue_client::test_support::HiveStatusBuilder;
 use swarm_queue_client::{
     encode_pretty, open_or_create, AgentName, AgentSpec, AgentStatus, Bucket, BucketSettings,
-    HiveState, Readiness,
+    HiveState, HiveStatus,
 };
 
 pub const T: Duration = Duration::from_secs(30);
@@ -136,11 +136,11 @@ impl Env {
         .await
     }
 
-    /// Put a readiness the way a hive does (pretty JSON under its own key).
-    pub async fn put_status(&self, readiness: &Readiness) -> u64 {
-        let bytes = encode_pretty(readiness).unwrap();
+    /// Put a status the way a hive does (pretty JSON under its own key).
+    pub async fn put_status(&self, status: &HiveStatus) -> u64 {
+        let bytes = encode_pretty(status).unwrap();
         self.status
-            .put(readiness.hive.as_str(), Bytes::from(bytes))
+            .put(status.hive.as_str(), Bytes::from(bytes))
             .await
             .unwrap()
     }
@@ -227,16 +227,16 @@ pub fn image_spec(image: &str) -> AgentSpec {
     }
 }
 
-/// A readiness as a hive would publish it (the one builder the controller's
+/// A status as a hive would publish it (the one builder the controller's
 /// unit tests use too).
-pub fn readiness(
+pub fn hive_status(
     hive: &str,
     state: HiveState,
     seen: Option<u64>,
     converged: Option<u64>,
     agents: Vec<(&str, AgentStatus)>,
-) -> Readiness {
-    ReadinessBuilder::new(hive, state)
+) -> HiveStatus {
+    HiveStatusBuilder::new(hive, state)
         .revisions(seen, converged)
         .agents(agents)
         .build()

@@ -1,9 +1,9 @@
 //! The one place that decides "is this hive OK".
 //!
-//! Every part of the hive reports into [`Health`] (warnings it raises and
+//! Every part of the hive reports into [`StatusBoard`] (warnings it raises and
 //! clears by key, publish outcomes, the agents' observed state, the
-//! revisions). [`Health::snapshot`] turns that into one [`Snapshot`]: the
-//! `Readiness` that is published, served on `/health/ready` and shown by the
+//! revisions). [`StatusBoard::snapshot`] turns that into one [`Snapshot`]: the
+//! `HiveStatus` that is published, served on `/health/ready` and shown by the
 //! CLI, and the metrics taken from the same values. Two producers of "is this
 //! hive OK" would be free to disagree; here there is one.
 
@@ -16,7 +16,7 @@ use std::time::Instant;
 use swarm_queue_client::limits::{
     MAX_AGENTS_PER_HIVE, MAX_SHORT_LEN, MAX_WARNINGS, SCHEMA_VERSION,
 };
-use swarm_queue_client::{AgentName, AgentStatus, HiveName, HiveState, Level, Readiness, Warning};
+use swarm_queue_client::{AgentName, AgentStatus, HiveName, HiveState, HiveStatus, Level, Warning};
 use tokio::sync::Notify;
 
 pub use metrics::render_metrics;
@@ -54,9 +54,9 @@ pub mod keys {
 /// sees it as stale.
 pub const PUBLISH_FAILURES_BEFORE_WARNING: u32 = 3;
 
-/// Shared health state of one hive process.
+/// The shared status of one hive process: what every part reports.
 #[derive(Debug)]
-pub struct Health {
+pub struct StatusBoard {
     hive: Option<HiveName>,
     xkey: Option<String>,
     inner: Mutex<Inner>,
@@ -73,13 +73,13 @@ pub struct Health {
     pub buckets_back: tokio::sync::watch::Sender<u64>,
     /// Counts changes of the seen or converged revision: what the swarm
     /// waits for after a declaration. The publisher wakes on it even while
-    /// its puts fail (it ignores [`Health::changed`] then), so a converged
+    /// its puts fail (it ignores [`StatusBoard::changed`] then), so a converged
     /// revision goes out as soon as the buckets take it again, not after
     /// the failed put's backoff.
     pub revisions_changed: tokio::sync::watch::Sender<u64>,
 }
 
-/// Figures that go to `/metrics`, from the same lock as the `Readiness`.
+/// Figures that go to `/metrics`, from the same lock as the `HiveStatus`.
 #[derive(Debug, Clone)]
 pub struct MetricsData {
     pub publish_failures_total: u64,
@@ -94,7 +94,7 @@ pub struct MetricsData {
 /// One consistent view: what is published and what metrics say.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
-    pub readiness: Readiness,
+    pub status: HiveStatus,
     pub metrics: MetricsData,
 }
 
@@ -155,13 +155,13 @@ impl ExitTimes {
     }
 }
 
-/// Used in the local `Readiness` when no name is configured; such a hive
+/// Used in the local `HiveStatus` when no name is configured; such a hive
 /// never publishes, so the placeholder never reaches the swarm.
 const UNNAMED: &str = "unnamed";
 
-impl Health {
+impl StatusBoard {
     pub fn new(hive: Option<HiveName>, xkey: Option<String>) -> Self {
-        Health {
+        StatusBoard {
             hive,
             xkey,
             inner: Mutex::new(Inner::default()),
@@ -187,7 +187,7 @@ impl Health {
         let w = Warning::new(key, level, message);
         let mut inner = self.lock();
         if inner.warnings.get(key) != Some(&w) {
-            tracing::warn!(key, level = ?level, message = %w.message, "readiness warning raised");
+            tracing::warn!(key, level = ?level, message = %w.message, "status warning raised");
             inner.warnings.insert(key.to_string(), w);
             drop(inner);
             self.changed.notify_one();
@@ -198,7 +198,7 @@ impl Health {
     pub fn clear(&self, key: &str) {
         let mut inner = self.lock();
         if inner.warnings.remove(key).is_some() {
-            tracing::info!(key, "readiness warning cleared");
+            tracing::info!(key, "status warning cleared");
             drop(inner);
             self.changed.notify_one();
         }
@@ -354,10 +354,10 @@ impl Health {
         self.changed.notify_one();
     }
 
-    /// The one computation of readiness, and the metrics beside it.
+    /// The one computation of the status, and the metrics beside it.
     pub fn snapshot(&self) -> Snapshot {
         let inner = self.lock();
-        let readiness = compute(self.hive.clone(), self.xkey.clone(), &inner, &[]);
+        let status = compute(self.hive.clone(), self.xkey.clone(), &inner, &[]);
         let metrics = MetricsData {
             publish_failures_total: inner.publish.total_failures,
             publish_successes_total: inner.publish.total_successes,
@@ -368,22 +368,22 @@ impl Health {
                 .map(|t| t.elapsed().as_secs_f64()),
             job_outcomes: inner.job_outcomes.clone(),
         };
-        Snapshot { readiness, metrics }
+        Snapshot { status, metrics }
     }
 }
 
 /// Warnings that a status in `hyperhive-status` disproves by being there:
-/// they are for the hive's own health endpoint, not for the bucket.
+/// they are for the hive's own `/health/ready`, not for the bucket.
 const REFUTED_BY_A_PUT: [&str; 2] = [keys::STATUS_PUBLISH, keys::NATS_UNREACHABLE];
 
-impl Health {
-    /// The readiness to put into `hyperhive-status`: as [`Health::snapshot`],
+impl StatusBoard {
+    /// The status to put into `hyperhive-status`: as [`StatusBoard::snapshot`],
     /// without the warnings that its arrival disproves ("publishing status
     /// is failing", "NATS unreachable"). The put that carries it succeeded,
     /// so those would tell the controller of a fault that just ended, and
     /// make a hive look degraded (halting a staged rollout) for as long as
     /// it takes the next status to say it cleared.
-    pub fn published_readiness(&self) -> Readiness {
+    pub fn published_status(&self) -> HiveStatus {
         let inner = self.lock();
         compute(
             self.hive.clone(),
@@ -399,7 +399,7 @@ fn compute(
     xkey: Option<String>,
     inner: &Inner,
     leave_out: &[&str],
-) -> Readiness {
+) -> HiveStatus {
     // Highest level first so that, if there are more warnings than a payload
     // may carry, the ones dropped are the least severe.
     let mut warnings: Vec<Warning> = inner
@@ -421,7 +421,7 @@ fn compute(
         }
     };
     let ready = matches!(state, HiveState::Ok | HiveState::Degraded);
-    Readiness {
+    HiveStatus {
         schema: SCHEMA_VERSION,
         hive: hive.unwrap_or_else(|| HiveName::new(UNNAMED).expect("constant is a valid name")),
         ready,
@@ -487,14 +487,14 @@ fn agents(inner: &Inner) -> BTreeMap<AgentName, AgentStatus> {
 mod tests {
     use super::*;
 
-    fn health() -> Health {
-        Health::new(Some(HiveName::new("alpha").unwrap()), None)
+    fn board() -> StatusBoard {
+        StatusBoard::new(Some(HiveName::new("alpha").unwrap()), None)
     }
 
     #[tokio::test(start_paused = true)]
     async fn what_docker_showed_never_makes_the_status_unpublishable() {
         use swarm_queue_client::{JobSummary, Observed, Power, RetryStatus};
-        let h = health();
+        let h = board();
         let hostile = format!("sha256:{}\u{7}\n{}", "f".repeat(64), "x".repeat(4100));
         let agent = AgentName::new("hostile").unwrap();
         let status = AgentStatus {
@@ -537,7 +537,7 @@ mod tests {
             )]
             .into(),
         );
-        let r = h.snapshot().readiness;
+        let r = h.snapshot().status;
         swarm_queue_client::encode(&r).expect("the status encodes");
         let a = &r.agents[&agent];
         let e = a.exits.as_ref().unwrap();
@@ -550,30 +550,30 @@ mod tests {
             "rounded up"
         );
         tokio::time::advance(std::time::Duration::from_secs(300)).await;
-        let r = h.snapshot().readiness;
+        let r = h.snapshot().status;
         assert_eq!(r.agents[&agent].retry.as_ref().unwrap().next_try_in_secs, 0);
     }
 
     #[test]
     fn pull_progress_shows_in_the_agents_entry_until_cleared() {
-        let h = health();
+        let h = board();
         let agent = AgentName::new("app").unwrap();
         h.set_image_progress(&agent, Some("layers 1/2, 0.5/2.0 MB"));
-        let r = h.snapshot().readiness;
+        let r = h.snapshot().status;
         let a = &r.agents[&agent];
         assert_eq!(a.image_progress.as_deref(), Some("layers 1/2, 0.5/2.0 MB"));
         assert_eq!(a.observed, swarm_queue_client::Observed::Missing);
         h.set_image_progress(&agent, Some(&"x".repeat(500)));
-        let r = h.snapshot().readiness;
+        let r = h.snapshot().status;
         assert!(r.agents[&agent].image_progress.as_ref().unwrap().len() <= MAX_SHORT_LEN);
         swarm_queue_client::Payload::validate(&r).unwrap();
         h.set_image_progress(&agent, None);
-        assert!(h.snapshot().readiness.agents.is_empty());
+        assert!(h.snapshot().status.agents.is_empty());
     }
 
     #[test]
     fn an_unhealthy_agent_degrades_the_hive_and_is_named() {
-        let h = health();
+        let h = board();
         let a = |n: &str| AgentName::new(n).unwrap();
         h.set_agents(
             BTreeMap::from([(
@@ -586,11 +586,11 @@ mod tests {
             BTreeMap::new(),
         );
         h.set_agent_health(BTreeMap::from([(a("web"), "starting".to_string())]));
-        let r = h.snapshot().readiness;
+        let r = h.snapshot().status;
         assert_eq!(r.state, HiveState::Ok);
         assert_eq!(r.agents[&a("web")].health.as_deref(), Some("starting"));
         h.set_agent_health(BTreeMap::from([(a("web"), "unhealthy".to_string())]));
-        let r = h.snapshot().readiness;
+        let r = h.snapshot().status;
         assert_eq!(r.state, HiveState::Degraded);
         assert!(
             r.warnings[0].message.contains("agent web is unhealthy"),
@@ -598,47 +598,47 @@ mod tests {
             r.warnings
         );
         h.set_agent_health(BTreeMap::from([(a("web"), "healthy".to_string())]));
-        assert_eq!(h.snapshot().readiness.state, HiveState::Ok);
+        assert_eq!(h.snapshot().status.state, HiveState::Ok);
     }
 
     #[test]
     fn state_follows_the_worst_warning() {
-        let h = health();
-        let r = h.snapshot().readiness;
+        let h = board();
+        let r = h.snapshot().status;
         assert!(r.ready);
         assert_eq!(r.state, HiveState::Ok);
         h.raise(keys::NATS_UNREACHABLE, Level::Warn, "x");
-        let r = h.snapshot().readiness;
+        let r = h.snapshot().status;
         assert!(r.ready);
         assert_eq!(r.state, HiveState::Degraded);
         h.raise(keys::DOCKER, Level::Error, "docker down");
-        let r = h.snapshot().readiness;
+        let r = h.snapshot().status;
         assert!(!r.ready);
         assert_eq!(r.state, HiveState::Failing);
         h.clear(keys::DOCKER);
         h.clear(keys::NATS_UNREACHABLE);
-        assert_eq!(h.snapshot().readiness.state, HiveState::Ok);
+        assert_eq!(h.snapshot().status.state, HiveState::Ok);
         h.set_stopping();
-        let r = h.snapshot().readiness;
+        let r = h.snapshot().status;
         assert_eq!(r.state, HiveState::Stopped);
         assert!(!r.ready);
     }
 
     #[test]
     fn a_published_status_leaves_out_the_warnings_its_arrival_disproves() {
-        let h = health();
+        let h = board();
         for _ in 0..3 {
             h.publish_failed("timed out after 1s");
         }
         h.raise(keys::NATS_UNREACHABLE, Level::Warn, "unreachable");
         assert!(h.has_warning(keys::STATUS_PUBLISH));
-        assert_eq!(h.snapshot().readiness.state, HiveState::Degraded);
-        let published = h.published_readiness();
+        assert_eq!(h.snapshot().status.state, HiveState::Degraded);
+        let published = h.published_status();
         assert_eq!(published.state, HiveState::Ok, "{published:?}");
         assert!(published.warnings.is_empty(), "{published:?}");
         // Any other warning still degrades what is published.
         h.raise(keys::DOCKER, Level::Warn, "docker is slow");
-        let published = h.published_readiness();
+        let published = h.published_status();
         assert_eq!(published.state, HiveState::Degraded);
         let keys: Vec<&str> = published.warnings.iter().map(|w| w.key.as_str()).collect();
         assert_eq!(keys, vec![keys::DOCKER]);
@@ -648,7 +648,7 @@ mod tests {
     /// counts, not its own failure warning.
     #[test]
     fn revision_changes_are_counted_apart_from_other_changes() {
-        let h = health();
+        let h = board();
         let rx = h.revisions_changed.subscribe();
         for _ in 0..PUBLISH_FAILURES_BEFORE_WARNING + 1 {
             h.publish_failed("no ack");
@@ -663,12 +663,12 @@ mod tests {
 
     #[test]
     fn publish_warning_after_three_failures_cleared_by_one_success() {
-        let h = health();
+        let h = board();
         h.publish_failed("e1");
         h.publish_failed("e2");
         assert!(!h.has_warning(keys::STATUS_PUBLISH));
         h.publish_failed("e3");
-        let w = h.snapshot().readiness.warnings;
+        let w = h.snapshot().status.warnings;
         assert_eq!(w.len(), 1);
         assert!(
             w[0].message.contains("3 failures in a row"),
@@ -678,7 +678,7 @@ mod tests {
         assert!(w[0].message.contains("the hive itself is fine"));
         let back = h.buckets_back.subscribe();
         h.publish_succeeded();
-        assert!(h.snapshot().readiness.warnings.is_empty());
+        assert!(h.snapshot().status.warnings.is_empty());
         assert_eq!(h.snapshot().metrics.publish_failures_total, 3);
         assert_eq!(*back.borrow(), 1, "a success after failures: buckets back");
         h.publish_succeeded();
@@ -687,12 +687,12 @@ mod tests {
 
     #[test]
     fn warnings_are_bounded_most_severe_kept() {
-        let h = health();
+        let h = board();
         for i in 0..(MAX_WARNINGS + 5) {
             h.raise(&format!("info-{i:03}"), Level::Info, "i");
         }
         h.raise("zz-error", Level::Error, "e");
-        let r = h.snapshot().readiness;
+        let r = h.snapshot().status;
         assert_eq!(r.warnings.len(), MAX_WARNINGS);
         assert_eq!(r.warnings[0].key, "zz-error");
         swarm_queue_client::encode(&r).unwrap();

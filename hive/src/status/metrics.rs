@@ -1,19 +1,19 @@
 //! The Prometheus text exposition of a [`Snapshot`], for `/metrics`. It is
-//! rendered from the same snapshot as the published `Readiness`, so the
+//! rendered from the same snapshot as the published `HiveStatus`, so the
 //! two never disagree. Label values are escaped as the text format asks
 //! (see [`labels`]).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use swarm_queue_client::{Level, Readiness};
+use swarm_queue_client::{HiveStatus, Level};
 
 use super::{MetricsData, Snapshot};
 
 /// Prometheus text exposition of a snapshot.
 pub fn render_metrics(s: &Snapshot) -> String {
     let mut out = Exposition::default();
-    readiness_families(&mut out, &s.readiness);
+    status_families(&mut out, &s.status);
     publish_families(&mut out, &s.metrics);
     out.text
 }
@@ -47,9 +47,9 @@ fn single(value: impl ToString) -> Vec<(String, String)> {
     vec![(String::new(), value.to_string())]
 }
 
-/// What the published `Readiness` says: readiness, state, revisions,
+/// What the published `HiveStatus` says: ready, state, revisions,
 /// agents by observed state and warnings by level.
-fn readiness_families(out: &mut Exposition, r: &Readiness) {
+fn status_families(out: &mut Exposition, r: &HiveStatus) {
     out.gauge(
         "hyperhive_hive_ready",
         "1 when the hive is ready (the same value /health/ready and the published status carry).",
@@ -104,7 +104,7 @@ fn readiness_families(out: &mut Exposition, r: &Readiness) {
     }
     out.gauge(
         "hyperhive_warnings",
-        "Readiness warnings by level.",
+        "HiveStatus warnings by level.",
         by_level
             .into_iter()
             .map(|(k, v)| (labels(&[("level", k)]), v.to_string()))
@@ -173,7 +173,7 @@ fn labels(pairs: &[(&str, &str)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::readiness::Health;
+    use crate::status::StatusBoard;
     use swarm_queue_client::HiveName;
 
     #[test]
@@ -187,7 +187,7 @@ mod tests {
 
     #[test]
     fn metrics_come_from_the_same_snapshot() {
-        let h = Health::new(Some(HiveName::new("alpha").unwrap()), None);
+        let h = StatusBoard::new(Some(HiveName::new("alpha").unwrap()), None);
         h.set_revisions(Some(5), Some(4));
         h.raise("k", Level::Warn, "w");
         h.record_job_outcome("first_deploy", "done");

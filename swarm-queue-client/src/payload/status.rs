@@ -1,4 +1,4 @@
-//! Readiness: what a hive says of itself, stored under
+//! `HiveStatus`: what a hive says of itself, stored under
 //! `hyperhive-status/<hive>`. It carries no timestamp: the KV entry's own
 //! time is the only freshness there is, so a reader judges age, never the
 //! writer.
@@ -258,10 +258,10 @@ pub struct RetryStatus {
     pub error: Option<String>,
 }
 
-/// A hive's readiness, published under its own key. No timestamps: the KV
+/// A hive's status, published under its own key. No timestamps: the KV
 /// entry's own time is the only freshness there is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Readiness {
+pub struct HiveStatus {
     pub schema: u32,
     pub hive: HiveName,
     pub ready: bool,
@@ -288,7 +288,7 @@ pub struct Readiness {
     pub agent_spec: Option<u32>,
 }
 
-impl Readiness {
+impl HiveStatus {
     /// The agent fields this hive is known to honour, as far as this build
     /// can tell (a newer hive knows at least what this build can write).
     pub fn known_agent_fields(&self) -> &'static [&'static str] {
@@ -296,8 +296,8 @@ impl Readiness {
     }
 }
 
-impl Payload for Readiness {
-    const WHAT: &'static str = "readiness";
+impl Payload for HiveStatus {
+    const WHAT: &'static str = "hive status";
     fn schema(&self) -> u32 {
         self.schema
     }
@@ -371,10 +371,10 @@ impl Payload for Readiness {
     }
 }
 
-/// Whether `hive` is the hive this readiness is about; a status stored under
+/// Whether `hive` is the hive this status is about; a status stored under
 /// another hive's key is not evidence about that hive.
-pub fn readiness_matches_key(readiness: &Readiness, key: &HiveName) -> bool {
-    &readiness.hive == key
+pub fn status_matches_key(status: &HiveStatus, key: &HiveName) -> bool {
+    &status.hive == key
 }
 
 impl AgentStatus {

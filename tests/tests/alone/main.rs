@@ -7,9 +7,15 @@
 //! oracle one of two ([`one_slot`]), a log-stream test both ([`alone`]).
 //! Cargo runs this binary before or after the `e2e` one, never beside it.
 //!
+//! The oracle's module is `fault_oracle`, so that it sorts before
+//! `faults_*` and `logs_nats`: libtest starts tests in name order, the
+//! oracle's fixed schedule (about 250 s) then holds one slot while the
+//! faults share the other, instead of starting last and running alone.
+//!
 //! Run one module with `cargo test -p hyperhive-tests --test alone MODULE::`.
 
 mod agent_logs;
+mod fault_oracle;
 mod faults_cluster;
 mod faults_controller_down;
 mod faults_disk_full;
@@ -18,7 +24,6 @@ mod faults_nats_restart;
 mod faults_sigkill;
 mod faults_sigstop;
 mod logs_nats;
-mod oracle;
 
 /// Two slots, one per core. A fault test or the oracle holds one, so two
 /// of them may overlap (each mostly waits on its own servers, dockerds and

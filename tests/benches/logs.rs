@@ -1,5 +1,5 @@
 //! `hive logs` against `docker logs` on the same container, in the same
-//! run: an agent writes N MB of lines (`--quick`: 20 MB; else 200 MB) and
+//! run: an agent writes N MB of lines (`--quick`: 2 MB; else 200 MB) and
 //! stops writing; then the whole log is read, three times each, by
 //! `docker logs` (the baseline: the Docker CLI over dockerd's API), by
 //! `hive logs` (the hive's socket, Docker's stream re-framed as lines) and
@@ -34,7 +34,7 @@ fn main() {
         .position(|a| a == "--mb")
         .and_then(|i| args.get(i + 1))
         .map(|v| v.parse().expect("--mb takes a number of MB"));
-    let mb: u64 = chosen.unwrap_or(if quick { 20 } else { 200 });
+    let mb: u64 = chosen.unwrap_or(if quick { 2 } else { 200 });
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     runtime.block_on(bench(mb));
 }

@@ -120,21 +120,46 @@ pub const OOM_COMMAND: [&str; 3] = [
 /// The `memory_mb` an agent running [`OOM_COMMAND`] is declared with.
 pub const OOM_MEMORY_MB: u64 = 8;
 
-/// Remove `reference` and every container made from it. Containers still
-/// using the image would turn `rmi -f` into a mere untag and leave a
-/// dangling image behind, whatever order a test dropped its guards in.
+/// Remove `reference` and every container made from it, by the image's id.
+/// Containers still using the image would turn `rmi -f` into a mere untag
+/// and leave a dangling image behind, whatever order a test dropped its
+/// guards in; and a hive that is still running may make a container from
+/// the image again between the two steps (seen with four test threads:
+/// a `<none>` image with this harness's `sleep 3600` command). So both
+/// steps go by id, and are repeated until the image is gone, at most
+/// [`REMOVE_TRIES`] times; whatever is still there then is the leftovers
+/// check's to report.
 pub fn remove_image(reference: &str) {
-    if let Ok(out) = Command::new("docker")
-        .args(["ps", "-aq", "--filter", &format!("ancestor={reference}")])
-        .output()
-    {
-        for id in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-            let _ = Command::new("docker").args(["rm", "-f", id]).output();
+    let Some(id) = image_id(reference) else {
+        return;
+    };
+    for _ in 0..REMOVE_TRIES {
+        if let Ok(out) = Command::new("docker")
+            .args(["ps", "-aq", "--filter", &format!("ancestor={id}")])
+            .output()
+        {
+            for c in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                let _ = Command::new("docker").args(["rm", "-f", c]).output();
+            }
+        }
+        let _ = Command::new("docker").args(["rmi", "-f", &id]).output();
+        if image_id(&id).is_none() {
+            return;
         }
     }
-    let _ = Command::new("docker")
-        .args(["rmi", "-f", reference])
-        .output();
+}
+
+/// How many rounds [`remove_image`] gives a racing container.
+const REMOVE_TRIES: usize = 20;
+
+/// The id of the local image `reference`, or `None` when there is none.
+fn image_id(reference: &str) -> Option<String> {
+    let out = Command::new("docker")
+        .args(["image", "inspect", "--format", "{{.Id}}", reference])
+        .output()
+        .ok()?;
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (out.status.success() && !id.is_empty()).then_some(id)
 }
 
 /// Removes every container carrying `org.hyperhive.hive=<hive>` on drop, so a

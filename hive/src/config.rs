@@ -87,7 +87,7 @@ pub struct HiveConfig {
     /// publishing, and says so in a warning.
     pub name: Option<HiveName>,
     pub state_dir: PathBuf,
-    /// StatusBoard and metrics (and the API only with remote writes on);
+    /// The probes and metrics (and the API only with remote writes on);
     /// loopback only.
     pub http_listen: SocketAddr,
     /// Names besides IP literals, `localhost` and this machine's own name

@@ -3,8 +3,11 @@
 //! every file), a module per subject, each over the real nats-server,
 //! dockerd, registry and browser it names in its own header.
 //!
-//! Everything a test makes is named by it alone (`unique_name`, hives of
-//! their own names on the shared dockerd, a nats-server per test), so any
+//! Each test starts its own nats-server, and what it makes in the shared
+//! dockerd is named by it alone (`unique_name`): the few hives with fixed
+//! names (`alpha`, `beta`, `gamma`, `alone`, `cut-off`) are declared no
+//! image that exists, so they make no container, and `upgrade_state`'s
+//! hive, which makes containers, has a name no other test uses. So any
 //! two of these may run side by side. What must not share the machine (a
 //! private dockerd, a stopped server, both cores kept busy, a latency
 //! printed) is in the `alone` binary instead.

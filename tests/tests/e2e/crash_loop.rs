@@ -281,8 +281,14 @@ async fn an_oom_killed_agent_is_named_and_its_evidence_survives_a_hive_restart()
     println!("OOM-killed agent as published: {web}");
     assert_eq!(web["exits"]["code"], 137, "{web:#}");
     assert!(!claims_declared(&web), "{web:#}");
-    let (_, _, _, oom) = a.docker_state().expect("web exists");
-    assert!(oom, "Docker says OOMKilled");
+    // Docker's own word, read with its CLI: Docker clears OOMKilled when
+    // the hive starts the container again, so wait for a stopped moment
+    // (each stop in this loop is an OOM kill) rather than read once.
+    wait_until(T, "Docker to show web stopped and OOMKilled", || {
+        let stopped_oom = matches!(a.docker_state(), Some((false, _, _, true)));
+        std::future::ready(stopped_oom.then_some(()))
+    })
+    .await;
     let before = web["exits"]["count"].as_u64().unwrap();
 
     // A new hive process reads the evidence back from its job store: the

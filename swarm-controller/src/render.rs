@@ -2,10 +2,8 @@
 //! `/api/status` and the dashboard's snapshot (one shape for all three),
 //! and the table of `status`.
 
-use std::cell::RefCell;
 use std::fmt::Write;
 
-use serde::ser::{SerializeStruct, Serializer};
 use serde::Serialize;
 use time::OffsetDateTime;
 
@@ -164,62 +162,213 @@ pub fn write_fleet(
     now: OffsetDateTime,
     rollout: Option<&serde_json::Value>,
     pretty: bool,
-    out: impl std::io::Write,
+    mut out: impl std::io::Write,
 ) -> serde_json::Result<Summary> {
-    let doc = Streamed {
-        fleet,
-        now,
-        rollout,
-        tally: RefCell::new(Tally::default()),
-    };
-    if pretty {
-        serde_json::to_writer_pretty(out, &doc)?;
-    } else {
-        serde_json::to_writer(out, &doc)?;
-    }
-    Ok(doc.tally.into_inner().summary())
-}
-
-struct Streamed<'a> {
-    fleet: &'a Fleet,
-    now: OffsetDateTime,
-    rollout: Option<&'a serde_json::Value>,
-    tally: RefCell<Tally>,
-}
-
-/// The `hives` array of a [`Streamed`] document, counted into its tally.
-struct StreamedRows<'a>(&'a Streamed<'a>);
-
-impl Serialize for StreamedRows<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let doc = self.0;
-        s.collect_seq(
-            doc.fleet
-                .rows(doc.now)
-                .inspect(|row| doc.tally.borrow_mut().add(row)),
-        )
-    }
-}
-
-impl Serialize for Streamed<'_> {
-    /// [`Report`]'s fields in [`Report`]'s order.
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let header = Report::header(self.fleet, self.now);
-        let mut st = s.serialize_struct("Report", 9)?;
-        st.serialize_field("hives", &StreamedRows(self))?;
-        let summary = self.tally.borrow().summary();
-        st.serialize_field("summary", &summary)?;
-        st.serialize_field("matched", &summary.hives)?;
-        st.serialize_field("offset", &header.offset)?;
-        st.serialize_field("limit", &header.limit)?;
-        st.serialize_field("stale_after_secs", &header.stale_after_secs)?;
-        st.serialize_field("generated_at", &header.generated_at)?;
-        st.serialize_field("server_time_ms", &header.server_time_ms)?;
-        match self.rollout {
-            Some(r) => st.serialize_field("rollout", r)?,
-            None => st.skip_field("rollout")?,
+    // The document is the header's with the rows written into its empty
+    // `hives` array; the summary, counted from the rows, comes after them.
+    let header = |summary: Summary| {
+        let mut doc = Report::header(fleet, now);
+        doc.summary = summary;
+        doc.matched = doc.summary.hives;
+        doc.rollout = rollout.cloned();
+        if pretty {
+            serde_json::to_vec_pretty(&doc)
+        } else {
+            serde_json::to_vec(&doc)
         }
-        st.end()
+    };
+    let opening = header(Tally::default().summary())?;
+    out.write_all(&opening[..rows_at(&opening)])
+        .map_err(serde_json::Error::io)?;
+
+    // Evaluating and serializing a row is most of the work (at 10,000
+    // hives, 39 ms of one thread), and one row needs nothing of another:
+    // the rows are dealt in runs to two threads. This one writes its runs
+    // straight out; the other writes its runs into buffers that this one
+    // writes out in turn, so what is held is at most two runs' text.
+    let runs = fleet.len().div_ceil(ROWS_PER_RUN);
+    let tally = std::thread::scope(|threads| -> serde_json::Result<Tally> {
+        let (written, take_written) = std::sync::mpsc::sync_channel::<(Vec<u8>, Tally)>(1);
+        let (give_back, returned) = std::sync::mpsc::channel::<Vec<u8>>();
+        if runs > 1 {
+            threads.spawn(move || {
+                let mut rows = fleet.rows_dealt(now, ROWS_PER_RUN, 1, 2);
+                for _ in (1..runs).step_by(2) {
+                    let mut text = returned.try_recv().unwrap_or_default();
+                    text.clear();
+                    let mut tally = Tally::default();
+                    let run = rows.by_ref().take(ROWS_PER_RUN);
+                    // Writing into a Vec cannot fail; serializing a row
+                    // has no fallible part.
+                    let _ = write_rows(&mut text, run, false, pretty, &mut tally);
+                    // The writer stopped (its output failed): so does this.
+                    if written.send((text, tally)).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        let mut rows = fleet.rows_dealt(now, ROWS_PER_RUN, 0, 2);
+        let mut tally = Tally::default();
+        for run in 0..runs {
+            if run % 2 == 0 {
+                let mine = rows.by_ref().take(ROWS_PER_RUN);
+                write_rows(&mut out, mine, run == 0, pretty, &mut tally)?;
+            } else {
+                let Ok((text, theirs)) = take_written.recv() else {
+                    // Only a panic ends the other thread early; the scope
+                    // passes it on.
+                    break;
+                };
+                out.write_all(&text).map_err(serde_json::Error::io)?;
+                tally.merge(&theirs);
+                let _ = give_back.send(text);
+            }
+        }
+        Ok(tally)
+    })?;
+
+    let closing = header(tally.summary())?;
+    let rest = &closing[rows_at(&closing)..];
+    if pretty && runs > 0 {
+        out.write_all(b"\n  ").map_err(serde_json::Error::io)?;
+    }
+    out.write_all(rest).map_err(serde_json::Error::io)?;
+    Ok(tally.summary())
+}
+
+/// Rows a thread of [`write_fleet`] takes at a time.
+const ROWS_PER_RUN: usize = 256;
+
+/// Where the rows go in a serialized header: just inside its empty
+/// `hives` array (the first field, so the first `[]`), before its `]`.
+fn rows_at(header: &[u8]) -> usize {
+    header
+        .windows(2)
+        .position(|w| w == b"[]")
+        .map_or(0, |i| i + 1)
+}
+
+/// Each of `rows` as an element of the document's `hives` array, after a
+/// first one when `first` is false, counted into `tally`.
+fn write_rows(
+    out: &mut impl std::io::Write,
+    rows: impl Iterator<Item = ViewRow>,
+    mut first: bool,
+    pretty: bool,
+    tally: &mut Tally,
+) -> serde_json::Result<()> {
+    for row in rows {
+        tally.add(&row);
+        let gap: &[u8] = match (pretty, first) {
+            (true, true) => b"\n    ",
+            (true, false) => b",\n    ",
+            (false, true) => b"",
+            (false, false) => b",",
+        };
+        out.write_all(gap).map_err(serde_json::Error::io)?;
+        if pretty {
+            row.serialize(&mut serde_json::Serializer::with_formatter(
+                &mut *out,
+                PrettyAt::new(2),
+            ))?;
+        } else {
+            row.serialize(&mut serde_json::Serializer::new(&mut *out))?;
+        }
+        first = false;
+    }
+    Ok(())
+}
+
+/// serde_json's pretty formatter (two spaces an indent), starting `level`
+/// indents deep: a row written alone reads byte for byte as it would
+/// inside the whole document.
+struct PrettyAt {
+    level: usize,
+    has_value: bool,
+}
+
+impl PrettyAt {
+    fn new(level: usize) -> Self {
+        PrettyAt {
+            level,
+            has_value: false,
+        }
+    }
+
+    fn open<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        bracket: &[u8],
+    ) -> std::io::Result<()> {
+        self.level += 1;
+        self.has_value = false;
+        w.write_all(bracket)
+    }
+
+    fn close<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        bracket: &[u8],
+    ) -> std::io::Result<()> {
+        self.level -= 1;
+        if self.has_value {
+            w.write_all(b"\n")?;
+            self.indent(w)?;
+        }
+        w.write_all(bracket)
+    }
+
+    fn next<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        w.write_all(if first { b"\n" } else { b",\n" })?;
+        self.indent(w)
+    }
+
+    fn indent<W: ?Sized + std::io::Write>(&self, w: &mut W) -> std::io::Result<()> {
+        for _ in 0..self.level {
+            w.write_all(b"  ")?;
+        }
+        Ok(())
+    }
+}
+
+impl serde_json::ser::Formatter for PrettyAt {
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.open(w, b"[")
+    }
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.close(w, b"]")
+    }
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.next(w, first)
+    }
+    fn end_array_value<W: ?Sized + std::io::Write>(&mut self, _: &mut W) -> std::io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.open(w, b"{")
+    }
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.close(w, b"}")
+    }
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.next(w, first)
+    }
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b": ")
+    }
+    fn end_object_value<W: ?Sized + std::io::Write>(&mut self, _: &mut W) -> std::io::Result<()> {
+        self.has_value = true;
+        Ok(())
     }
 }
 
@@ -293,18 +442,63 @@ mod tests {
         fleet
     }
 
+    /// [`fleet`] with `extra` more hives that never reported: rows enough
+    /// for several runs of [`ROWS_PER_RUN`], dealt to both threads.
+    fn fleet_of(extra: usize) -> Fleet {
+        let mut fleet = fleet();
+        let (a, declaration) = {
+            let d = encode(&Declaration::new(BTreeMap::new())).unwrap();
+            (
+                encode(&HiveStatusBuilder::new("a", HiveState::Ok).build()).unwrap(),
+                d,
+            )
+        };
+        for i in 0..extra {
+            let key = format!("m{i:05}");
+            // Every third with a declaration, every fifth claiming another
+            // hive's name: rows of several classes in every run.
+            let values: Vec<(Source, &[u8])> = match (i % 3, i % 5) {
+                (0, 0) => vec![(Source::Wanted, &declaration), (Source::Status, &a)],
+                (0, _) => vec![(Source::Wanted, &declaration)],
+                (_, 0) => vec![(Source::Status, &a)],
+                _ => vec![(Source::Status, b"{not json")],
+            };
+            for (source, value) in values {
+                fleet.store(Update {
+                    source,
+                    key: &key,
+                    revision: 4,
+                    created: t0(),
+                    operation: Operation::Put,
+                    value,
+                });
+            }
+        }
+        fleet
+    }
+
     #[test]
     fn the_streamed_document_is_the_report_byte_for_byte() {
-        let fleet = fleet();
         let now = t0() + Duration::from_secs(5);
         let rollout = serde_json::json!({ "line": "wave 1 of 2" });
-        for rollout in [None, Some(&rollout)] {
-            let mut report = Report::of_fleet(&fleet, now);
+        let empty = Fleet::new(Default::default(), Duration::from_secs(60), t0());
+        // No rows; one run; one row past two whole runs (the last run is
+        // this thread's, with one row); three whole runs (the last is the
+        // other thread's).
+        let fleets = [
+            (empty, 0),
+            (fleet(), 4),
+            (fleet_of(2 * ROWS_PER_RUN - 3), 2 * ROWS_PER_RUN + 1),
+            (fleet_of(3 * ROWS_PER_RUN - 4), 3 * ROWS_PER_RUN),
+        ];
+        for ((fleet, rows), rollout) in fleets.iter().flat_map(|f| [(f, None), (f, Some(&rollout))])
+        {
+            let mut report = Report::of_fleet(fleet, now);
             report.rollout = rollout.cloned();
-            assert_eq!(report.hives.len(), 4);
+            assert_eq!(report.hives.len(), *rows);
             for pretty in [true, false] {
                 let mut streamed = Vec::new();
-                let summary = write_fleet(&fleet, now, rollout, pretty, &mut streamed).unwrap();
+                let summary = write_fleet(fleet, now, rollout, pretty, &mut streamed).unwrap();
                 assert_eq!(summary, report.summary);
                 let whole = if pretty {
                     serde_json::to_string_pretty(&report).unwrap()

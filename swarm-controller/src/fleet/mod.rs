@@ -461,6 +461,32 @@ impl Fleet {
             .map(move |name| self.view_row(name, now).0)
     }
 
+    /// How many rows the fleet has (rostered hives and unrostered keys).
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// [`Fleet::rows`] cut into runs of `run` rows dealt to `of` takers in
+    /// turn: taker `taker`'s rows (runs `taker`, `taker + of`, …), so that
+    /// several threads can evaluate one fleet's rows in name order.
+    pub fn rows_dealt(
+        &self,
+        now: OffsetDateTime,
+        run: usize,
+        taker: usize,
+        of: usize,
+    ) -> impl Iterator<Item = ViewRow> + '_ {
+        self.slots
+            .keys()
+            .enumerate()
+            .filter(move |(i, _)| (i / run) % of == taker)
+            .map(move |(_, name)| self.view_row(name, now).0)
+    }
+
     /// One hive's row evaluated at `now`, if it has one.
     pub fn peek_row(&self, name: &str, now: OffsetDateTime) -> Option<ViewRow> {
         self.slots

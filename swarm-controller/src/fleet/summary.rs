@@ -35,6 +35,12 @@ impl Tally {
     pub fn summary(&self) -> Summary {
         Summary::from_counts(self.rows, &self.counts)
     }
+
+    /// Count `other`'s rows too (rows tallied apart, on another thread).
+    pub fn merge(&mut self, other: &Tally) {
+        self.rows += other.rows;
+        self.counts.merge(&other.counts);
+    }
 }
 
 impl Summary {
@@ -98,6 +104,16 @@ impl Counts {
         *self.freshness.entry(c.freshness).or_default() += 1;
         *self.convergence.entry(c.convergence).or_default() += 1;
         self.attention += usize::from(c.attention.is_some());
+    }
+
+    fn merge(&mut self, other: &Counts) {
+        for (f, n) in &other.freshness {
+            *self.freshness.entry(*f).or_default() += n;
+        }
+        for (c, n) in &other.convergence {
+            *self.convergence.entry(*c).or_default() += n;
+        }
+        self.attention += other.attention;
     }
 
     pub(super) fn remove(&mut self, c: &Class) {

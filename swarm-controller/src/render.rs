@@ -509,4 +509,46 @@ mod tests {
             }
         }
     }
+
+    /// A reader that goes away (`status --json | head`): the write fails
+    /// at once, wherever the output stops, and the thread evaluating the
+    /// other runs ends too (the test would hang on it otherwise).
+    #[test]
+    fn a_failed_write_ends_the_document_and_both_threads() {
+        struct Closes(usize);
+        impl std::io::Write for Closes {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                if buf.len() > self.0 {
+                    return Err(std::io::ErrorKind::BrokenPipe.into());
+                }
+                self.0 -= buf.len();
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let fleet = fleet_of(6 * ROWS_PER_RUN);
+        let now = t0();
+        let mut whole = Vec::new();
+        write_fleet(&fleet, now, None, true, &mut whole).unwrap();
+        // In the opening, in this thread's first run, in the other's first
+        // run, in the last run, in the closing.
+        let run = whole.len() / 7;
+        for after in [
+            5,
+            run / 2,
+            run + run / 2,
+            6 * run + run / 2,
+            whole.len() - 5,
+        ] {
+            let evaluated = fleet.rows_evaluated();
+            let err = write_fleet(&fleet, now, None, true, Closes(after)).unwrap_err();
+            assert!(err.is_io(), "{err}");
+            assert!(
+                fleet.rows_evaluated() - evaluated <= fleet.len() as u64,
+                "no row evaluated twice"
+            );
+        }
+    }
 }

@@ -185,7 +185,8 @@ pub fn write_fleet(
     // hives, 39 ms of one thread), and one row needs nothing of another:
     // the rows are dealt in runs to two threads. This one writes its runs
     // straight out; the other writes its runs into buffers that this one
-    // writes out in turn, so what is held is at most two runs' text.
+    // writes out in turn, so what is held is at most three runs' text
+    // (one being written out, one waiting, one being filled).
     let runs = fleet.len().div_ceil(ROWS_PER_RUN);
     let tally = std::thread::scope(|threads| -> serde_json::Result<Tally> {
         let (written, take_written) = std::sync::mpsc::sync_channel::<(Vec<u8>, Tally)>(1);

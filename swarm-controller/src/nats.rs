@@ -286,7 +286,7 @@ pub async fn load(
 }
 
 /// [`load`] without computing any row: for a reader that evaluates every
-/// row once, next, and then stops ([`Fleet::rows`]).
+/// row once, next, and then stops ([`Fleet::rows_dealt`]).
 pub async fn read_values(
     buckets: &Buckets,
     fleet: &std::sync::RwLock<Fleet>,

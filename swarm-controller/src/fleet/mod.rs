@@ -216,7 +216,7 @@ impl Fleet {
     }
 
     /// The fleet of a reader that looks once and stops (`status`): no row
-    /// is computed until it asks for them ([`Fleet::rows`], after
+    /// is computed until it asks for them ([`Fleet::rows_dealt`], after
     /// [`Fleet::store`] without [`Fleet::refresh_all`]), so the summary
     /// counts stay empty; and it charts no status ages (736 bytes a hive,
     /// for a chart nobody would see).
@@ -402,7 +402,7 @@ impl Fleet {
 
     /// Record what the connection events say of each hive without
     /// recomputing a row: for a reader that evaluates every row next
-    /// ([`Fleet::rows`]), after [`Fleet::store`] without
+    /// ([`Fleet::rows_dealt`]), after [`Fleet::store`] without
     /// [`Fleet::refresh_all`].
     pub fn note_links(&mut self, links: Vec<(String, Link)>) {
         self.links.extend(links);
@@ -450,15 +450,10 @@ impl Fleet {
     /// incremental state (the summary counts and deadlines stay those of the
     /// rows last pushed).
     pub fn peek_rows(&self, now: OffsetDateTime) -> Vec<ViewRow> {
-        self.rows(now).collect()
-    }
-
-    /// [`Fleet::peek_rows`], each row evaluated as it is taken: a caller
-    /// that writes rows out holds one at a time.
-    pub fn rows(&self, now: OffsetDateTime) -> impl ExactSizeIterator<Item = ViewRow> + '_ {
         self.slots
             .keys()
-            .map(move |name| self.view_row(name, now).0)
+            .map(|name| self.view_row(name, now).0)
+            .collect()
     }
 
     /// How many rows the fleet has (rostered hives and unrostered keys).
@@ -470,9 +465,11 @@ impl Fleet {
         self.slots.is_empty()
     }
 
-    /// [`Fleet::rows`] cut into runs of `run` rows dealt to `of` takers in
-    /// turn: taker `taker`'s rows (runs `taker`, `taker + of`, …), so that
-    /// several threads can evaluate one fleet's rows in name order.
+    /// The rows of [`Fleet::peek_rows`] cut into runs of `run` rows dealt
+    /// to `of` takers in turn, each evaluated as it is taken: taker
+    /// `taker`'s rows (runs `taker`, `taker + of`, …), so that several
+    /// threads can evaluate and write out one fleet's rows in name order
+    /// ([`crate::render::write_fleet`]), each holding one at a time.
     pub fn rows_dealt(
         &self,
         now: OffsetDateTime,

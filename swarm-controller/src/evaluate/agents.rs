@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use swarm_queue_client::{AgentName, AgentStatus, JobSummary, Observed, Power, Unsettled};
+use swarm_queue_client::{AgentName, JobSummary, Observed, Power, Unsettled};
 
-use super::{retry_text, AgentRow, Declared, Reported};
+use super::{retry_text, AgentRow, Declared, Reported, ReportedAgent};
 use crate::age::human_age;
 
 /// One row per agent that is declared, reported, or both, sorted by name.
@@ -62,7 +62,7 @@ pub(super) fn agent_rows(
                 observed: report.map(|a| a.observed),
                 spec_matches,
                 last_job: report.and_then(|a| a.last_job.clone()),
-                image_digest: report.and_then(|a| a.image_digest.clone()),
+                image_digest: report.and_then(|a| a.image_digest.as_ref().map(|d| d.to_string())),
                 health: report.and_then(|a| a.health.clone()),
                 retry: report.and_then(|a| a.retry.clone()).map(|mut r| {
                     r.next_try_in_secs = r.next_try_in_secs.saturating_sub(age.as_secs());
@@ -105,7 +105,7 @@ pub(super) fn observed_matches(wanted: Power, observed: Observed) -> Option<bool
 /// "OOM-killed: exited 137 (1 time in 0s), starting again". `None` when
 /// the hive counts it as declared, or only its health check fails (which
 /// is said on its own).
-pub(super) fn unsettled_text(a: &AgentStatus, age: Duration) -> Option<String> {
+pub(super) fn unsettled_text(a: &ReportedAgent, age: Duration) -> Option<String> {
     let why = a.unsettled?;
     if why == Unsettled::Unhealthy || a.health.as_deref() == Some("unhealthy") {
         return None;
@@ -139,11 +139,6 @@ pub(super) fn unsettled_text(a: &AgentStatus, age: Duration) -> Option<String> {
         ),
         (_, None) => format!("{head}{history}, starting again"),
     })
-}
-
-pub(super) fn short_hash(h: &str) -> &str {
-    let end = "sha256:".len() + 12;
-    h.get(..end).unwrap_or(h)
 }
 
 pub(super) fn job_text(agent: &str, job: &JobSummary) -> String {

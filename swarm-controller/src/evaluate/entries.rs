@@ -8,13 +8,18 @@
 //! - A declaration keeps only each agent's spec hash and, for the webhook,
 //!   the agents built from a repository: the specs themselves are dropped
 //!   once hashed. Convergence compares hashes, never specs.
+//! - Spec hashes and image digests are kept as their 32 bytes
+//!   ([`HashText`]), and of each agent's status only what a row reads
+//!   ([`ReportedAgent`]).
 
 use swarm_queue_client::payload::{status_matches_key, DecodeError};
 use swarm_queue_client::{
-    decode, AgentName, AgentStatus, BuildSpec, Declaration, HiveName, HiveState, HiveStatus,
-    Warning,
+    decode, AgentName, AgentStatus, BuildSpec, Declaration, ExitReport, HiveName, HiveState,
+    HiveStatus, JobSummary, Observed, Power, RetryStatus, Unsettled, Warning,
 };
 use time::OffsetDateTime;
+
+use super::HashText;
 
 /// Why a stored status or declaration is no evidence. Clone and comparable
 /// (rows are), so a decode error is kept as its operator-grade text.
@@ -100,8 +105,45 @@ pub struct Reported {
     pub warnings: Vec<Warning>,
     pub converged_revision: Option<u64>,
     pub seen_revision: Option<u64>,
-    pub agents: ByName<AgentStatus>,
+    pub agents: ByName<ReportedAgent>,
     pub version: String,
+}
+
+/// What a row needs of one agent's [`AgentStatus`]: all of it but the
+/// image pull's progress, its hashes as [`HashText`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReportedAgent {
+    pub wanted: Power,
+    pub observed: Observed,
+    /// Spec hash of the running container, if any.
+    pub spec: Option<HashText>,
+    /// Spec hash of the declaration the hive worked towards, if it says.
+    pub declared_spec: Option<HashText>,
+    pub last_job: Option<JobSummary>,
+    /// The repo digest of the image the container runs.
+    pub image_digest: Option<HashText>,
+    /// Docker's health check: `starting`, `healthy` or `unhealthy`.
+    pub health: Option<String>,
+    pub retry: Option<RetryStatus>,
+    pub exits: Option<ExitReport>,
+    pub unsettled: Option<Unsettled>,
+}
+
+impl From<AgentStatus> for ReportedAgent {
+    fn from(a: AgentStatus) -> Self {
+        ReportedAgent {
+            wanted: a.wanted,
+            observed: a.observed,
+            spec: a.spec.map(HashText::from),
+            declared_spec: a.declared_spec.map(HashText::from),
+            last_job: a.last_job,
+            image_digest: a.image_digest.map(HashText::from),
+            health: a.health,
+            retry: a.retry,
+            exits: a.exits,
+            unsettled: a.unsettled,
+        }
+    }
 }
 
 impl From<HiveStatus> for Reported {
@@ -112,7 +154,11 @@ impl From<HiveStatus> for Reported {
             warnings: r.warnings,
             converged_revision: r.converged_revision,
             seen_revision: r.seen_revision,
-            agents: r.agents.into_iter().collect(),
+            agents: r
+                .agents
+                .into_iter()
+                .map(|(name, a)| (name, ReportedAgent::from(a)))
+                .collect(),
             version: r.version,
         }
     }
@@ -167,7 +213,7 @@ impl StatusEntry {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Declared {
     /// Each declared agent's spec hash.
-    pub spec_hashes: ByName<String>,
+    pub spec_hashes: ByName<HashText>,
     /// The agents built from a repository, with their build (what the
     /// forge webhook matches a push against).
     pub builds: ByName<BuildSpec>,
@@ -184,7 +230,7 @@ impl Declared {
                 if let Some(b) = &spec.build {
                     builds.push((name.clone(), b.clone()));
                 }
-                (name, spec.into_spec_hash())
+                (name, HashText::from(spec.into_spec_hash()))
             })
             .collect();
         Declared {

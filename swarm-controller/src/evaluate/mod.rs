@@ -48,9 +48,13 @@ use crate::roster::RosterEntry;
 
 mod agents;
 mod entries;
+mod hash_text;
 mod rules;
 
-pub use entries::{ByName, Declared, EntryError, Reported, StatusEntry, WantedEntry};
+pub use entries::{
+    ByName, Declared, EntryError, Reported, ReportedAgent, StatusEntry, WantedEntry,
+};
+pub use hash_text::HashText;
 
 /// How recent a hive's report is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]

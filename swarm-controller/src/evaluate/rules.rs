@@ -13,9 +13,10 @@ use std::time::Duration;
 
 use swarm_queue_client::{HiveState, Level, Observed};
 
-use super::agents::{job_text, observed_matches, short_hash, unsettled_text};
+use super::agents::{job_text, observed_matches, unsettled_text};
 use super::{
-    human_age, retry_text, Convergence, Declared, Freshness, Reported, StatusEntry, WantedEntry,
+    human_age, retry_text, Convergence, Declared, Freshness, HashText, Reported, ReportedAgent,
+    StatusEntry, WantedEntry,
 };
 
 /// A convergence and why, in words.
@@ -194,7 +195,7 @@ impl AgentFindings {
                 continue;
             };
             found.add_health(agent.as_str(), a.health.as_deref());
-            let spec_ok = a.spec.as_deref() == Some(hash.as_str());
+            let spec_ok = a.spec.as_ref() == Some(hash);
             let power_ok = observed_matches(a.wanted, a.observed);
             // Restarting, in a crash-loop delay or not up long enough: the
             // hive does not count it as declared, and neither does this.
@@ -244,15 +245,15 @@ impl AgentFindings {
     fn add_job(
         &mut self,
         agent: &str,
-        hash: &str,
-        a: &swarm_queue_client::AgentStatus,
+        hash: &HashText,
+        a: &ReportedAgent,
         in_place: bool,
         age: Duration,
     ) {
         let Some(job) = &a.last_job else { return };
         // A job belongs to this declaration when the hive was working towards
         // the spec declared now (or does not say which spec it worked on).
-        let job_is_current = a.declared_spec.as_deref().is_none_or(|d| d == hash);
+        let job_is_current = a.declared_spec.as_ref().is_none_or(|d| d == hash);
         if job.state == "failed" && job_is_current {
             let text = match &a.retry {
                 Some(r) => format!(
@@ -275,7 +276,7 @@ impl AgentFindings {
 }
 
 /// Running, but not yet for `min_running_secs`, and never exited before.
-fn just_started(a: &swarm_queue_client::AgentStatus) -> bool {
+fn just_started(a: &ReportedAgent) -> bool {
     a.unsettled == Some(swarm_queue_client::Unsettled::Young)
         && a.health.as_deref() != Some("unhealthy")
         && a.exits.as_ref().is_none_or(|e| e.count == 0)
@@ -285,8 +286,8 @@ fn just_started(a: &swarm_queue_client::AgentStatus) -> bool {
 /// start in 40s, runs spec sha256:… (declared sha256:…)".
 fn drift_text(
     agent: &str,
-    hash: &str,
-    a: &swarm_queue_client::AgentStatus,
+    hash: &HashText,
+    a: &ReportedAgent,
     power_ok: Option<bool>,
     unsettled: Option<String>,
 ) -> String {
@@ -295,14 +296,10 @@ fn drift_text(
         what.push(format!("{} (wanted {})", a.observed, a.wanted));
     }
     what.extend(unsettled);
-    if a.spec.as_deref() != Some(hash) {
+    if a.spec.as_ref() != Some(hash) {
         what.push(match &a.spec {
-            Some(spec) => format!(
-                "runs spec {} (declared {})",
-                short_hash(spec),
-                short_hash(hash)
-            ),
-            None => format!("no container spec (declared {})", short_hash(hash)),
+            Some(spec) => format!("runs spec {} (declared {})", spec.short(), hash.short()),
+            None => format!("no container spec (declared {})", hash.short()),
         });
     }
     format!("{agent} {}", what.join(", "))

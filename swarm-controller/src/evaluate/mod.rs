@@ -30,7 +30,9 @@
 //!
 //! Parts: this file holds the row types and [`evaluate`] (freshness and the
 //! assembly of a row); `rules.rs` is convergence as an ordered table of
-//! rules; `agents.rs` joins declared and reported agents into rows.
+//! rules; `agents.rs` joins declared and reported agents into rows;
+//! `entries.rs` is what is kept of each stored value, `hash_text.rs` a
+//! spec hash or image digest kept as its 32 bytes.
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -405,16 +405,15 @@ struct DecodeLanes {
 /// Entries sent to a lane, or stored, at once.
 const BATCH: usize = 32;
 
-/// Batches a decoding lane may hold waiting: 512 entries, so at most
-/// 1,024 (about 1.4 MB of 10,000-hive statuses) wait on two cores. Keys
-/// do not spread evenly over the lanes from one moment to the next: with
-/// room for only two batches the reader stopped whenever one lane was
-/// behind, while the other could run dry. At 10,000 hives, ten runs with
-/// 2 alternated with ten with 64: the read's median went from 172.6 to
-/// 154.3 ms (9 of the 10 pairs faster), peak memory 43.4 to 44.8 MiB
-/// against 41.4 to 45.2. 16, 64 and 512 did not differ beyond the noise
-/// (eight pairs each), so the smallest.
-const LANE_DEPTH: usize = 16;
+/// Batches a decoding lane may hold waiting: 2,048 entries, so at most
+/// 4,096 (about 5.5 MB of 10,000-hive statuses) wait on two cores. With
+/// less room the reader stopped taking entries whenever a lane was behind,
+/// and the read was slower. At 10,000 hives, children alternated in one
+/// run, ten pairs each: 2 batches against 64, the read's median 172.6
+/// against 154.3 ms (9 of the 10 pairs faster with 64); 16 against 64,
+/// 160.6 against 147.9 ms (9 of 10); 16 against 2, no difference (5 of
+/// 10). Peak memory did not move (41.4 to 45.2 MiB with 64).
+const LANE_DEPTH: usize = 64;
 
 impl DecodeLanes {
     /// The lanes, and where their decoded batches come out.

@@ -720,7 +720,7 @@ async fn child(mode: &str, config_path: &Path, extra: Option<String>) -> Res<Val
             // then evaluate each row once as it is written out.
             let start = Instant::now();
             let read_cpu = CpuSpan::start();
-            let fleet = RwLock::new(Fleet::for_one_look(&config));
+            let fleet = RwLock::new(Fleet::for_one_look(config));
             swarm_controller::nats::read_values(&buckets, &fleet).await?;
             let loaded = start.elapsed();
             let mut cpu = serde_json::Map::new();

@@ -350,7 +350,7 @@ pub fn main() -> i32 {
 async fn run(config: Config, command: Command) -> anyhow::Result<i32> {
     match command {
         Command::Roster { swarm_file, json } => declare::roster_cmd(&config, swarm_file, json),
-        Command::Status { json, watch } => status::status_cmd(&config, json, watch).await,
+        Command::Status { json, watch } => status::status_cmd(config, json, watch).await,
         Command::Declare(args) => declare::declare_cmd(&config, args).await,
         Command::Rollout { action } => declare::rollout_cmd(&config, action.into()).await,
         Command::Rollback(args) => declare::rollback_cmd(&config, args).await,

@@ -209,8 +209,11 @@ impl Fleet {
     /// The fleet a controller process watches: `config`'s roster,
     /// stale_after and attention_progressing_secs.
     pub fn for_config(config: &crate::config::Config, now: OffsetDateTime) -> Self {
-        let mut fleet = Fleet::for_one_look(config);
-        fleet.chart_ages = true;
+        let mut fleet = Fleet::unevaluated(
+            config.hives.clone(),
+            config.stale_after,
+            config.attention_progressing,
+        );
         fleet.refresh_all(now);
         fleet
     }
@@ -219,10 +222,11 @@ impl Fleet {
     /// is computed until it asks for them ([`Fleet::rows_dealt`], after
     /// [`Fleet::store`] without [`Fleet::refresh_all`]), so the summary
     /// counts stay empty; and it charts no status ages (736 bytes a hive,
-    /// for a chart nobody would see).
-    pub fn for_one_look(config: &crate::config::Config) -> Self {
+    /// for a chart nobody would see). It takes the config's roster rather
+    /// than copying it: such a reader has no other use for it.
+    pub fn for_one_look(config: crate::config::Config) -> Self {
         let mut fleet = Fleet::unevaluated(
-            config.hives.clone(),
+            config.hives,
             config.stale_after,
             config.attention_progressing,
         );

@@ -230,7 +230,7 @@ impl Declared {
                 if let Some(b) = &spec.build {
                     builds.push((name.clone(), b.clone()));
                 }
-                (name, HashText::from(spec.into_spec_hash()))
+                (name, HashText::Sha256(spec.into_spec_digest()))
             })
             .collect();
         Declared {

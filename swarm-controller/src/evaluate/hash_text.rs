@@ -15,8 +15,9 @@
 
 use std::fmt;
 
+use swarm_queue_client::payload::write_sha256_text;
+
 const PREFIX: &str = "sha256:";
-const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// See the module documentation.
 #[derive(Clone, PartialEq, Eq)]
@@ -28,13 +29,6 @@ pub enum HashText {
 }
 
 impl HashText {
-    pub fn new(text: &str) -> Self {
-        match canonical_sha256(text) {
-            Some(bytes) => HashText::Sha256(bytes),
-            None => HashText::Other(text.into()),
-        }
-    }
-
     /// The first 12 hex digits with the prefix (`sha256:0123456789ab`), or
     /// the whole text when it is shorter: enough to tell two hashes apart
     /// in a sentence.
@@ -77,16 +71,7 @@ fn canonical_sha256(text: &str) -> Option<[u8; 32]> {
 impl fmt::Display for HashText {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            HashText::Sha256(bytes) => {
-                let mut text = [0u8; 7 + 64];
-                text[..PREFIX.len()].copy_from_slice(PREFIX.as_bytes());
-                for (i, b) in bytes.iter().enumerate() {
-                    text[PREFIX.len() + 2 * i] = HEX[usize::from(b >> 4)];
-                    text[PREFIX.len() + 2 * i + 1] = HEX[usize::from(b & 0xf)];
-                }
-                // Only ASCII was written.
-                f.write_str(std::str::from_utf8(&text).map_err(|_| fmt::Error)?)
-            }
+            HashText::Sha256(bytes) => write_sha256_text(bytes, f),
             HashText::Other(text) => f.write_str(text),
         }
     }
@@ -98,35 +83,29 @@ impl fmt::Debug for HashText {
     }
 }
 
-impl PartialEq<str> for HashText {
-    fn eq(&self, other: &str) -> bool {
-        match self {
-            HashText::Sha256(bytes) => canonical_sha256(other).as_ref() == Some(bytes),
-            HashText::Other(text) => &**text == other,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const HASH: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
+    fn text(t: &str) -> HashText {
+        HashText::from(t.to_string())
+    }
+
     #[test]
     fn a_canonical_hash_is_kept_as_bytes_and_shown_as_it_was() {
-        let h = HashText::new(HASH);
+        let h = text(HASH);
         assert!(matches!(h, HashText::Sha256(_)));
         assert_eq!(h.to_string(), HASH);
-        assert_eq!(HashText::from(HASH.to_string()), h);
         assert_eq!(h.short(), "sha256:0123456789ab");
-        assert!(h == *HASH);
+        assert_eq!(format!("{h:?}"), format!("{HASH:?}"));
     }
 
     #[test]
     fn any_other_text_is_kept_as_it_came_and_equals_only_itself() {
         let upper = HASH.replace("abcdef", "ABCDEF");
-        for text in [
+        for t in [
             upper.as_str(),
             "sha256:0123",
             "sha512:00",
@@ -134,22 +113,29 @@ mod tests {
             "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdeg",
             &format!("{HASH}0"),
         ] {
-            let h = HashText::new(text);
-            assert!(matches!(h, HashText::Other(_)), "{text:?}");
-            assert_eq!(h.to_string(), text);
-            assert_ne!(h, HashText::new(HASH), "{text:?}");
-            assert!(h == *text);
-            assert!(h != *HASH);
+            let h = text(t);
+            assert!(matches!(h, HashText::Other(_)), "{t:?}");
+            assert_eq!(h.to_string(), t);
+            assert_ne!(h, text(HASH), "{t:?}");
+            assert_eq!(h, text(t));
         }
-        assert_eq!(HashText::new("sha256:0123").short(), "sha256:0123");
+        assert_eq!(text("sha256:0123").short(), "sha256:0123");
     }
 
     #[test]
     fn equal_exactly_when_the_texts_are() {
         let other = HASH.replace('0', "1");
-        assert_ne!(HashText::new(HASH), HashText::new(&other));
-        assert!(HashText::new(HASH) != *other.as_str());
-        assert_eq!(HashText::new(&other), HashText::new(&other));
+        assert_ne!(text(HASH), text(&other));
+        assert_eq!(text(&other), text(&other));
+    }
+
+    #[test]
+    fn a_spec_digest_shows_as_the_spec_hash_does() {
+        let spec: swarm_queue_client::AgentSpec =
+            serde_json::from_str(r#"{"image": "registry.example/bot:1"}"#).unwrap();
+        let shown = HashText::Sha256(spec.clone().into_spec_digest());
+        assert_eq!(shown.to_string(), spec.spec_hash());
+        assert_eq!(shown, text(&spec.spec_hash()));
     }
 
     #[test]

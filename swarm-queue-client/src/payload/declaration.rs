@@ -233,6 +233,18 @@ pub fn agent_fields_of(agent_spec: Option<u32>) -> &'static [&'static str] {
 const SPEC_HASH_PREFIX: &str = "sha256:";
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
+/// Write a SHA-256 digest as a spec hash is written: `sha256:` and 64
+/// lowercase hex digits (the form of [`AgentSpec::spec_hash`], and of the
+/// image digests Docker reports).
+pub fn write_sha256_text(digest: &[u8; 32], out: &mut impl std::fmt::Write) -> std::fmt::Result {
+    out.write_str(SPEC_HASH_PREFIX)?;
+    for b in digest {
+        out.write_char(char::from(HEX[usize::from(b >> 4)]))?;
+        out.write_char(char::from(HEX[usize::from(b & 0xf)]))?;
+    }
+    Ok(())
+}
+
 impl AgentSpec {
     /// The fields this spec sets, as the declaration spells them (unset
     /// optional fields are not written, so they are not counted), unknown
@@ -257,9 +269,18 @@ impl AgentSpec {
     }
 
     /// [`AgentSpec::spec_hash`] of a spec the caller is done with: the same
-    /// hash without a copy of the spec (the controller hashes every agent
-    /// of every declaration it reads, then keeps only the hashes).
+    /// hash without a copy of the spec.
     pub fn into_spec_hash(self) -> String {
+        let mut out = String::with_capacity(SPEC_HASH_PREFIX.len() + 64);
+        // Writing into a String cannot fail.
+        let _ = write_sha256_text(&self.into_spec_digest(), &mut out);
+        out
+    }
+
+    /// The 32 bytes that [`AgentSpec::into_spec_hash`] writes in hex (the
+    /// controller hashes every agent of every declaration it reads and
+    /// keeps only these).
+    pub fn into_spec_digest(self) -> [u8; 32] {
         let hashed = AgentSpec {
             power: None,
             min_running_secs: None,
@@ -272,14 +293,7 @@ impl AgentSpec {
         // Serializing a struct of strings, maps and numbers cannot fail.
         let mut hasher = Sha256::new();
         let _ = serde_json::to_writer(&mut hasher, &hashed);
-        let digest = hasher.finalize();
-        let mut out = String::with_capacity(SPEC_HASH_PREFIX.len() + 2 * digest.len());
-        out.push_str(SPEC_HASH_PREFIX);
-        for b in digest {
-            out.push(char::from(HEX[usize::from(b >> 4)]));
-            out.push(char::from(HEX[usize::from(b & 0xf)]));
-        }
-        out
+        hasher.finalize().into()
     }
 
     pub fn validate(&self, agent: &AgentName) -> Result<(), InvalidField> {

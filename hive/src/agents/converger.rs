@@ -275,18 +275,23 @@ impl<R: ContainerRuntime> Converger<R> {
         let jobs = self
             .queue_actions(&all, Some(wanted), observation.as_ref())
             .await?;
-        // What was converged belongs to another bucket when its number is
-        // not below this one's: it says nothing about this declaration.
+        self.forget_converged_of_another_bucket(wanted);
+        self.applied = Some(wanted.id());
+        self.revision_jobs = jobs;
+        self.deps.wake.notify_one();
+        Ok(())
+    }
+
+    /// What was converged belongs to another bucket when its number is not
+    /// below this declaration's: it says nothing about this one, and is
+    /// neither kept nor shown beside it.
+    fn forget_converged_of_another_bucket(&mut self, wanted: &Wanted) {
         if self
             .converged
             .is_some_and(|c| c.revision >= wanted.revision && c != wanted.id())
         {
             self.converged = None;
         }
-        self.applied = Some(wanted.id());
-        self.revision_jobs = jobs;
-        self.deps.wake.notify_one();
-        Ok(())
     }
 
     async fn round(

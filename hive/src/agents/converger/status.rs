@@ -64,6 +64,11 @@ impl<R: ContainerRuntime> Converger<R> {
                 self.judge(w, &power, seen, &inst, &outcomes, &unsettled);
             }
         }
+        // A report can come before the new bucket's declaration is applied:
+        // the old bucket's converged revision must not be shown beside it.
+        if let Some(w) = wanted {
+            self.forget_converged_of_another_bucket(w);
+        }
         self.deps.board.set_revisions(
             wanted.map(|w| w.revision),
             self.converged.map(|c| c.revision),

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use swarm_queue_client::{AgentName, JobSummary, Observed, Power, Unsettled};
+use swarm_queue_client::{JobSummary, Observed, Power, Unsettled};
 
-use super::{retry_text, AgentRow, Declared, Reported, ReportedAgent};
+use super::{retry_text, AgentRow, ByName, Declared, Reported, ReportedAgent};
 use crate::age::human_age;
 
 /// One row per agent that is declared, reported, or both, sorted by name.
@@ -14,20 +14,12 @@ pub(super) fn agent_rows(
     reported: Option<&Reported>,
     age: Duration,
 ) -> Vec<AgentRow> {
-    let mut names: Vec<&AgentName> = Vec::new();
-    if let Some(d) = declared {
-        names.extend(d.spec_hashes.keys());
-    }
-    if let Some(r) = reported {
-        names.extend(r.agents.keys());
-    }
-    names.sort();
-    names.dedup();
-    names
-        .into_iter()
-        .map(|name| {
-            let hash = declared.and_then(|d| d.spec_hashes.get(name));
-            let report = reported.and_then(|r| r.agents.get(name));
+    let (none_declared, none_reported) = (ByName::default(), ByName::default());
+    let hashes = declared.map_or(&none_declared, |d| &d.spec_hashes);
+    let reports = reported.map_or(&none_reported, |r| &r.agents);
+    hashes
+        .outer_join(reports)
+        .map(|(name, hash, report)| {
             let spec_matches = match (hash, report.and_then(|a| a.spec.as_ref())) {
                 (Some(h), Some(s)) => Some(h == s),
                 (Some(_), None) if report.is_some() => Some(false),

@@ -44,6 +44,12 @@ impl EntryError {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ByName<V>(Box<[(AgentName, V)]>);
 
+impl<V> Default for ByName<V> {
+    fn default() -> Self {
+        ByName(Box::new([]))
+    }
+}
+
 impl<V> ByName<V> {
     pub fn get(&self, name: &AgentName) -> Option<&V> {
         self.0
@@ -66,6 +72,34 @@ impl<V> ByName<V> {
 
     pub fn len(&self) -> usize {
         self.0.len()
+    }
+
+    /// Every name of `self` or `other`, in name order, with its value in
+    /// each: one walk of both sorted slices, no lookup. A row joins a
+    /// hive's declared agents with its reported ones this way (see
+    /// [`crate::fleet::Fleet::rows_dealt`] for what the lookups cost).
+    pub fn outer_join<'a, W>(
+        &'a self,
+        other: &'a ByName<W>,
+    ) -> impl Iterator<Item = (&'a AgentName, Option<&'a V>, Option<&'a W>)> + 'a {
+        let (mut left, mut right) = (self.0.iter().peekable(), other.0.iter().peekable());
+        std::iter::from_fn(move || {
+            let order = match (left.peek(), right.peek()) {
+                (Some((l, _)), Some((r, _))) => l.cmp(r),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (None, None) => return None,
+            };
+            Some(match order {
+                std::cmp::Ordering::Less => left.next().map(|(n, v)| (n, Some(v), None))?,
+                std::cmp::Ordering::Greater => right.next().map(|(n, w)| (n, None, Some(w)))?,
+                std::cmp::Ordering::Equal => {
+                    let (n, v) = left.next()?;
+                    let (_, w) = right.next()?;
+                    (n, Some(v), Some(w))
+                }
+            })
+        })
     }
 
     pub fn is_empty(&self) -> bool {
@@ -285,5 +319,67 @@ mod tests {
         assert_eq!(m.get(&name("a")), Some(&2));
         assert!(m.get(&name("d")).is_none());
         assert_eq!(m.len(), 3);
+    }
+
+    fn by_name<V>(pairs: Vec<(&str, V)>) -> ByName<V> {
+        pairs
+            .into_iter()
+            .map(|(n, v)| (AgentName::new(n).unwrap(), v))
+            .collect()
+    }
+
+    fn joined(a: &ByName<u8>, b: &ByName<char>) -> Vec<(String, Option<u8>, Option<char>)> {
+        a.outer_join(b)
+            .map(|(n, x, y)| (n.to_string(), x.copied(), y.copied()))
+            .collect()
+    }
+
+    #[test]
+    fn an_outer_join_gives_every_name_once_in_order_with_both_values() {
+        let a = by_name(vec![("web", 1), ("api", 2), ("zed", 3), ("db", 4)]);
+        let b = by_name(vec![
+            ("db", 'd'),
+            ("cache", 'c'),
+            ("web", 'w'),
+            ("zzz", 'z'),
+        ]);
+        let s = |n: &str| n.to_string();
+        assert_eq!(
+            joined(&a, &b),
+            vec![
+                (s("api"), Some(2), None),
+                (s("cache"), None, Some('c')),
+                (s("db"), Some(4), Some('d')),
+                (s("web"), Some(1), Some('w')),
+                (s("zed"), Some(3), None),
+                (s("zzz"), None, Some('z')),
+            ]
+        );
+        // Against the lookups it replaces: every name of either side, with
+        // what `get` finds on each.
+        for (name, x, y) in a.outer_join(&b) {
+            assert_eq!(x, a.get(name));
+            assert_eq!(y, b.get(name));
+        }
+    }
+
+    #[test]
+    fn an_outer_join_with_an_empty_side_is_the_other_side() {
+        let a = by_name(vec![("b", 1), ("a", 2)]);
+        let none_a = ByName::<u8>::default();
+        let none_b = ByName::<char>::default();
+        assert_eq!(
+            joined(&a, &none_b),
+            vec![
+                ("a".to_string(), Some(2), None),
+                ("b".to_string(), Some(1), None)
+            ]
+        );
+        let b = by_name(vec![("x", 'x')]);
+        assert_eq!(
+            joined(&none_a, &b),
+            vec![("x".to_string(), None, Some('x'))]
+        );
+        assert!(joined(&none_a, &none_b).is_empty());
     }
 }

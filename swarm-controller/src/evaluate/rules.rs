@@ -189,10 +189,21 @@ struct AgentFindings {
 impl AgentFindings {
     fn gather(declared: &Declared, r: &Reported, age: Duration) -> Self {
         let mut found = AgentFindings::default();
-        for (agent, hash) in &declared.spec_hashes {
-            let Some(a) = r.agents.get(agent) else {
-                found.unreported.push(agent.to_string());
-                continue;
+        let mut undeclared = Vec::new();
+        for (agent, hash, report) in declared.spec_hashes.outer_join(&r.agents) {
+            let (hash, a) = match (hash, report) {
+                (Some(hash), Some(a)) => (hash, a),
+                (Some(_), None) => {
+                    found.unreported.push(agent.to_string());
+                    continue;
+                }
+                (None, Some(a)) => {
+                    if a.observed == Observed::Running {
+                        undeclared.push(format!("{agent} runs but is not declared"));
+                    }
+                    continue;
+                }
+                (None, None) => continue,
             };
             found.add_health(agent.as_str(), a.health.as_deref());
             let spec_ok = a.spec.as_ref() == Some(hash);
@@ -222,13 +233,8 @@ impl AgentFindings {
                     .push(drift_text(agent.as_str(), hash, a, power_ok, unsettled));
             }
         }
-        for (agent, a) in &r.agents {
-            if !declared.spec_hashes.contains_key(agent) && a.observed == Observed::Running {
-                found
-                    .drift
-                    .push(format!("{agent} runs but is not declared"));
-            }
-        }
+        // After the declared agents' findings, as they always came.
+        found.drift.extend(undeclared);
         found
     }
 

@@ -303,3 +303,41 @@ fn one_hives_page_evaluates_its_row_only_whatever_the_fleet() {
     assert_eq!(cost(10), 1);
     assert_eq!(cost(10_000), 1, "the page of one hive evaluates one row");
 }
+
+#[test]
+fn rows_dealt_find_each_roster_entry_among_unrostered_hives() {
+    // Rostered hives with labels, unrostered ones before, between and
+    // after them: the walk along the roster gives each row what a lookup
+    // gives it, whichever taker deals it.
+    let mut roster = roster(&["b", "d", "f"]);
+    for (name, entry) in roster.iter_mut() {
+        entry
+            .labels
+            .insert("site".into(), format!("site-of-{}", name.as_str()));
+    }
+    let mut fleet = Fleet::new(roster, Duration::from_secs(10), t0());
+    for key in ["a", "c", "d", "e", "g"] {
+        put(&mut fleet, key, t0(), t0());
+    }
+    let names: Vec<String> = fleet.slots.keys().cloned().collect();
+    assert_eq!(names, ["a", "b", "c", "d", "e", "f", "g"]);
+    for of in 1..=3 {
+        let mut dealt = Vec::new();
+        for taker in 0..of {
+            dealt.extend(fleet.rows_dealt(t0(), 2, taker, of));
+        }
+        dealt.sort_by(|x, y| x.name.cmp(&y.name));
+        let looked_up: Vec<ViewRow> = names
+            .iter()
+            .map(|n| fleet.peek_row(n, t0()).unwrap())
+            .collect();
+        assert_eq!(dealt, looked_up, "{of} takers");
+        for r in &dealt {
+            assert_eq!(r.rostered, ["b", "d", "f"].contains(&r.name.as_str()));
+            assert_eq!(
+                r.labels.get("site").map(String::as_str),
+                r.rostered.then(|| format!("site-of-{}", r.name)).as_deref()
+            );
+        }
+    }
+}

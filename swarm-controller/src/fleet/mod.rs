@@ -364,8 +364,7 @@ impl Fleet {
     /// One hive's row at `now` and when it next changes with time alone,
     /// without touching the incremental state.
     fn view_row(&self, name: &str, now: OffsetDateTime) -> (ViewRow, Option<OffsetDateTime>) {
-        let roster = self.roster.get(name);
-        self.view_row_of(name, self.slots.get(name), roster, now)
+        self.view_row_of(name, self.slots.get(name), self.roster.get(name), now)
     }
 
     /// [`Fleet::view_row`] with the hive's slot and roster entry at hand.
@@ -492,11 +491,8 @@ impl Fleet {
         taker: usize,
         of: usize,
     ) -> impl Iterator<Item = ViewRow> + '_ {
-        // The slots and the roster are both in name order: each hive's
-        // roster entry is found by walking the roster along, not looked up.
-        // With the agents joined the same way (`ByName::outer_join`), writing
-        // the 10,000-hive document of the status bench took 20.3 ms instead
-        // of 24.7 (fastest of 21 writes, median of eight alternated runs).
+        // Slots and roster are both in name order: each roster entry is
+        // found by walking along, not looked up (docs/benchmarks-controller.md).
         let mut roster = self.roster.iter().peekable();
         self.slots
             .iter()
@@ -507,9 +503,7 @@ impl Fleet {
                     .next_if(|(h, _)| h.as_str() < name.as_str())
                     .is_some()
                 {}
-                let entry = roster
-                    .next_if(|(h, _)| h.as_str() == name.as_str())
-                    .map(|(_, e)| e);
+                let entry = roster.next_if(|(h, _)| h.as_str() == *name).map(|(_, e)| e);
                 self.view_row_of(name, Some(slot), entry, now).0
             })
     }

@@ -15,7 +15,7 @@
 //!   the JSON document: the work of `status --json`. A child that only
 //!   connects gives the baseline memory. The real binary is timed too.
 //!   The floors are a bare watch of both buckets and the decode of the
-//!   same values. These four are measured in rounds (seven; three quick),
+//!   same values. These four are measured in rounds (eleven; three quick),
 //!   each round one run of each in an order that turns, and the goal's
 //!   ratio is given both from the medians and round by round, against
 //!   that round's floors. Each child also reports the CPU time it and the
@@ -380,7 +380,7 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
     // half between runs minutes apart, which a ratio of medians taken in
     // blocks carried whole.
     let bin = hyperhive_tests::process::controller_bin();
-    let rounds = if quick { 3 } else { 7 };
+    let rounds = if quick { 3 } else { 11 };
     let (mut raws, mut decodes, mut runs) = (Vec::new(), Vec::new(), Vec::new());
     let (mut bin_runs, mut bin_rss_kb) = (Vec::new(), 0);
     for round in 0..rounds {

@@ -66,7 +66,7 @@ const NOT_HEX: u8 = 0xFF;
 /// The 32 bytes of `sha256:` and 64 lowercase hex digits. One table
 /// lookup a digit and one check at the end, no branch a digit: a fleet
 /// read parses six of these a hive, and the loop that returned at the
-/// first bad digit was 5% of the read's decoding.
+/// first bad digit was 5% of the samples of a status read.
 fn canonical_sha256(text: &str) -> Option<[u8; 32]> {
     let hex: &[u8; 64] = text.strip_prefix(PREFIX)?.as_bytes().try_into().ok()?;
     let mut out = [0u8; 32];

@@ -160,15 +160,24 @@ async fn nats_outage_raises_publish_warning_and_recovery_clears_it() {
     })
     .await;
     // The first status the bucket got after the outage does not tell the
-    // controller that publishing fails: its arrival says otherwise.
+    // controller that publishing fails: its arrival says otherwise. It may
+    // still say that the wanted bucket did not answer: a restarted server
+    // can take a moment before JetStream answers direct gets again (seen
+    // once in a clean-clone run), and the hive says what it saw.
     let first_back: serde_json::Value = serde_json::from_slice(&after.value).unwrap();
-    assert_eq!(first_back["state"], "ok", "{first_back}");
     assert!(
-        !first_back["warnings"]
-            .to_string()
-            .contains("swarm_status_publish"),
+        warning_keys(&first_back)
+            .iter()
+            .all(|k| k == "wanted_bucket"),
         "{first_back}"
     );
+    // Once the hive says nothing is wrong, so does the bucket.
+    wait_until(T, "an ok status in the bucket", || async {
+        let e = kv_entry(&url, "beta").await?;
+        let v: serde_json::Value = serde_json::from_slice(&e.value).ok()?;
+        (v["state"] == "ok" && warning_keys(&v).is_empty()).then_some(())
+    })
+    .await;
     assert_eq!(hive.daemon.pid(), pid, "the hive was not restarted");
     println!(
         "status revision {} before the outage, {} after the restart",

@@ -302,3 +302,28 @@ fn spec_hashes_are_what_they_were() {
         );
     }
 }
+
+/// What `write_sha256_text` writes, `read_sha256_text` reads back; any
+/// other text (a changed digit, uppercase, a prefix or length off) is none.
+#[test]
+fn a_sha256_text_reads_back_as_its_digest_and_nothing_else_does() {
+    use swarm_queue_client::payload::{read_sha256_text, write_sha256_text};
+    for seed in 0u8..=255 {
+        let digest: [u8; 32] =
+            std::array::from_fn(|i| seed.wrapping_mul(31).wrapping_add(i as u8 * 7));
+        let mut text = String::new();
+        write_sha256_text(&digest, &mut text).unwrap();
+        assert_eq!(read_sha256_text(&text), Some(digest), "{text}");
+        assert_eq!(read_sha256_text(&text.to_uppercase()), None);
+        assert_eq!(
+            read_sha256_text(&text.replacen("sha256:", "sha512:", 1)),
+            None
+        );
+        assert_eq!(read_sha256_text(&text[..text.len() - 1]), None);
+        assert_eq!(read_sha256_text(&format!("{text}0")), None);
+        assert_eq!(
+            read_sha256_text(&format!("{}g", &text[..text.len() - 1])),
+            None
+        );
+    }
+}

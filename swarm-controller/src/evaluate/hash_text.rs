@@ -15,7 +15,7 @@
 
 use std::fmt;
 
-use swarm_queue_client::payload::write_sha256_text;
+use swarm_queue_client::payload::{read_sha256_text, write_sha256_text};
 
 const PREFIX: &str = "sha256:";
 
@@ -44,40 +44,11 @@ impl HashText {
 
 impl From<String> for HashText {
     fn from(text: String) -> Self {
-        match canonical_sha256(&text) {
+        match read_sha256_text(&text) {
             Some(bytes) => HashText::Sha256(bytes),
             None => HashText::Other(text.into_boxed_str()),
         }
     }
-}
-
-/// Each byte's value as a lowercase hex digit, or `NOT_HEX`.
-static HEX_DIGITS: [u8; 256] = {
-    let mut table = [NOT_HEX; 256];
-    let mut i = 0;
-    while i < 16 {
-        table[b"0123456789abcdef"[i] as usize] = i as u8;
-        i += 1;
-    }
-    table
-};
-const NOT_HEX: u8 = 0xFF;
-
-/// The 32 bytes of `sha256:` and 64 lowercase hex digits. One table
-/// lookup a digit and one check at the end, no branch a digit: a fleet
-/// read parses six of these a hive, and the loop that returned at the
-/// first bad digit was 5% of the samples of a status read.
-fn canonical_sha256(text: &str) -> Option<[u8; 32]> {
-    let hex: &[u8; 64] = text.strip_prefix(PREFIX)?.as_bytes().try_into().ok()?;
-    let mut out = [0u8; 32];
-    let mut seen = 0u8;
-    for (byte, pair) in out.iter_mut().zip(hex.chunks_exact(2)) {
-        let (high, low) = (HEX_DIGITS[pair[0] as usize], HEX_DIGITS[pair[1] as usize]);
-        seen |= high | low;
-        *byte = high << 4 | low;
-    }
-    // A digit is at most 15: any high bit came from a byte that is not one.
-    (seen & 0xF0 == 0).then_some(out)
 }
 
 impl fmt::Display for HashText {

@@ -245,6 +245,38 @@ pub fn write_sha256_text(digest: &[u8; 32], out: &mut impl std::fmt::Write) -> s
     Ok(())
 }
 
+/// The digest a text written by [`write_sha256_text`] holds, when the text
+/// is exactly that form (`sha256:` and 64 lowercase hex digits). One table
+/// lookup a digit and one check at the end, no branch a digit: the
+/// controller parses six of these a hive when it reads the fleet, and a
+/// loop that returned at the first bad digit was 5% of a status read.
+pub fn read_sha256_text(text: &str) -> Option<[u8; 32]> {
+    const NOT_HEX: u8 = 0xFF;
+    static DIGITS: [u8; 256] = {
+        let mut table = [NOT_HEX; 256];
+        let mut i = 0;
+        while i < 16 {
+            table[HEX[i] as usize] = i as u8;
+            i += 1;
+        }
+        table
+    };
+    let hex: &[u8; 64] = text
+        .strip_prefix(SPEC_HASH_PREFIX)?
+        .as_bytes()
+        .try_into()
+        .ok()?;
+    let mut out = [0u8; 32];
+    let mut seen = 0u8;
+    for (byte, pair) in out.iter_mut().zip(hex.chunks_exact(2)) {
+        let (high, low) = (DIGITS[usize::from(pair[0])], DIGITS[usize::from(pair[1])]);
+        seen |= high | low;
+        *byte = high << 4 | low;
+    }
+    // A digit is at most 15: any high bit came from a byte that is not one.
+    (seen & 0xF0 == 0).then_some(out)
+}
+
 impl AgentSpec {
     /// The fields this spec sets, as the declaration spells them (unset
     /// optional fields are not written, so they are not counted), unknown

@@ -45,8 +45,8 @@ pub use container::{
     MAX_STOP_GRACE_SECS, MAX_UNHEALTHY_CHECKS, NETWORK_BRIDGE, NETWORK_NONE, PORT_FORM,
 };
 pub use declaration::{
-    agent_fields_of, write_sha256_text, AgentSpec, BuildSpec, Declaration, HealthSpec, Power,
-    AGENT_FIELDS, AGENT_SPEC, BASELINE_AGENT_FIELDS, MAX_HEALTH_SECS,
+    agent_fields_of, read_sha256_text, write_sha256_text, AgentSpec, BuildSpec, Declaration,
+    HealthSpec, Power, AGENT_FIELDS, AGENT_SPEC, BASELINE_AGENT_FIELDS, MAX_HEALTH_SECS,
 };
 pub use events::{CredentialNotice, DeployReply, DeployRequest};
 pub use logs::{

@@ -165,12 +165,17 @@ async fn nats_outage_raises_publish_warning_and_recovery_clears_it() {
     // can take a moment before JetStream answers direct gets again (seen
     // once in a clean-clone run), and the hive says what it saw.
     let first_back: serde_json::Value = serde_json::from_slice(&after.value).unwrap();
+    let first_warnings = warning_keys(&first_back);
     assert!(
-        warning_keys(&first_back)
-            .iter()
-            .all(|k| k == "wanted_bucket"),
+        first_warnings.iter().all(|k| k == "wanted_bucket"),
         "{first_back}"
     );
+    let want_state = if first_warnings.is_empty() {
+        "ok"
+    } else {
+        "degraded"
+    };
+    assert_eq!(first_back["state"], want_state, "{first_back}");
     // Once the hive says nothing is wrong, so does the bucket.
     wait_until(T, "an ok status in the bucket", || async {
         let e = kv_entry(&url, "beta").await?;

@@ -75,6 +75,19 @@ impl EventQueue {
         }
         out
     }
+
+    /// The next event queued, waiting for it (for tests and benches that
+    /// wait on what the hive does instead of polling its store); `None`
+    /// once every sink is gone.
+    pub async fn next(&self) -> Option<Event> {
+        let mut rx = self.0.lock().await;
+        while let Some((_, payload)) = rx.recv().await {
+            if let Ok(event) = Event::decode(&payload) {
+                return Some(event);
+            }
+        }
+        None
+    }
 }
 
 /// Publish the queued events, in order, until shutdown.

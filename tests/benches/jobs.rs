@@ -197,6 +197,8 @@ async fn first_deploy_vs_bollard(mode: &Mode) {
     let store = JobStore::open(&db_path(dir.path())).expect("store");
     let runtime = Arc::new(DockerRuntime::new(hive.clone(), None));
     let wake = Arc::new(Notify::new());
+    // A job's end is told as an event: the bench waits on it.
+    let (events, ends) = hive::fleet_events::EventSink::new(hive.clone());
     let (stop, shutdown) = hive::shutdown::channel();
     let worker = tokio::spawn(worker::run(
         WorkerDeps {
@@ -208,7 +210,7 @@ async fn first_deploy_vs_bollard(mode: &Mode) {
             board: None,
             extra_binds: vec![],
             config: WorkerConfig::default(),
-            events: None,
+            events: Some(events),
         },
         shutdown,
     ));
@@ -221,7 +223,7 @@ async fn first_deploy_vs_bollard(mode: &Mode) {
     let mut via_hive = Vec::new();
     let mut direct = Vec::new();
     for i in 0..mode.deploys {
-        // Through the hive: queue, then poll the job until it is done.
+        // Through the hive: queue, then wait for the job's end event.
         let a = AgentName::new(format!("via-hive-{i}")).expect("agent");
         let started = Instant::now();
         let deploy = DeployRequest {
@@ -234,15 +236,22 @@ async fn first_deploy_vs_bollard(mode: &Mode) {
             .await
             .expect("queue");
         wake.notify_one();
-        loop {
-            let job = store.job(q.job).await.expect("job");
-            if job.state.is_finished() {
-                assert_eq!(job.state.as_str(), "done", "{job:#?}");
-                break;
+        let end = tokio::time::timeout(Duration::from_secs(120), async {
+            loop {
+                let event = ends.next().await.expect("the worker's event sink");
+                if event.agent.as_ref() == Some(&a)
+                    && ["created", "job_failed"].contains(&event.kind.as_str())
+                {
+                    break;
+                }
             }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        via_hive.push(started.elapsed().as_secs_f64() * 1000.0);
+        })
+        .await;
+        let elapsed = started.elapsed().as_secs_f64() * 1000.0;
+        assert!(end.is_ok(), "first deploy of {a} did not end within 120 s");
+        let job = store.job(q.job).await.expect("job");
+        assert_eq!(job.state.as_str(), "done", "{job:#?}");
+        via_hive.push(elapsed);
 
         // Directly: the same container, made and started with bollard.
         let b = AgentName::new(format!("direct-{i}")).expect("agent");

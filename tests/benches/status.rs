@@ -767,11 +767,12 @@ async fn child(mode: &str, config_path: &Path, extra: Option<String>) -> Res<Val
             let mut out = Counted::default();
             let summary = {
                 let f = fleet.read().map_err(|_| "poisoned")?;
+                // On one line, as the binary writes it into a pipe.
                 swarm_controller::render::write_fleet(
                     &f,
                     OffsetDateTime::now_utc(),
                     None,
-                    true,
+                    false,
                     &mut out,
                 )?
             };

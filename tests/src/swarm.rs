@@ -365,6 +365,13 @@ impl TestSwarm {
         if !out.status.success() {
             return Err(String::from_utf8_lossy(&out.stderr).into_owned());
         }
+        // Into a pipe the document is one line (indented only on a terminal).
+        let lines = out.stdout.iter().filter(|b| **b == b'\n').count();
+        if lines != 1 || out.stdout.last() != Some(&b'\n') {
+            return Err(format!(
+                "status --json into a pipe wrote {lines} lines, not one line"
+            ));
+        }
         serde_json::from_slice(&out.stdout).map_err(|e| format!("status --json is not JSON: {e}"))
     }
 

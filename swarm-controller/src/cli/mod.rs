@@ -84,7 +84,8 @@ struct Cli {
 enum Command {
     /// Show every hive: freshness with age, convergence with its reason, and a fleet summary.
     Status {
-        /// Print the JSON document ({"hives": [...], "summary": {...}}) instead of a table.
+        /// Print the JSON document ({"hives": [...], "summary": {...}}) instead of a table:
+        /// indented on a terminal, on one line into a pipe or a file (`jq .` indents it).
         #[arg(long)]
         json: bool,
         /// Keep running and print again on every change (from a KV watch). With --json,

@@ -106,9 +106,13 @@ pub(crate) async fn status_cmd(
 fn show_once(fleet: &Fleet, rollout: Option<serde_json::Value>, json: bool) -> anyhow::Result<()> {
     widen_stdout_pipe();
     let now = OffsetDateTime::now_utc();
+    // Indented for a person at a terminal; one line for a script's pipe or
+    // file: at 10,000 hives 11.3 MB instead of 18.7, and the binary's wall
+    // time fell from a median 226.1 to 204.7 ms (twelve alternated runs).
+    let pretty = std::io::stdout().is_terminal();
     let mut stdout = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     if json {
-        crate::render::write_fleet(fleet, now, rollout.as_ref(), true, &mut stdout)?;
+        crate::render::write_fleet(fleet, now, rollout.as_ref(), pretty, &mut stdout)?;
         writeln!(stdout)?;
     } else {
         let mut report = Report::of_fleet(fleet, now);
@@ -120,7 +124,8 @@ fn show_once(fleet: &Fleet, rollout: Option<serde_json::Value>, json: bool) -> a
 }
 
 /// A pipe holds 64 KiB by default, so the document of 10,000 hives
-/// (18.7 MB) went out in about 300 turns of this process and its reader.
+/// (18.7 MB then, indented) went out in about 300 turns of this process
+/// and its reader.
 /// Ask for 1 MiB, the most an unprivileged process gets by default
 /// (`/proc/sys/fs/pipe-max-size`); when the kernel refuses, only the pace
 /// changes. Anything but a pipe is left alone. At 10,000 hives, ten runs

@@ -159,8 +159,9 @@ pub struct ReadStats {
 struct Slot {
     status: Option<StatusEntry>,
     wanted: Option<WantedEntry>,
-    /// Its maintenance hold, active or not (the evaluation decides).
-    hold: Option<HoldEntry>,
+    /// Its maintenance hold, active or not (the evaluation decides); boxed,
+    /// as few hives have one and every slot would carry its 88 bytes.
+    hold: Option<Box<HoldEntry>>,
     /// Class of the row last handed out, counted in `Fleet::counts`.
     class: Option<Class>,
     /// Key into `Fleet::deadlines`: when the row changes with time alone.
@@ -304,7 +305,7 @@ impl Fleet {
                 slot.status = status;
             }
             Value::Wanted(wanted) => slot.wanted = wanted,
-            Value::Hold(hold) => slot.hold = hold,
+            Value::Hold(hold) => slot.hold = hold.map(Box::new),
         }
     }
 
@@ -382,7 +383,7 @@ impl Fleet {
             roster,
             status: slot.and_then(|s| s.status.as_ref()),
             wanted,
-            hold: slot.and_then(|s| s.hold.as_ref()),
+            hold: slot.and_then(|s| s.hold.as_deref()),
             now,
             stale_after: self.stale_after,
             link: self.links.get(name),

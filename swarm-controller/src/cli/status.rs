@@ -13,7 +13,7 @@ use async_nats::jetstream::kv;
 use time::OffsetDateTime;
 use tokio::sync::watch;
 
-use swarm_queue_client::cli::{print_json, shutdown_signal, EXIT_OK};
+use swarm_queue_client::cli::{shutdown_signal, EXIT_OK};
 
 use super::support::CONNECT_WAIT;
 use crate::config::Config;
@@ -34,12 +34,37 @@ struct Output {
     watch: bool,
 }
 
+/// Standard output's reader went away: `status --json | head -c 300`, or
+/// `status --watch` into a reader that quit. The command ends quietly with
+/// success, as a reader that has read enough asks; any other failure to
+/// write is an error.
+#[derive(Debug, thiserror::Error)]
+#[error("standard output was closed by its reader")]
+struct ReaderLeft;
+
+/// A failed write to standard output, as [`ReaderLeft`] when its reader
+/// went away.
+fn stdout_error(e: std::io::Error) -> anyhow::Error {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        ReaderLeft.into()
+    } else {
+        anyhow::Error::from(e).context("writing to standard output")
+    }
+}
+
 /// `status [--json] [--watch]`.
 pub(crate) async fn status_cmd(
     config: Config,
     json: bool,
     watch_mode: bool,
 ) -> anyhow::Result<i32> {
+    match status_until_done(config, json, watch_mode).await {
+        Err(e) if e.is::<ReaderLeft>() => Ok(EXIT_OK),
+        done => done,
+    }
+}
+
+async fn status_until_done(config: Config, json: bool, watch_mode: bool) -> anyhow::Result<i32> {
     let out = Output {
         json,
         watch: watch_mode,
@@ -112,15 +137,19 @@ fn show_once(fleet: &Fleet, rollout: Option<serde_json::Value>, json: bool) -> a
     let pretty = std::io::stdout().is_terminal();
     let mut stdout = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     if json {
-        crate::render::write_fleet(fleet, now, rollout.as_ref(), pretty, &mut stdout)?;
-        writeln!(stdout)?;
+        crate::render::write_fleet(fleet, now, rollout.as_ref(), pretty, &mut stdout).map_err(
+            |e| match e.io_error_kind() {
+                Some(kind) => stdout_error(kind.into()),
+                None => e.into(),
+            },
+        )?;
+        writeln!(stdout).map_err(stdout_error)?;
     } else {
         let mut report = Report::of_fleet(fleet, now);
         report.rollout = rollout;
-        write!(stdout, "{}", report.table())?;
+        write!(stdout, "{}", report.table()).map_err(stdout_error)?;
     }
-    stdout.flush()?;
-    Ok(())
+    stdout.flush().map_err(stdout_error)
 }
 
 /// A pipe holds 64 KiB by default, so the document of 10,000 hives
@@ -231,20 +260,25 @@ fn show(
         Report::of_fleet(&f, OffsetDateTime::now_utc())
     };
     report.rollout = rollout;
-    if out.json && out.watch {
-        println!("{}", serde_json::to_string(&report)?);
-    } else if out.json {
-        print_json(&report)?;
+    let mut text = Vec::new();
+    if out.json {
+        serde_json::to_writer(&mut text, &report)?;
+        text.push(b'\n');
     } else {
         if out.watch && std::io::stdout().is_terminal() {
-            print!("\x1b[H\x1b[2J");
+            text.extend_from_slice(b"\x1b[H\x1b[2J");
         }
-        print!("{}", report.table());
+        text.extend_from_slice(report.table().as_bytes());
         if out.watch {
-            println!();
+            text.push(b'\n');
         }
     }
-    Ok(())
+    // Not `print!`, which panics when the reader has gone.
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(&text)
+        .and_then(|()| stdout.flush())
+        .map_err(stdout_error)
 }
 
 /// The stored rollout for `status`; a read error is logged, not fatal, since

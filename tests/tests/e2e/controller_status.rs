@@ -366,6 +366,44 @@ async fn status_watch_prints_on_every_change_and_when_a_hive_turns_stale() {
     child.kill().await.unwrap();
 }
 
+/// `status` into a reader that has gone (`status --json | head -c 300`, a
+/// `--watch` piped into a tool that quit) ends quietly with 0: no error, no
+/// panic. The pipe's reading end is closed before the command starts, so
+/// its first write fails every time.
+#[tokio::test]
+async fn a_reader_that_left_ends_status_quietly() {
+    let env = Env::new(&["alpha"], "").await;
+    env.put_status(&hive_status("alpha", HiveState::Ok, None, None, vec![]))
+        .await;
+    let config = env.config.display().to_string();
+    for args in [
+        &["status", "--json"][..],
+        &["status"],
+        &["status", "--watch", "--json"],
+        &["status", "--watch"],
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        // Spawned, not `output()`, which would replace stdout with a pipe
+        // of its own.
+        let child = tokio::process::Command::new(hyperhive_tests::controller_bin())
+            .args(["--config", &config])
+            .args(args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let out = tokio::time::timeout(T, child.wait_with_output())
+            .await
+            .unwrap_or_else(|_| panic!("{args:?} still runs with its reader gone"))
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(stderr.is_empty(), "{args:?} wrote: {stderr}");
+    }
+}
+
 #[tokio::test]
 async fn check_config_and_bad_input_exit_codes() {
     let dir = tempfile::tempdir().unwrap();

@@ -19,6 +19,30 @@ pub fn controller_bin() -> PathBuf {
     sibling_bin("hh-swarm-controller")
 }
 
+/// `swarm-controller --config <config> status --json`, parsed; `Err` with
+/// its stderr when the verb fails (for example while NATS is down), or
+/// when the document is not the one line it writes into a pipe (indented
+/// only on a terminal).
+pub fn status_json(config: &Path) -> Result<serde_json::Value, String> {
+    let out = Command::new(controller_bin())
+        .arg("--config")
+        .arg(config)
+        .args(["status", "--json"])
+        .env_remove("HYPERHIVE_NATS_URL")
+        .output()
+        .map_err(|e| format!("run the controller: {e}"))?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let lines = out.stdout.iter().filter(|b| **b == b'\n').count();
+    if lines != 1 || out.stdout.last() != Some(&b'\n') {
+        return Err(format!(
+            "status --json into a pipe wrote {lines} lines, not one line"
+        ));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("status --json is not JSON: {e}"))
+}
+
 /// `swarm-controller --config <config> status --json --watch` as a child
 /// process (killed on drop), and its stdout's lines: one report a line.
 pub fn status_watch(

@@ -24,7 +24,6 @@
 
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use async_nats::jetstream::kv;
@@ -355,24 +354,7 @@ impl TestSwarm {
     /// `swarm-controller --config … status --json`, parsed; `Err` with its
     /// stderr when the verb fails (for example while NATS is down).
     pub fn controller_status(&self) -> Result<Value, String> {
-        let out = Command::new(controller_bin())
-            .arg("--config")
-            .arg(&self.controller_config)
-            .args(["status", "--json"])
-            .env_remove("HYPERHIVE_NATS_URL")
-            .output()
-            .map_err(|e| format!("run the controller: {e}"))?;
-        if !out.status.success() {
-            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-        }
-        // Into a pipe the document is one line (indented only on a terminal).
-        let lines = out.stdout.iter().filter(|b| **b == b'\n').count();
-        if lines != 1 || out.stdout.last() != Some(&b'\n') {
-            return Err(format!(
-                "status --json into a pipe wrote {lines} lines, not one line"
-            ));
-        }
-        serde_json::from_slice(&out.stdout).map_err(|e| format!("status --json is not JSON: {e}"))
+        crate::process::status_json(&self.controller_config)
     }
 
     /// `swarm-controller serve` on a loopback port the OS picks, as a

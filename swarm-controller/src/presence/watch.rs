@@ -26,7 +26,8 @@ use crate::evaluate::Link;
 
 /// How long the first server may take to answer the connection list.
 pub const FIRST_ANSWER: Duration = Duration::from_secs(2);
-/// After an answer, how long to wait for other servers' answers.
+/// After an answer, how long to wait for other servers' answers, when the
+/// connection cannot tell how many there are ([`lone_server`]).
 const MORE_ANSWERS: Duration = Duration::from_millis(250);
 /// Connections per page of the list.
 const PAGE: usize = 1024;
@@ -159,14 +160,25 @@ impl Watcher {
     }
 }
 
+/// One answer, when the server this connection reached names no cluster in
+/// its INFO: routes and gateways both need a cluster name, so it is alone
+/// and its answer is the whole list. In a cluster, how many servers answer
+/// is learned from the first page (after [`MORE_ANSWERS`] of quiet). A
+/// one-look `status` waited that quiet spell out on every run, however
+/// small the fleet (docs/benchmarks-controller.md).
+fn lone_server(cluster: Option<&str>) -> Option<usize> {
+    cluster.is_none_or(str::is_empty).then_some(1)
+}
+
 /// Every server's open connections, page by page.
 async fn list(client: &Client) -> Result<Vec<(String, ConnKey)>, ListError> {
     let nats = |e: &dyn std::fmt::Display| ListError::Nats(format!("{CONNZ_REQUEST}: {e}"));
     let mut all = Vec::new();
     let mut offset = 0;
-    // Servers that answered the first page: later pages wait for as many
-    // answers, not for a quiet spell.
-    let mut servers: Option<usize> = None;
+    // Servers that answer: known for a server alone, else those that
+    // answered the first page. A page waits for as many answers, not for
+    // a quiet spell.
+    let mut servers = lone_server(client.server_info().cluster.as_deref());
     loop {
         let inbox = client.new_inbox();
         let mut answers = client
@@ -205,5 +217,17 @@ async fn list(client: &Client) -> Result<Vec<(String, ConnKey)>, ListError> {
             return Ok(all);
         }
         offset += PAGE;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_server_that_names_no_cluster_is_known_to_answer_alone() {
+        assert_eq!(lone_server(None), Some(1));
+        assert_eq!(lone_server(Some("")), Some(1));
+        assert_eq!(lone_server(Some("hub")), None);
     }
 }

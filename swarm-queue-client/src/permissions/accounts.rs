@@ -76,6 +76,11 @@ pub struct Export {
     /// config.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub accounts: Vec<String>,
+    /// A service every server answers (`response_type: stream`): without
+    /// it the server passes on the first reply only, and the rest of a
+    /// cluster's answers are dropped.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub stream_replies: bool,
     pub why: String,
 }
 
@@ -114,6 +119,7 @@ fn per_hive(flow: Flow, subject: String, why: &str) -> Export {
         subject,
         account_token_position: position,
         accounts: Vec::new(),
+        stream_replies: false,
         why: why.to_string(),
     }
 }
@@ -188,6 +194,7 @@ fn bucket_exports() -> Vec<Export> {
             subject: KNOWLEDGE.to_string(),
             account_token_position: None,
             accounts: Vec::new(),
+            stream_replies: false,
             why: "the knowledge repo changed, to every hive".to_string(),
         },
     ]);
@@ -225,6 +232,7 @@ pub fn system_account() -> Account {
         subject: subject.to_string(),
         account_token_position: None,
         accounts: vec![BUCKETS_ACCOUNT.to_string()],
+        stream_replies: false,
         why: why.to_string(),
     };
     Account {
@@ -244,11 +252,17 @@ pub fn system_account() -> Account {
                 DISCONNECT_EVENTS,
                 "a client's connection closed",
             ),
-            only_buckets(
-                Flow::Service,
-                CONNZ_EXPORT,
-                "the open connections, read when the controller starts",
-            ),
+            // Every server of a cluster answers the list; a singleton
+            // service would pass on the first answer only, and the hives
+            // on the other servers would look offline.
+            Export {
+                stream_replies: true,
+                ..only_buckets(
+                    Flow::Service,
+                    CONNZ_EXPORT,
+                    "the open connections, every server's, read when the controller starts",
+                )
+            },
         ],
         imports: Vec::new(),
     }
@@ -370,6 +384,9 @@ impl Export {
                 .map(|a| super::render::quote(a))
                 .collect();
             out.push_str(&format!(", accounts: [{}]", names.join(", ")));
+        }
+        if self.stream_replies {
+            out.push_str(", response_type: stream");
         }
         out.push_str(" }");
         out

@@ -180,6 +180,28 @@ async fn a_hive_works_across_the_cluster_with_only_its_account() {
     .await;
     let log = hive.daemon.log();
     assert!(!log.contains("Permissions Violation"), "{log}");
+
+    // `status` through the third server finds alpha's connection, which
+    // the first server holds: in a cluster the connection list waits for
+    // every server's answer, not only the one it asked through.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("controller.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "{}[hives.{name}]\n",
+            cluster.controller.nats_toml(&cluster.servers[2].url())
+        ),
+    )
+    .unwrap();
+    let report = hyperhive_tests::process::status_json(&config).unwrap();
+    let row = &report["hives"][0];
+    assert_eq!(row["name"], name.as_str(), "{report}");
+    assert_eq!(
+        (&row["freshness"], &row["freshness_rule"]),
+        (&"fresh".into(), &"connection".into()),
+        "{row}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -381,7 +381,13 @@ async fn a_hive_in_maintenance_is_skipped_and_resume_writes_it_after_off_and_aft
     assert!(r.stderr.contains("\"8d\" is out of bounds"), "{r:?}");
 
     // It stops publishing: past stale_after it shows maintenance, with the
-    // hold, and needs no attention.
+    // hold, and needs no attention. (It has reported first: a hive killed
+    // before its first put, as a slow start under load allowed, would have
+    // no status to grow old.)
+    wait_until(T, "the held hive's first status", || async {
+        held_row(&six, held).await["status_revision"].as_u64()
+    })
+    .await;
     six.swarm.hives[1].daemon.kill();
     let row = wait_until(
         T,

@@ -45,7 +45,9 @@ pub fn agent_label_filter(agent: &AgentName) -> String {
 /// A new spec is a new tag, so a build never overwrites the image a running
 /// container was created from.
 pub fn built_image_tag(hive: &HiveName, agent: &AgentName, spec_hash: &str) -> String {
-    let hex = spec_hash.strip_prefix("sha256:").unwrap_or(spec_hash);
+    let hex = spec_hash
+        .strip_prefix(crate::payload::SPEC_HASH_PREFIX)
+        .unwrap_or(spec_hash);
     let short: String = hex
         .chars()
         .filter(char::is_ascii_hexdigit)

@@ -416,7 +416,9 @@ pub fn job_text(job: &JobView) -> String {
 }
 
 fn short_spec(spec: &str) -> String {
-    let hex = spec.strip_prefix("sha256:").unwrap_or(spec);
+    let hex = spec
+        .strip_prefix(swarm_queue_client::payload::SPEC_HASH_PREFIX)
+        .unwrap_or(spec);
     hex.chars().take(12).collect()
 }
 

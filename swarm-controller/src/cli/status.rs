@@ -138,9 +138,13 @@ fn show_once(fleet: &Fleet, rollout: Option<serde_json::Value>, json: bool) -> a
     let mut stdout = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     if json {
         crate::render::write_fleet(fleet, now, rollout.as_ref(), pretty, &mut stdout).map_err(
-            |e| match e.io_error_kind() {
-                Some(kind) => stdout_error(kind.into()),
-                None => e.into(),
+            // A failed write keeps its own error, message and all.
+            |e| {
+                if e.is_io() {
+                    stdout_error(e.into())
+                } else {
+                    e.into()
+                }
             },
         )?;
         writeln!(stdout).map_err(stdout_error)?;

@@ -15,9 +15,9 @@
 
 use std::fmt;
 
-use swarm_queue_client::payload::{read_sha256_text, write_sha256_text};
-
-const PREFIX: &str = "sha256:";
+use swarm_queue_client::payload::{
+    read_sha256_text, write_sha256_text, SPEC_HASH_PREFIX as PREFIX,
+};
 
 /// See the module documentation.
 #[derive(Clone, PartialEq, Eq)]

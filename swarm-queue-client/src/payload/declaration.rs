@@ -230,7 +230,7 @@ pub fn agent_fields_of(agent_spec: Option<u32>) -> &'static [&'static str] {
 }
 
 /// What every spec hash starts with: the name of its algorithm.
-const SPEC_HASH_PREFIX: &str = "sha256:";
+pub const SPEC_HASH_PREFIX: &str = "sha256:";
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// Write a SHA-256 digest as a spec hash is written: `sha256:` and 64

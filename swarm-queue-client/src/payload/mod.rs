@@ -47,6 +47,7 @@ pub use container::{
 pub use declaration::{
     agent_fields_of, read_sha256_text, write_sha256_text, AgentSpec, BuildSpec, Declaration,
     HealthSpec, Power, AGENT_FIELDS, AGENT_SPEC, BASELINE_AGENT_FIELDS, MAX_HEALTH_SECS,
+    SPEC_HASH_PREFIX,
 };
 pub use events::{CredentialNotice, DeployReply, DeployRequest};
 pub use logs::{

@@ -27,10 +27,9 @@
 //! and writes (one fsync each), Docker calls by kind, claims, converger
 //! passes and its enqueue.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
-use bollard::query_parameters::EventsOptions;
 use bollard::Docker;
 use futures_util::StreamExt;
 use hive::agents::runtime::{AgentContainer, ContainerSpec};
@@ -41,7 +40,6 @@ use hyperhive_tests::hive::{HiveProc, HiveSpec};
 use hyperhive_tests::kv::Swarm;
 use hyperhive_tests::{unique_name, NatsServer};
 use serde_json::json;
-use swarm_queue_client::containers::{LABEL_AGENT, LABEL_HIVE, LABEL_SPEC};
 use swarm_queue_client::{AgentName, AgentSpec, HiveName};
 
 /// Longest any one phase may take before the bench gives up.
@@ -72,12 +70,6 @@ fn generation(image: &str, agents: usize, gen: usize) -> Generation {
     Generation { json, specs }
 }
 
-/// Docker's clock, as `since` wants it: now, with nanoseconds.
-fn docker_now() -> String {
-    let t = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock");
-    format!("{}.{:09}", t.as_secs(), t.subsec_nanos())
-}
-
 /// Wait until every agent of `hive` has had a container started with the
 /// spec `want` gives it, reading Docker's events from `since` on.
 async fn all_started(
@@ -90,31 +82,7 @@ async fn all_started(
         .iter()
         .map(|(a, s)| (a.to_string(), s.spec_hash()))
         .collect();
-    let filters = std::collections::HashMap::from([
-        ("type".to_string(), vec!["container".to_string()]),
-        ("event".to_string(), vec!["start".to_string()]),
-        ("label".to_string(), vec![format!("{LABEL_HIVE}={hive}")]),
-    ]);
-    let mut events = docker.events(Some(EventsOptions {
-        since: Some(since),
-        until: None,
-        filters: Some(filters),
-    }));
-    let mut started = BTreeSet::new();
-    let deadline = tokio::time::Instant::now() + PHASE_LIMIT;
-    while started.len() < want.len() {
-        let event = tokio::time::timeout_at(deadline, events.next())
-            .await
-            .unwrap_or_else(|_| panic!("only {} of {} started", started.len(), want.len()))
-            .expect("the event stream ended")
-            .expect("a Docker event");
-        let attrs = event.actor.and_then(|a| a.attributes).unwrap_or_default();
-        if let (Some(agent), Some(spec)) = (attrs.get(LABEL_AGENT), attrs.get(LABEL_SPEC)) {
-            if want.get(agent) == Some(spec) {
-                started.insert(agent.clone());
-            }
-        }
-    }
+    hyperhive_tests::docker::started_with_specs(docker, hive, since, &want, PHASE_LIMIT).await;
 }
 
 /// The containers the hive would make for `specs`, under `hive`'s name.
@@ -258,7 +226,7 @@ async fn main() {
     // 1. First deploy.
     let first = generation(&img.reference, agents, 0);
     let before = perf(&h).await;
-    let since = docker_now();
+    let since = hyperhive_tests::docker::docker_now();
     let t0 = Instant::now();
     swarm.declare(&real, &first.json).await;
     all_started(&docker, &real, since, &first.specs).await;
@@ -276,7 +244,7 @@ async fn main() {
     // 2. Rebuild of every agent.
     let second = generation(&img.reference, agents, 1);
     let before = perf(&h).await;
-    let since = docker_now();
+    let since = hyperhive_tests::docker::docker_now();
     let t0 = Instant::now();
     swarm.declare(&real, &second.json).await;
     all_started(&docker, &real, since, &second.specs).await;
@@ -298,7 +266,7 @@ async fn main() {
         bare_specs(&real_hive, &img.reference, &second.specs, bare_dir.path());
     bare_run(&docker, &gone, BareOp::Remove, parallel).await;
     bare_run(&docker, &bare1, BareOp::Remove, parallel).await;
-    let since = docker_now();
+    let since = hyperhive_tests::docker::docker_now();
     let t0 = Instant::now();
     h.kill_and_restart(&[]);
     all_started(&docker, &real, since, &second.specs).await;

@@ -413,34 +413,25 @@ async fn container_running(swarm: &Swarm, url: &str, rebuilds: usize) -> Vec<f64
     });
     h.api().await;
     let docker = bollard::Docker::connect_with_local_defaults().unwrap();
-    let name = format!("hyperhive.{real}.bench");
     let mut running = Vec::new();
     for i in 0..=rebuilds {
         let spec: swarm_queue_client::AgentSpec = serde_json::from_value(json!({
             "image": img.reference, "command": ["/bin/sleep", "3600"], "env": { "N": i.to_string() }
         }))
         .unwrap();
-        let want = spec.spec_hash();
+        let want = std::collections::BTreeMap::from([("bench".to_string(), spec.spec_hash())]);
+        let since = hyperhive_tests::docker::docker_now();
         let t0 = Instant::now();
         swarm.declare(&real, &decl(&img.reference, i)).await;
-        loop {
-            if let Ok(c) = docker.inspect_container(&name, None).await {
-                let label = c
-                    .config
-                    .as_ref()
-                    .and_then(|c| c.labels.as_ref())
-                    .and_then(|l| l.get("org.hyperhive.spec").cloned());
-                let up = c.state.as_ref().and_then(|s| s.running).unwrap_or(false);
-                if up && label.as_deref() == Some(want.as_str()) {
-                    break;
-                }
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(120),
-                "container never ran spec {i}"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        // Docker's own start event of the container with this spec.
+        hyperhive_tests::docker::started_with_specs(
+            &docker,
+            &real,
+            since,
+            &want,
+            Duration::from_secs(120),
+        )
+        .await;
         // The first is a first deploy; the rest are rebuilds.
         if i > 0 {
             running.push(t0.elapsed().as_secs_f64() * 1000.0);

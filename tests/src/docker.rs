@@ -584,3 +584,58 @@ impl Drop for PrivateDockerd {
         let _ = ip(&["link", "del", &self.bridge]);
     }
 }
+
+/// Docker's clock, as an events query's `since` wants it: now, with
+/// nanoseconds.
+pub fn docker_now() -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock");
+    format!("{}.{:09}", t.as_secs(), t.subsec_nanos())
+}
+
+/// Wait until each agent of `want` (agent name → spec hash) of `hive` has
+/// had a container started with that spec, reading Docker's own events
+/// from `since` on (a start before `since` does not count); panics after
+/// `limit`.
+pub async fn started_with_specs(
+    docker: &bollard::Docker,
+    hive: &str,
+    since: String,
+    want: &std::collections::BTreeMap<String, String>,
+    limit: Duration,
+) {
+    use futures_util::StreamExt;
+    use swarm_queue_client::containers::{LABEL_AGENT, LABEL_HIVE, LABEL_SPEC};
+    let filters = std::collections::HashMap::from([
+        ("type".to_string(), vec!["container".to_string()]),
+        ("event".to_string(), vec!["start".to_string()]),
+        ("label".to_string(), vec![format!("{LABEL_HIVE}={hive}")]),
+    ]);
+    let mut events = docker.events(Some(bollard::query_parameters::EventsOptions {
+        since: Some(since),
+        until: None,
+        filters: Some(filters),
+    }));
+    let mut started = std::collections::BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + limit;
+    while started.len() < want.len() {
+        let event = tokio::time::timeout_at(deadline, events.next())
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "only {} of {} started within {limit:?}",
+                    started.len(),
+                    want.len()
+                )
+            })
+            .expect("the event stream ended")
+            .expect("a Docker event");
+        let attrs = event.actor.and_then(|a| a.attributes).unwrap_or_default();
+        if let (Some(agent), Some(spec)) = (attrs.get(LABEL_AGENT), attrs.get(LABEL_SPEC)) {
+            if want.get(agent) == Some(spec) {
+                started.insert(agent.clone());
+            }
+        }
+    }
+}

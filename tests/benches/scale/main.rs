@@ -239,7 +239,7 @@ async fn run(n: usize, servers: usize, steady: Duration) -> Figures {
     let start = Instant::now();
     let fleet = fleet::start(&names, &urls, dir.path()).await;
     let setup_s = start.elapsed().as_secs_f64();
-    let all_fresh_s = all_fresh(&config, n, start).await.as_secs_f64();
+    let all_fresh_s = all_fresh(&config, &status_kv, n, start).await.as_secs_f64();
 
     let k = n.min(DECLARATIONS);
     let chosen: Vec<&String> = (0..k).map(|i| &names[i * n / k]).collect();
@@ -357,16 +357,34 @@ async fn status_json(config: &Path) -> Option<(Value, measure::Measured)> {
     Some((serde_json::from_slice(&m.stdout).ok()?, m))
 }
 
-/// Poll `status --json` until it shows all `n` hives fresh; the time since
-/// `start`.
-/// Between two calls it waits as long as the last one took (at least
-/// 200 ms), so the polling takes at most half of a core from the boot it
-/// watches (a call over 10,000 hives takes a few hundred ms).
-async fn all_fresh(config: &Path, n: usize, start: Instant) -> Duration {
+/// Wait until `status --json` shows all `n` hives fresh; the time since
+/// `start`. No hive is fresh before its first status put, so the status
+/// bucket is watched until every hive has put one, and only then is
+/// `status --json` asked; when it does not show them all fresh yet, it is
+/// asked again after the next put, never on a timer.
+async fn all_fresh(
+    config: &Path,
+    status: &async_nats::jetstream::kv::Store,
+    n: usize,
+    start: Instant,
+) -> Duration {
+    let mut watch = status
+        .watch_with_history(">")
+        .await
+        .expect("watch the status bucket");
+    let mut reported = std::collections::HashSet::new();
+    let deadline = tokio::time::Instant::now() + (FRESH_LIMIT.saturating_sub(start.elapsed()));
     loop {
-        let mut gap = Duration::from_millis(200);
-        if let Some((r, m)) = status_json(config).await {
-            gap = gap.max(m.wall);
+        let entry = tokio::time::timeout_at(deadline, watch.next())
+            .await
+            .unwrap_or_else(|_| panic!("never all fresh: {} of {n} reported", reported.len()))
+            .expect("the status watch ended")
+            .expect("a status entry");
+        reported.insert(entry.key);
+        if reported.len() < n {
+            continue;
+        }
+        if let Some((r, _)) = status_json(config).await {
             let fresh = r["hives"]
                 .as_array()
                 .map(|h| h.iter().filter(|r| r["freshness"] == "fresh").count())
@@ -375,8 +393,6 @@ async fn all_fresh(config: &Path, n: usize, start: Instant) -> Duration {
                 return start.elapsed();
             }
         }
-        assert!(start.elapsed() < FRESH_LIMIT, "never all fresh");
-        tokio::time::sleep(gap).await;
     }
 }
 

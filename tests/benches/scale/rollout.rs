@@ -75,7 +75,7 @@ async fn run(n: usize) {
     let names: Vec<String> = (0..n).map(|i| format!("sim{i:05}")).collect();
     let config = roster(dir.path(), &names, &nats.url());
     let fleet = crate::fleet::start(&names, &[nats.url()], dir.path()).await;
-    crate::all_fresh(&config, n, Instant::now()).await;
+    crate::all_fresh(&config, &status, n, Instant::now()).await;
     let tracker = Tracker::start(&wanted, &status).await;
 
     let first = change(&config, dir.path(), &tracker, n, "1", None).await;

@@ -147,7 +147,7 @@ async fn run(n: usize, jitter_percent: u8, settle: Duration) -> Recovery {
         jitter_percent,
     )
     .await;
-    crate::all_fresh(&config, n, Instant::now()).await;
+    crate::all_fresh(&config, &status, n, Instant::now()).await;
     tokio::time::sleep(settle).await;
 
     let before = js

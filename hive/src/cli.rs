@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
+use swarm_queue_client::outln;
 
 use crate::config::{self, Overrides};
 
@@ -95,8 +96,14 @@ fn env_var(k: &str) -> Option<String> {
     std::env::var(k).ok()
 }
 
-/// Parse arguments, run, return the exit code.
+/// Parse arguments, run, return the exit code (a failed write to
+/// standard output turns success into failure,
+/// [`swarm_queue_client::cli::settle`]).
 pub fn main() -> i32 {
+    swarm_queue_client::cli::settle(parse_and_run())
+}
+
+fn parse_and_run() -> i32 {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -107,7 +114,7 @@ pub fn main() -> i32 {
     if let Some(path) = &cli.check_config {
         return match config::load(Some(path), &Overrides::default(), |_| None) {
             Ok(c) => {
-                println!(
+                outln!(
                     "{}: ok (hive {}, state dir {}, API socket {}, health on {})",
                     path.display(),
                     c.name.as_ref().map(|n| n.as_str()).unwrap_or("(unnamed)"),
@@ -211,9 +218,9 @@ async fn status(api: &crate::local::client::ApiClient, json: bool) -> i32 {
         }
     };
     if json {
-        println!("{body}");
+        outln!("{body}");
     } else {
-        println!(
+        outln!(
             "hive {}  ready: {}  state: {}  converged revision: {}",
             hive_status.hive,
             hive_status.ready,
@@ -224,7 +231,7 @@ async fn status(api: &crate::local::client::ApiClient, json: bool) -> i32 {
                 .unwrap_or_else(|| "none".into())
         );
         for w in &hive_status.warnings {
-            println!("  {:?} {}: {}", w.level, w.key, w.message);
+            outln!("  {:?} {}: {}", w.level, w.key, w.message);
         }
     }
     if hive_status.ready {

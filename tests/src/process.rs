@@ -307,6 +307,17 @@ pub async fn say_markers(
     all.into_iter().max().unwrap_or_default()
 }
 
+/// Have a [`TALKER`] print `line` once: it appears whole in its `say` file
+/// (in its state dir `agent_dir`) at the instant returned.
+pub fn say_line(agent_dir: &std::path::Path, line: &str) -> std::time::Instant {
+    let say = agent_dir.join("say");
+    let tmp = say.with_extension("tmp");
+    std::fs::write(&tmp, format!("{line}\n")).unwrap();
+    let at = std::time::Instant::now();
+    std::fs::rename(&tmp, &say).unwrap();
+    at
+}
+
 /// [`say_markers`] with `count` markers: each one's latency, in order.
 pub async fn marker_latencies(
     lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
@@ -318,10 +329,7 @@ pub async fn marker_latencies(
     let mut took = Vec::with_capacity(count);
     for i in 0..count {
         let marker = format!("marker {i} {}", crate::unique_name("m"));
-        let tmp = say.with_extension("tmp");
-        std::fs::write(&tmp, format!("{marker}\n")).unwrap();
-        let at = std::time::Instant::now();
-        std::fs::rename(&tmp, &say).unwrap();
+        let at = say_line(agent_dir, &marker);
         let got = tokio::time::timeout(within, lines.next_line())
             .await
             .unwrap_or_else(|_| panic!("{marker:?} not shown within {within:?}"))

@@ -19,6 +19,7 @@ use clap::Subcommand;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use swarm_queue_client::cli::{EXIT_FAILURE, EXIT_OK};
+use swarm_queue_client::{out, outln};
 use swarm_queue_client::{AgentName, AgentSpec};
 
 use crate::agents::jobs::{JobId, JobState, JobView, NodeState};
@@ -210,7 +211,7 @@ async fn execute(cmd: Command, api: ApiClient, json: bool) -> Result<i32, OpsErr
             if json {
                 print_json(&view);
             } else {
-                print!("{}", agents_table(&view));
+                out!("{}", agents_table(&view));
             }
             return Ok(EXIT_OK);
         }
@@ -220,7 +221,7 @@ async fn execute(cmd: Command, api: ApiClient, json: bool) -> Result<i32, OpsErr
             if json {
                 print_json(&job);
             } else {
-                print!("{}", job_text(&job));
+                out!("{}", job_text(&job));
             }
             return Ok(EXIT_OK);
         }
@@ -266,11 +267,11 @@ async fn show_images(client: &Client, json: bool) -> Result<i32, OpsError> {
     if json {
         print_json(&view);
     } else if view.images.is_empty() {
-        println!("no images pulled or built by this hive");
+        outln!("no images pulled or built by this hive");
     } else {
         for i in &view.images {
             let id = i.image_id.trim_start_matches("sha256:");
-            println!(
+            outln!(
                 "{}  {}  {} {}  {}",
                 &id[..id.len().min(12)],
                 i.agent,
@@ -297,10 +298,10 @@ async fn show_jobs(
     if json {
         print_json(&view);
     } else if view.jobs.is_empty() {
-        println!("no jobs");
+        outln!("no jobs");
     } else {
         for job in &view.jobs {
-            print!("{}", job_text(job));
+            out!("{}", job_text(job));
         }
     }
     Ok(EXIT_OK)
@@ -316,9 +317,12 @@ fn print_queued(queued: &Queued, json: bool) {
     } else {
         "queued"
     };
-    println!(
+    outln!(
         "{how} job {} ({}) for agent {}; follow it with `hive job {}`",
-        queued.job, queued.kind, queued.agent, queued.job
+        queued.job,
+        queued.kind,
+        queued.agent,
+        queued.job
     );
 }
 
@@ -360,7 +364,7 @@ async fn follow(client: &Client, job: JobId, print: bool) -> Result<JobView, Ops
     loop {
         let view: JobView = client.get(&format!("/api/v1/jobs/{job}")).await?;
         if print && !header {
-            println!("job {} ({}) for agent {}", view.id, view.kind, view.agent);
+            outln!("job {} ({}) for agent {}", view.id, view.kind, view.agent);
             header = true;
         }
         if print {
@@ -368,14 +372,14 @@ async fn follow(client: &Client, job: JobId, print: bool) -> Result<JobView, Ops
             for node in &view.nodes {
                 let line = node_line(node, total);
                 if seen.get(&node.seq) != Some(&line) && node.state != NodeState::Pending {
-                    println!("{line}");
+                    outln!("{line}");
                     seen.insert(node.seq, line);
                 }
             }
         }
         if view.state.is_finished() {
             if print {
-                println!("job {} {}", view.id, view.state);
+                outln!("job {} {}", view.id, view.state);
             }
             return Ok(view);
         }

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::bail;
 use swarm_queue_client::event_stream::Event;
 use swarm_queue_client::HiveName;
+use swarm_queue_client::{out, outln};
 use time::OffsetDateTime;
 
 use crate::capability;
@@ -59,7 +60,7 @@ pub fn roster_cmd(config: &Config, swarm_file: Option<PathBuf>, json: bool) -> a
             if !groups.is_empty() {
                 line.push_str(&format!("\tgroups: {}", groups.join(", ")));
             }
-            println!("{line}");
+            outln!("{line}");
         }
     }
     Ok(EXIT_OK)
@@ -133,7 +134,7 @@ pub async fn declare_cmd(config: &Config, args: DeclareArgs) -> anyhow::Result<i
     if args.rollout && !args.dry_run {
         let me = crate::audit::instance_id();
         let deps = deps(config, &conn.client, &buckets, &me);
-        print!("{}", declare::describe(&plans));
+        out!("{}", declare::describe(&plans));
         let settings = swarm.rollout.clone().unwrap_or_default();
         let ended = verbs::start(&deps, path.display().to_string(), settings, &plans).await;
         let event = declared_event("rollout_start", &plans, &path);
@@ -155,9 +156,9 @@ pub async fn declare_cmd(config: &Config, args: DeclareArgs) -> anyhow::Result<i
         print_json(&serde_json::json!({ "dry_run": args.dry_run, "hives": plans }))?;
         return Ok(EXIT_OK);
     }
-    print!("{}", declare::describe(&plans));
+    out!("{}", declare::describe(&plans));
     if args.dry_run {
-        print!("{}", declare::describe_sources(&plans));
+        out!("{}", declare::describe_sources(&plans));
     }
     let untouched: Vec<String> = config
         .hives
@@ -166,7 +167,7 @@ pub async fn declare_cmd(config: &Config, args: DeclareArgs) -> anyhow::Result<i
         .map(|h| h.to_string())
         .collect();
     if !untouched.is_empty() {
-        println!(
+        outln!(
             "not in the swarm file, left as they are: {}",
             untouched.join(", ")
         );
@@ -209,8 +210,8 @@ pub async fn rollback_cmd(config: &Config, args: RollbackArgs) -> anyhow::Result
             "dry_run": dry_run, "restored_revision": restored, "hives": plans
         }))?;
     } else {
-        println!("rolling hive {hive} back to the declaration of revision {restored}");
-        print!("{}", declare::describe(&plans));
+        outln!("rolling hive {hive} back to the declaration of revision {restored}");
+        out!("{}", declare::describe(&plans));
     }
     Ok(EXIT_OK)
 }
@@ -236,8 +237,8 @@ pub async fn rollout_cmd(config: &Config, verb: RolloutVerb) -> anyhow::Result<i
                 print_json(&status_json(stored.as_ref(), now))?;
             } else {
                 match &stored {
-                    Some(s) => print!("{}", status_text(&s.rollout)),
-                    None => println!("no rollout recorded in hyperhive-rollouts"),
+                    Some(s) => out!("{}", status_text(&s.rollout)),
+                    None => outln!("no rollout recorded in hyperhive-rollouts"),
                 }
             }
             Ok(EXIT_OK)
@@ -266,7 +267,7 @@ pub async fn rollout_cmd(config: &Config, verb: RolloutVerb) -> anyhow::Result<i
                 Event::new("rollout_abort").said(said),
             )
             .await;
-            println!("{}", aborted?.line());
+            outln!("{}", aborted?.line());
             Ok(EXIT_OK)
         }
     }
@@ -314,7 +315,7 @@ fn load_swarm(
 }
 
 fn print_line(line: &str) {
-    println!("{line}");
+    outln!("{line}");
 }
 
 /// What the rollout verbs need, with progress printed to stdout.
@@ -343,12 +344,12 @@ fn ended_code(ended: &Ended) -> i32 {
                 .as_ref()
                 .map(|h| format!("hive {h} "))
                 .unwrap_or_default();
-            println!("rollout halted: {who}{reason}");
-            println!("fix the cause, then `rollout resume`; or `rollout abort` to restore the written hives");
+            outln!("rollout halted: {who}{reason}");
+            outln!("fix the cause, then `rollout resume`; or `rollout abort` to restore the written hives");
             EXIT_FAILURE
         }
         Ended::Lost { line } => {
-            println!("stopped driving: another controller holds the rollout now: {line}");
+            outln!("stopped driving: another controller holds the rollout now: {line}");
             EXIT_FAILURE
         }
     }

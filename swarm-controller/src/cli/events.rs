@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::bail;
 use swarm_queue_client::credentials::XKey;
 use swarm_queue_client::event_stream::Event;
+use swarm_queue_client::outln;
 use swarm_queue_client::{AccountName, AgentName, HiveName};
 
 use swarm_queue_client::cli::{print_json, EXIT_FAILURE, EXIT_OK};
@@ -78,7 +79,7 @@ pub(crate) async fn deploy_cmd(config: &Config, args: DeployArgs) -> anyhow::Res
     if json {
         print_json(&outcome)?;
     } else {
-        println!("{hive}/{agent}: {outcome}");
+        outln!("{hive}/{agent}: {outcome}");
     }
     Ok(if outcome.is_queued() {
         EXIT_OK
@@ -90,7 +91,7 @@ pub(crate) async fn deploy_cmd(config: &Config, args: DeployArgs) -> anyhow::Res
 /// `credential xkey`: the controller's public xkey.
 pub(crate) fn xkey_cmd(config: &Config) -> anyhow::Result<i32> {
     let key = controller_xkey(config)?;
-    println!("{}", key.public_key());
+    outln!("{}", key.public_key());
     Ok(EXIT_OK)
 }
 
@@ -137,12 +138,13 @@ pub(crate) async fn credential_put_cmd(config: &Config, put: CredentialPut) -> a
     if json {
         print_json(&stored)?;
     } else {
-        println!(
+        outln!(
             "stored {} (revision {}) sealed to hive {hive}, and notified it",
-            stored.key, stored.revision
+            stored.key,
+            stored.revision
         );
         if let Some(note) = &stored.hive_not_fresh {
-            println!("note: {note}; it delivers stored credentials when it starts");
+            outln!("note: {note}; it delivers stored credentials when it starts");
         }
     }
     Ok(EXIT_OK)
@@ -195,12 +197,13 @@ pub(crate) async fn credential_delete_cmd(
         } else {
             ""
         };
-        println!(
+        outln!(
             "deleted {} (revision {}){again}, and told hive {hive} to remove the file",
-            deleted.key, deleted.revision
+            deleted.key,
+            deleted.revision
         );
         if let Some(note) = &deleted.hive_not_fresh {
-            println!("note: {note}; it removes the file when it starts");
+            outln!("note: {note}; it removes the file when it starts");
         }
     }
     Ok(EXIT_OK)
@@ -221,7 +224,7 @@ pub(crate) async fn knowledge_cmd(config: &Config) -> anyhow::Result<i32> {
     )
     .await;
     published?;
-    println!("published {}", swarm_queue_client::subjects::KNOWLEDGE);
+    outln!("published {}", swarm_queue_client::subjects::KNOWLEDGE);
     Ok(EXIT_OK)
 }
 

@@ -8,6 +8,7 @@ use async_nats::jetstream::consumer::{push::OrderedConfig, DeliverPolicy};
 use futures_util::StreamExt;
 use serde::Serialize;
 use swarm_queue_client::event_stream::{all_audit_events, hive_events, Event};
+use swarm_queue_client::outln;
 use swarm_queue_client::payload::parse_age;
 use swarm_queue_client::{AgentName, HiveName};
 use time::format_description::well_known::Rfc3339;
@@ -109,6 +110,10 @@ pub(crate) async fn events_cmd(config: &Config, args: EventsArgs) -> anyhow::Res
                 print_event(&event, seq, msg.subject.as_str(), stamp, args.json)?;
             }
         }
+        // `events --follow | head`: nobody reads any more.
+        if swarm_queue_client::cli::reader_gone() {
+            break;
+        }
         if left == 0 && !args.follow {
             break;
         }
@@ -131,7 +136,7 @@ fn print_event(
             subject,
             event: e,
         };
-        println!("{}", serde_json::to_string(&row)?);
+        outln!("{}", serde_json::to_string(&row)?);
         return Ok(());
     }
     let mut line = format!("{time} ");
@@ -170,6 +175,6 @@ fn print_event(
     if !e.message.is_empty() {
         line.push_str(&format!(": {}", e.message));
     }
-    println!("{line}");
+    outln!("{line}");
     Ok(())
 }

@@ -101,6 +101,12 @@ fn print_lines(lines: &[LogLine], json: bool) {
     if !err.is_empty() {
         let _ = std::io::stderr().write_all(&err);
     }
-    let mut stdout = std::io::stdout().lock();
-    let _ = stdout.write_all(&out).and_then(|()| stdout.flush());
+    if !out.is_empty() {
+        swarm_queue_client::cli::write_stdout(&out);
+        // `logs --follow | head`: nobody reads any more, and the log is
+        // all this verb does.
+        if swarm_queue_client::cli::reader_gone() {
+            std::process::exit(EXIT_OK);
+        }
+    }
 }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use clap::{Args, Subcommand};
 use swarm_queue_client::event_stream::Event;
+use swarm_queue_client::outln;
 use swarm_queue_client::HiveName;
 use time::OffsetDateTime;
 
@@ -110,8 +111,8 @@ pub(crate) async fn maintenance_cmd(
                 let now = OffsetDateTime::now_utc();
                 let shown = store::entry(bucket, hive.as_str()).await?;
                 match shown.and_then(|e| e.view(now)) {
-                    Some(v) => println!("{hive}: in maintenance {}", v.line()),
-                    None => println!("{hive}: in maintenance"),
+                    Some(v) => outln!("{hive}: in maintenance {}", v.line()),
+                    None => outln!("{hive}: in maintenance"),
                 }
             }
         }
@@ -119,8 +120,8 @@ pub(crate) async fn maintenance_cmd(
             let now = OffsetDateTime::now_utc();
             for hive in &hives {
                 match store::clear(bucket, hive).await?.and_then(|e| e.view(now)) {
-                    Some(v) => println!("{hive}: maintenance ended (it was {})", v.line()),
-                    None => println!("{hive}: not in maintenance"),
+                    Some(v) => outln!("{hive}: maintenance ended (it was {})", v.line()),
+                    None => outln!("{hive}: not in maintenance"),
                 }
             }
         }
@@ -155,16 +156,16 @@ async fn list(bucket: &async_nats::jetstream::kv::Store, json: bool) -> anyhow::
         return Ok(());
     }
     if holds.is_empty() {
-        println!("no hive is in maintenance");
+        outln!("no hive is in maintenance");
     }
     for (hive, e) in &holds {
         match (e.view(now), &e.hold) {
             (Some(v), _) => {
                 let state = if v.active { "active" } else { "expired" };
-                println!("{hive}  {state}  {}", v.line());
+                outln!("{hive}  {state}  {}", v.line());
             }
-            (None, Err(problem)) => println!("{hive}  unreadable  {problem}"),
-            (None, Ok(_)) => println!("{hive}  unreadable"),
+            (None, Err(problem)) => outln!("{hive}  unreadable  {problem}"),
+            (None, Ok(_)) => outln!("{hive}  unreadable"),
         }
     }
     Ok(())

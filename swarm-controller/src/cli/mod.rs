@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use swarm_queue_client::{out, outln};
 use swarm_queue_client::{AgentName, HiveName};
 use tokio::sync::watch;
 
@@ -268,8 +269,14 @@ pub fn cap_malloc_arenas() {
     }
 }
 
-/// Parse arguments, run, return the exit code.
+/// Parse arguments, run, return the exit code (a failed write to
+/// standard output turns success into failure,
+/// [`swarm_queue_client::cli::settle`]).
 pub fn main() -> i32 {
+    swarm_queue_client::cli::settle(parse_and_run())
+}
+
+fn parse_and_run() -> i32 {
     cap_malloc_arenas();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -287,7 +294,7 @@ pub fn main() -> i32 {
     if let Some(path) = &cli.check_config {
         return match Config::check_file(path, cli.nats_url.as_deref()) {
             Ok(c) => {
-                println!(
+                outln!(
                     "{}: ok ({} rostered hive{})",
                     path.display(),
                     c.hives.len(),
@@ -405,7 +412,7 @@ async fn run(config: Config, command: Command) -> anyhow::Result<i32> {
         }
         Command::NatsConfig { json, site, .. } => Ok(nats_config_cmd(&config, json, site)),
         Command::Nkey { seed_file } => {
-            println!("{}", crate::nkey_file::public_key(&seed_file)?);
+            outln!("{}", crate::nkey_file::public_key(&seed_file)?);
             Ok(EXIT_OK)
         }
     }
@@ -416,7 +423,7 @@ async fn bucket_check_cmd(conn: &swarm_queue_client::Connection) -> i32 {
     let js = conn.jetstream();
     match swarm_queue_client::buckets::check_buckets(&js).await {
         Ok(found) if found.is_empty() => {
-            println!(
+            outln!(
                 "buckets: ok (no setting lets a writer of one key reach another, or a message be erased)"
             );
             EXIT_OK
@@ -450,7 +457,7 @@ async fn bucket_fix_cmd(conn: &swarm_queue_client::Connection) -> Result<(), i32
     match swarm_queue_client::buckets::fix_buckets(&js).await {
         Ok(fixed) => {
             for f in &fixed {
-                println!("fixed: {f}");
+                outln!("fixed: {f}");
             }
             Ok(())
         }
@@ -484,7 +491,7 @@ fn nats_config_cmd(
     };
     match rendered {
         Ok(text) => {
-            print!("{text}");
+            out!("{text}");
             EXIT_OK
         }
         Err(e) => {
@@ -510,9 +517,9 @@ async fn serve_cmd(config: &Config, listen: ServeListen) -> anyhow::Result<i32> 
     }
     let http = listen.http.unwrap_or(config.http_listen);
     let server = serve::start(&config, conn.client.clone(), &buckets, http, stop).await?;
-    println!("listening on http://{}/", server.addr);
+    outln!("listening on http://{}/", server.addr);
     if let Some(w) = server.webhook_addr {
-        println!("webhook listening on http://{w}/hooks/forge");
+        outln!("webhook listening on http://{w}/hooks/forge");
     }
     shutdown_signal().await;
     tracing::info!("shutting down");

@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use hyperhive_tests::hive::LocalHive as Setup;
-use hyperhive_tests::process::{say_markers, TALKER};
+use hyperhive_tests::process::{say_line, say_markers, TALKER};
 use hyperhive_tests::{hive_bin, wait_until};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -74,6 +74,19 @@ async fn follow_shows_each_printed_line_as_it_comes() {
         "FIGURES logs_follow_line_ms_worst_of_5={}",
         worst.as_millis()
     );
+    // The reader goes away (`hive logs --follow | head -5`): the follow
+    // ends at the next line the agent prints, quietly and with success.
+    // It printed into nothing for ever before.
+    drop(lines);
+    say_line(
+        &s.hive.state_dir.join("agents/talker"),
+        "after the reader left",
+    );
+    let code = tokio::time::timeout(T, child.wait())
+        .await
+        .expect("hive logs --follow still runs with its reader gone")
+        .unwrap();
+    assert_eq!(code.code(), Some(0));
     // `--tail` and `--json` on the same log.
     let (code, out, err) = logs(&s, &["talker", "--tail", "2", "--json"]).await;
     assert_eq!(code, 0, "{err}");
@@ -83,9 +96,10 @@ async fn follow_shows_each_printed_line_as_it_comes() {
         .collect();
     assert_eq!(rows.len(), 2, "{out}");
     assert!(
-        rows[1]["line"].as_str().unwrap().starts_with("marker 4"),
+        rows[0]["line"].as_str().unwrap().starts_with("marker 4"),
         "{out}"
     );
+    assert_eq!(rows[1]["line"], "after the reader left", "{out}");
     assert_eq!(rows[1]["source"], "stdout");
     // No such agent: named, exit 1.
     let (code, _, err) = logs(&s, &["nobody"]).await;

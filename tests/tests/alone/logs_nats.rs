@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use hyperhive_tests::identity::Violation;
-use hyperhive_tests::process::{say_markers, TALKER};
+use hyperhive_tests::process::{say_line, say_markers, TALKER};
 use hyperhive_tests::secured::SecuredHive;
 use hyperhive_tests::{unique_name, wait_until};
 use serde_json::{json, Value};
@@ -103,10 +103,21 @@ async fn follow_over_nats_shows_each_printed_line_and_previous_the_crash() {
         FOLLOW_WITHIN,
     )
     .await;
-    // The reader goes away (killed, no goodbye): the hive lets go of the
+    // The reader goes away (`logs --follow | head -5`): the follow ends at
+    // the next line, quietly and with success (it printed into nothing
+    // for ever before), and says no goodbye: the hive lets go of the
     // stream within seconds.
     let gone = s.ended("reader gone");
-    child.kill().await.unwrap();
+    drop(lines);
+    say_line(
+        &s.local.hive.state_dir.join("agents/talker"),
+        "after the reader left",
+    );
+    let out = tokio::time::timeout(T, child.wait_with_output())
+        .await
+        .expect("logs --follow still runs with its reader gone")
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
     let left = Instant::now();
     wait_until(T, "the hive to end the stream of a reader gone", || async {
         (s.ended("reader gone") > gone).then_some(())
@@ -124,7 +135,8 @@ async fn follow_over_nats_shows_each_printed_line_and_previous_the_crash() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(rows.len(), 2, "{out}");
-    assert!(rows[1]["line"].as_str().unwrap().starts_with("marker 4"));
+    assert!(rows[0]["line"].as_str().unwrap().starts_with("marker 4"));
+    assert_eq!(rows[1]["line"], "after the reader left", "{out}");
     let (code, _, err) = s.logs(&["nobody"]).await;
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("agent nobody has no container"), "{err}");

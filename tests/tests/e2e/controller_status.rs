@@ -371,37 +371,61 @@ async fn status_watch_prints_on_every_change_and_when_a_hive_turns_stale() {
 /// panic. The pipe's reading end is closed before the command starts, so
 /// its first write fails every time.
 #[tokio::test]
-async fn a_reader_that_left_ends_status_quietly() {
+async fn a_reader_that_left_ends_each_verb_quietly() {
     let env = Env::new(&["alpha"], "").await;
     env.put_status(&hive_status("alpha", HiveState::Ok, None, None, vec![]))
         .await;
-    let config = env.config.display().to_string();
+    let r = run_controller(
+        Some(&env.config),
+        &["maintenance", "on", "alpha", "--reason", "disk swap"],
+    )
+    .await;
+    assert_eq!(r.code, 0, "{r:?}");
     for args in [
         &["status", "--json"][..],
         &["status"],
         &["status", "--watch", "--json"],
         &["status", "--watch"],
+        // Verbs that printed with Rust's `print!`, which panicked on a
+        // reader gone ("failed printing to stdout: Broken pipe", exit 101).
+        &["roster"],
+        &["roster", "--json"],
+        &["maintenance", "list"],
+        &["maintenance", "list", "--json"],
     ] {
-        let (reader, writer) = std::io::pipe().unwrap();
-        drop(reader);
-        // Spawned, not `output()`, which would replace stdout with a pipe
-        // of its own.
-        let child = tokio::process::Command::new(hyperhive_tests::controller_bin())
-            .args(["--config", &config])
-            .args(args)
-            .stdout(writer)
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let out = tokio::time::timeout(T, child.wait_with_output())
-            .await
-            .unwrap_or_else(|_| panic!("{args:?} still runs with its reader gone"))
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
-        assert!(stderr.is_empty(), "{args:?} wrote: {stderr}");
+        let r = run_controller_unread(&env.config, args).await;
+        assert_eq!(r.code, 0, "{args:?}: {r:?}");
+        assert!(r.stderr.is_empty(), "{args:?} wrote: {}", r.stderr);
     }
+    // A verb that acts still acts: the hold ends with nobody reading.
+    let r = run_controller_unread(&env.config, &["maintenance", "off", "alpha"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = run_controller(Some(&env.config), &["maintenance", "list", "--json"]).await;
+    let holds: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(holds["holds"], serde_json::json!([]), "{r:?}");
+    // Any other failed write is said, and is no success: the output is
+    // not whole.
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = tokio::process::Command::new(hyperhive_tests::controller_bin())
+        .arg("--config")
+        .arg(&env.config)
+        .arg("roster")
+        .stdout(full)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+        .wait_with_output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot write to standard output: No space left on device"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test]

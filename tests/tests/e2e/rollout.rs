@@ -20,7 +20,7 @@
 //!   `maintenance off`, and another after its 3 s hold expired by itself.
 
 use crate::controller_support::six::{version, Six, T, WAVES};
-use crate::controller_support::Run;
+use crate::controller_support::{run_controller_unread, Run};
 use hyperhive_tests::docker::{docker, ImageGuard};
 use hyperhive_tests::kv::container;
 use hyperhive_tests::{unique_name, wait_until};
@@ -102,6 +102,23 @@ async fn a_group_reaches_only_its_hives_and_a_change_rolls_out_in_three_waves() 
         assert_eq!(six.writes(n).await, 2, "{n}: v1 and v2, each written once");
     }
     assert_eq!(six.wanted_revision(&names[5]).await, None);
+
+    // `declare --rollout | head -1` once `head` quit: the plan is printed
+    // before the first wave, and a reader gone stops nothing; the waves
+    // go out as before and the exit code is the rollout's.
+    let v3 = six.file("v3.toml", &image, "3", WAVES);
+    let r =
+        run_controller_unread(&six.swarm.controller_config, &["declare", &v3, "--rollout"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(six.rollout().await["outcome"], "completed");
+    for n in &names[..5] {
+        assert_eq!(version(n), "3", "{n}");
+        assert_eq!(
+            six.writes(n).await,
+            3,
+            "{n}: v1, v2 and v3, each written once"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -56,8 +56,15 @@ pub(super) async fn show(client: &Client, args: LogsArgs, json: bool) -> Result<
         }
         pending.drain(..start);
         let _ = std::io::stderr().write_all(&err);
-        let mut stdout = std::io::stdout().lock();
-        let _ = stdout.write_all(&out).and_then(|()| stdout.flush());
+        if !out.is_empty() {
+            swarm_queue_client::cli::write_stdout(&out);
+            // `hive logs AGENT --follow | head`: nobody reads any more,
+            // and the log is all this verb does. A follow notices at the
+            // agent's next line.
+            if swarm_queue_client::cli::reader_gone() {
+                std::process::exit(swarm_queue_client::cli::EXIT_OK);
+            }
+        }
     };
     let answer = client.api.get_streaming(&path, &mut print).await;
     // After a 200 the lines are printed; any other answer says why not.

@@ -203,6 +203,36 @@ pub async fn run_controller(config: Option<&Path>, args: &[&str]) -> Run {
     }
 }
 
+/// Run the controller binary with `--config config` and a standard
+/// output whose reader has already gone (`… | head -1` once `head` quit);
+/// its stdout is empty in the answer.
+pub async fn run_controller_unread(config: &Path, args: &[&str]) -> Run {
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    // Spawned, not `output()`, which would give it a pipe of its own.
+    let child = tokio::process::Command::new(controller_bin())
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .env_remove("HYPERHIVE_NATS_URL")
+        .env_remove("HYPERHIVE_CONTROLLER_CONFIG")
+        .env("RUST_LOG", "warn")
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run the controller binary");
+    let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("{args:?} still runs two minutes after its reader left"))
+        .expect("wait for the controller binary");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::new(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
 /// Start `serve` with `config`, on a port the kernel picks.
 pub async fn serve_with(config: &Path, log: &Path) -> (Daemon, String) {
     hyperhive_tests::process::serve_controller(config, log).await

@@ -164,29 +164,37 @@ pub fn write_fleet(
     pretty: bool,
     mut out: impl std::io::Write,
 ) -> serde_json::Result<Summary> {
+    write_fleet_to(fleet, now, rollout, pretty, &mut out)
+}
+
+/// [`write_fleet`], compiled once, here: the rows are serialized into
+/// buffers and `out` is given a run of them at a time. Generic over the
+/// writer, the whole of it was compiled anew in each crate that called it,
+/// and its speed moved with that crate's code: the status bench's library
+/// path wrote the same document in 18.6 to 21.3 ms from one build of the
+/// bench and in 31.9 to 35.5 ms from another that differed only in code
+/// the write never runs (runs A to F of docs/benchmarks-controller.md,
+/// stop 38).
+fn write_fleet_to(
+    fleet: &Fleet,
+    now: OffsetDateTime,
+    rollout: Option<&serde_json::Value>,
+    pretty: bool,
+    out: &mut dyn std::io::Write,
+) -> serde_json::Result<Summary> {
     // The document is the header's with the rows written into its empty
     // `hives` array; the summary, counted from the rows, comes after them.
-    let header = |summary: Summary| {
-        let mut doc = Report::header(fleet, now);
-        doc.summary = summary;
-        doc.matched = doc.summary.hives;
-        doc.rollout = rollout.cloned();
-        if pretty {
-            serde_json::to_vec_pretty(&doc)
-        } else {
-            serde_json::to_vec(&doc)
-        }
-    };
+    let header = |summary| header_text(fleet, now, rollout, pretty, summary);
     let opening = header(Tally::default().summary())?;
     out.write_all(&opening[..rows_at(&opening)])
         .map_err(serde_json::Error::io)?;
 
     // Evaluating and serializing a row is most of the work (at 10,000
     // hives, 39 ms of one thread), and one row needs nothing of another:
-    // the rows are dealt in runs to two threads. This one writes its runs
-    // straight out; the other writes its runs into buffers that this one
-    // writes out in turn, so what is held is at most three runs' text
-    // (one being written out, one waiting, one being filled).
+    // the rows are dealt in runs to two threads. Each serializes a run
+    // into a buffer, and this one writes the buffers out in turn, so what
+    // is held is at most four runs' text (this thread's, one being
+    // written out, one waiting, one being filled).
     let runs = fleet.len().div_ceil(ROWS_PER_RUN);
     let tally = std::thread::scope(|threads| -> serde_json::Result<Tally> {
         let (written, take_written) = std::sync::mpsc::sync_channel::<(Vec<u8>, Tally)>(1);
@@ -211,10 +219,13 @@ pub fn write_fleet(
         }
         let mut rows = fleet.rows_dealt(now, ROWS_PER_RUN, 0, 2);
         let mut tally = Tally::default();
+        let mut text = Vec::new();
         for run in 0..runs {
             if run % 2 == 0 {
                 let mine = rows.by_ref().take(ROWS_PER_RUN);
-                write_rows(&mut out, mine, run == 0, pretty, &mut tally)?;
+                text.clear();
+                write_rows(&mut text, mine, run == 0, pretty, &mut tally)?;
+                out.write_all(&text).map_err(serde_json::Error::io)?;
             } else {
                 let Ok((text, theirs)) = take_written.recv() else {
                     // Only a panic ends the other thread early; the scope
@@ -238,6 +249,25 @@ pub fn write_fleet(
     Ok(tally.summary())
 }
 
+/// The document without rows, serialized: its `hives` array empty.
+fn header_text(
+    fleet: &Fleet,
+    now: OffsetDateTime,
+    rollout: Option<&serde_json::Value>,
+    pretty: bool,
+    summary: Summary,
+) -> serde_json::Result<Vec<u8>> {
+    let mut doc = Report::header(fleet, now);
+    doc.summary = summary;
+    doc.matched = doc.summary.hives;
+    doc.rollout = rollout.cloned();
+    if pretty {
+        serde_json::to_vec_pretty(&doc)
+    } else {
+        serde_json::to_vec(&doc)
+    }
+}
+
 /// Rows a thread of [`write_fleet`] takes at a time.
 const ROWS_PER_RUN: usize = 256;
 
@@ -253,7 +283,7 @@ fn rows_at(header: &[u8]) -> usize {
 /// Each of `rows` as an element of the document's `hives` array, after a
 /// first one when `first` is false, counted into `tally`.
 fn write_rows(
-    out: &mut impl std::io::Write,
+    out: &mut Vec<u8>,
     rows: impl Iterator<Item = ViewRow>,
     mut first: bool,
     pretty: bool,
@@ -267,7 +297,7 @@ fn write_rows(
             (false, true) => b"",
             (false, false) => b",",
         };
-        out.write_all(gap).map_err(serde_json::Error::io)?;
+        out.extend_from_slice(gap);
         if pretty {
             row.serialize(&mut serde_json::Serializer::with_formatter(
                 &mut *out,

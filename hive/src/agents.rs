@@ -38,4 +38,6 @@ pub mod observe;
 pub mod plan;
 pub mod retry;
 pub mod runtime;
+#[cfg(test)]
+pub(crate) mod test_names;
 pub mod worker;

@@ -307,17 +307,7 @@ pub enum JobOutcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn a(n: &str) -> AgentName {
-        AgentName::new(n).unwrap()
-    }
-
-    fn spec(image: &str) -> AgentSpec {
-        AgentSpec {
-            image: Some(image.into()),
-            ..Default::default()
-        }
-    }
+    use crate::agents::test_names::{agent as a, spec};
 
     fn inst(s: &AgentSpec) -> Installed {
         Installed {

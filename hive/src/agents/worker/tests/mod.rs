@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use swarm_queue_client::{AgentName, AgentSpec, BuildSpec, HiveName, Power};
+use swarm_queue_client::{AgentSpec, BuildSpec, HiveName, Power};
 use tokio::sync::Notify;
 
 use super::*;
@@ -15,6 +15,7 @@ use crate::agents::jobs::{
 };
 use crate::agents::runtime::fake::FakeRuntime;
 use crate::agents::runtime::{AgentContainer, ContainerSpec};
+use crate::agents::test_names::{agent, spec};
 use crate::shutdown::{self, ShutdownTrigger};
 
 mod faults;
@@ -31,17 +32,6 @@ struct Harness {
     worker: Option<(ShutdownTrigger, tokio::task::JoinHandle<()>)>,
     events: crate::fleet_events::EventSink,
     queue: crate::fleet_events::EventQueue,
-}
-
-fn agent(name: &str) -> AgentName {
-    AgentName::new(name).unwrap()
-}
-
-fn spec(image: &str) -> AgentSpec {
-    AgentSpec {
-        image: Some(image.into()),
-        ..Default::default()
-    }
 }
 
 fn config() -> WorkerConfig {

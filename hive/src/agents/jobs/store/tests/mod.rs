@@ -2,22 +2,12 @@
 
 use std::time::Duration;
 
-use swarm_queue_client::{AgentName, AgentSpec, Power};
+use swarm_queue_client::{AgentName, Power};
 
 use crate::agents::jobs::*;
+use crate::agents::test_names::{agent, spec};
 
 mod on_disk;
-
-fn agent(name: &str) -> AgentName {
-    AgentName::new(name).unwrap()
-}
-
-fn spec(image: &str) -> AgentSpec {
-    AgentSpec {
-        image: Some(image.into()),
-        ..Default::default()
-    }
-}
 
 fn deploy(image: &str, relock: bool) -> DeployRequest {
     DeployRequest {

@@ -10,17 +10,16 @@ async fn docker_unreachable_retries_with_backoff_and_recovers() {
     h.start();
     let job = h.deploy("a", spec(IMAGE)).await;
     // Wait until the image node has failed once and is waiting to retry.
-    let mut waited = 0;
-    let node = loop {
+    let node = until(async || {
         let view = h.job(job).await;
         let image = view.nodes[2].clone();
         if image.attempts >= 1 && image.state == NodeState::Ready {
-            break image;
+            Ok(image)
+        } else {
+            Err(format!("{view:#?}"))
         }
-        waited += 1;
-        assert!(waited < 10_000, "{view:#?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    })
+    .await;
     let error = node.error.unwrap();
     assert!(
         error.contains("Docker is unreachable at unix:///fake/docker.sock"),
@@ -129,17 +128,16 @@ async fn a_daemon_stopped_between_create_and_start_resumes_with_one_container() 
         ..config()
     });
     let job = h.deploy("a", spec(IMAGE)).await;
-    let mut waited = 0;
-    loop {
+    until(async || {
         let view = h.job(job).await;
         if view.nodes[3].state == NodeState::Done {
             assert_eq!(view.nodes[4].state, NodeState::Ready);
-            break;
+            Ok(())
+        } else {
+            Err(format!("{view:#?}"))
         }
-        waited += 1;
-        assert!(waited < 10_000, "{view:#?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
     h.stop().await;
     assert!(!h.runtime.container(&h.name("a")).unwrap().running);
 
@@ -231,12 +229,11 @@ async fn the_cleanup_journal_is_replayed_before_the_agent_is_touched_again() {
         .await
         .unwrap();
     h.start();
-    let mut waited = 0;
-    while h.runtime.container(&h.name("a")).is_some() {
-        waited += 1;
-        assert!(waited < 10_000, "journalled remove was not replayed");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until(async || match h.runtime.container(&h.name("a")) {
+        None => Ok(()),
+        Some(_) => Err("journalled remove was not replayed".to_string()),
+    })
+    .await;
     let journal = h.store.pending_cleanups().await.unwrap();
     assert!(journal.is_empty());
     h.stop().await;

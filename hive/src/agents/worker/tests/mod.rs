@@ -118,19 +118,34 @@ impl Harness {
 
     /// Wait (in paused time) until the job finishes.
     async fn finished(&self, job: JobId) -> JobView {
-        for _ in 0..10_000 {
+        until(async || {
             let view = self.job(job).await;
             if view.state.is_finished() {
-                return view;
+                Ok(view)
+            } else {
+                Err(format!("job {job} did not finish: {view:#?}"))
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("job {job} did not finish: {:#?}", self.job(job).await);
+        })
+        .await
     }
 
     fn name(&self, a: &str) -> String {
         format!("hyperhive.{HIVE}.{a}")
     }
+}
+
+/// Ask `check` until it gives its value: in paused time, 50 ms apart, at
+/// most 10,000 times, then fail with what it last said was missing.
+async fn until<T>(mut check: impl AsyncFnMut() -> Result<T, String>) -> T {
+    let mut missing = String::new();
+    for _ in 0..10_000 {
+        match check().await {
+            Ok(value) => return value,
+            Err(why) => missing = why,
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{missing}");
 }
 
 fn registry() -> FakeRuntime {

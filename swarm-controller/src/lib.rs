@@ -43,7 +43,7 @@
 //! - The two faces, on top, neither importing the other:
 //!   [`serve`], the dashboard, JSON API and webhook over HTTP ([`live`]
 //!   decides what each open page is sent, pure); and [`cli`], the command
-//!   line (`main.rs` only calls [`cli::main`]), a file per group of verbs
+//!   line (`main.rs` only names the allocator and calls [`cli::main`]), a file per group of verbs
 //!   under `cli/` (`declare`, `events`, `status`, `history`, `logs`,
 //!   `maintenance`) and `cli/support.rs` for what they share (the NATS
 //!   wait). What both show is in the layers below.
@@ -54,8 +54,11 @@
 //!   knows, so no declaration sets one a hive would ignore.
 //! - [`audit`]: one `hyperhive-events` event per operator verb;
 //!   [`nkey_file`]: the `nkey` verb's user seed and public key.
+//! - [`alloc`]: the binary's allocator (small blocks from mimalloc, the
+//!   rest from the C library), `#[global_allocator]` in `main.rs`.
 
 pub mod age;
+pub mod alloc;
 pub mod audit;
 pub mod capability;
 pub mod cas;

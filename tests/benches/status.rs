@@ -18,7 +18,11 @@
 //!   same values. These four are measured in rounds (eleven; three quick),
 //!   each round one run of each in an order that turns, and the goal's
 //!   ratio is given both from the medians and round by round, against
-//!   that round's floors. Each child also reports the CPU time it and the
+//!   that round's floors. Every process of the bench takes its memory
+//!   from the controller's allocator (`swarm_controller::alloc`); each
+//!   round also runs the binary and the decode floor with the C library's
+//!   (`HYPERHIVE_ALLOCATOR=system`), to show what the allocator changes.
+//!   Each child also reports the CPU time it and the
 //!   nats-server used over its measured span (`CLOCK_PROCESS_CPUTIME_ID`;
 //!   the server's threads' `schedstat`), to tell a span that waits from
 //!   one that has both cores busy.
@@ -51,6 +55,13 @@ use swarm_queue_client::{
 use time::OffsetDateTime;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// The controller binary's allocator, so that the floors, the library
+/// path and the dashboard are measured with the allocator `status` and
+/// `serve` run with (`HYPERHIVE_ALLOCATOR=system` in a child's environment
+/// turns it off there).
+#[global_allocator]
+static ALLOCATOR: swarm_controller::alloc::Allocator = swarm_controller::alloc::Allocator;
 
 fn main() -> Res<()> {
     let args: Vec<String> = std::env::args().collect();
@@ -268,6 +279,17 @@ fn wrapped(exe: &Path, mode: &str) -> Command {
 }
 
 fn run_child(exe: &Path, mode: &str, config: &Path, extra: Option<&str>) -> Res<Value> {
+    run_child_with(exe, mode, config, extra, None)
+}
+
+/// [`run_child`] with one more variable in the child's environment.
+fn run_child_with(
+    exe: &Path,
+    mode: &str,
+    config: &Path,
+    extra: Option<&str>,
+    env: Option<(&str, &str)>,
+) -> Res<Value> {
     let mut cmd = wrapped(exe, mode);
     cmd.args(["--child", mode]).arg(config);
     if let Some(pid) = SERVER_PID.get() {
@@ -276,6 +298,9 @@ fn run_child(exe: &Path, mode: &str, config: &Path, extra: Option<&str>) -> Res<
     if let Some(e) = extra {
         cmd.arg(e);
     }
+    if let Some((key, value)) = env {
+        cmd.env(key, value);
+    }
     let out = cmd.stderr(Stdio::inherit()).output()?;
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text
@@ -283,6 +308,24 @@ fn run_child(exe: &Path, mode: &str, config: &Path, extra: Option<&str>) -> Res<
         .find_map(|l| l.strip_prefix("RESULT "))
         .ok_or_else(|| format!("child {mode} printed no result ({}):\n{text}", out.status))?;
     Ok(serde_json::from_str(line)?)
+}
+
+/// The real binary, end to end (process start, config with the roster,
+/// connect, read, evaluate, print JSON into a pipe): its wall time in ms
+/// and peak memory in KiB; `system`: with every block from the C library.
+fn run_binary(bin: &Path, config: &Path, system: bool) -> Res<(f64, u64)> {
+    let mut cmd = Command::new(bin);
+    cmd.arg("--config").arg(config).args(["status", "--json"]);
+    if system {
+        cmd.env("HYPERHIVE_ALLOCATOR", "system");
+    }
+    let t = Instant::now();
+    let (ok, max_rss_kb) = run_measured(&mut cmd)?;
+    let ms = t.elapsed().as_secs_f64() * 1000.0;
+    if !ok {
+        return Err("swarm-controller status --json failed".into());
+    }
+    Ok((ms, max_rss_kb))
 }
 
 /// Runs `cmd` with its output read and thrown away (as a pipe, as a
@@ -386,7 +429,8 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
     let exe = std::env::current_exe()?;
     let baseline = run_child(&exe, "connect", &config, None)?;
     // The goal's measures are taken in rounds: each round runs the bare
-    // watch, the decode floor, the library path and the binary once, in
+    // watch, the decode floor, the library path and the binary once (and
+    // the binary and the decode floor with the C library's allocator), in
     // an order that turns round by round, so that each ratio compares runs
     // made seconds apart. On this machine a floor measured once moved by
     // half between runs minutes apart, which a ratio of medians taken in
@@ -395,6 +439,10 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
     let rounds = if quick { 3 } else { 11 };
     let (mut raws, mut decodes, mut runs) = (Vec::new(), Vec::new(), Vec::new());
     let (mut bin_runs, mut bin_rss_kb) = (Vec::new(), 0);
+    // The same binary and the decode floor with every block from the C
+    // library (`HYPERHIVE_ALLOCATOR=system`, as before stop 39): what the
+    // allocator changes, in the same rounds.
+    let (mut system_bin_runs, mut system_decodes) = (Vec::new(), Vec::new());
     // What only a process pays, measured in each round beside the binary:
     // its start and exit with no work (`--version`), and those with the
     // config and its roster (`--check-config`).
@@ -404,28 +452,24 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
         check_runs.push(timed_ok(
             Command::new(&bin).arg("--check-config").arg(&config),
         )?);
-        for step in 0..4 {
-            match (round + step) % 4 {
+        for step in 0..6 {
+            match (round + step) % 6 {
                 0 => raws.push(run_child(&exe, "raw-watch", &config, None)?),
                 1 => decodes.push(run_child(&exe, "decode", &config, None)?),
                 2 => runs.push(run_child(&exe, "status", &config, None)?),
-                _ => {
-                    // The real binary, end to end (process start, config
-                    // with the roster, connect, read, evaluate, print
-                    // JSON into a pipe).
-                    let t = Instant::now();
-                    let (ok, max_rss_kb) = run_measured(
-                        Command::new(&bin)
-                            .arg("--config")
-                            .arg(&config)
-                            .args(["status", "--json"]),
-                    )?;
-                    bin_runs.push(t.elapsed().as_secs_f64() * 1000.0);
+                3 => {
+                    let (ms, max_rss_kb) = run_binary(&bin, &config, false)?;
+                    bin_runs.push(ms);
                     bin_rss_kb = bin_rss_kb.max(max_rss_kb);
-                    if !ok {
-                        return Err("swarm-controller status --json failed".into());
-                    }
                 }
+                4 => system_bin_runs.push(run_binary(&bin, &config, true)?.0),
+                _ => system_decodes.push(run_child_with(
+                    &exe,
+                    "decode",
+                    &config,
+                    None,
+                    Some(("HYPERHIVE_ALLOCATOR", "system")),
+                )?),
             }
         }
     }
@@ -511,6 +555,17 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
         "| ratio of the medians: status (library path) / goal; binary / goal | {:.2}x; {:.2}x |",
         status_ms / goal_ms.max(1e-9),
         bin_ms / goal_ms.max(1e-9)
+    );
+    let system_bin_ms = median(system_bin_runs.clone());
+    let system_decode_ms = median_of(&system_decodes, "decode_ms");
+    let system_goal_ms = 1.5 * raw_ms + system_decode_ms;
+    println!(
+        "| with every block from the C library (`HYPERHIVE_ALLOCATOR=system`): binary; decode floor; goal with that floor, median of {rounds} rounds | {system_bin_ms:.1}; {system_decode_ms:.1}; {system_goal_ms:.1} ms |"
+    );
+    println!(
+        "| - binary / goal, both with the C library's allocator; the binary with it / the binary as built | {:.2}x; {:.2}x |",
+        system_bin_ms / system_goal_ms.max(1e-9),
+        system_bin_ms / bin_ms.max(1e-9)
     );
     for (what, ratios) in [
         ("status (library path) / that round's goal", &library_ratios),

@@ -12,7 +12,7 @@ mod status;
 mod support;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
@@ -47,7 +47,9 @@ pub use swarm_queue_client::cli::{print_json, EXIT_CONFIG, EXIT_FAILURE, EXIT_OK
         revision with what the hive reports (published, progressing, converged, degraded, \
         failed, unknown).\n\n\
         Exit codes: 0 ok, 1 runtime failure, 2 usage, 64 invalid config (also: a verb that \
-        needs NATS with no server configured, nats-config with a key missing).",
+        needs NATS with no server configured, nats-config with a key missing).\n\n\
+        Memory: blocks under 1 KiB come from mimalloc, larger ones from the C library; \
+        HYPERHIVE_ALLOCATOR=system takes every block from the C library.",
     after_help = "Examples:\n  \
         swarm-controller --check-config /etc/hyperhive/controller.toml\n  \
         swarm-controller --config controller.toml status --json\n  \
@@ -269,6 +271,26 @@ pub fn cap_malloc_arenas() {
     }
 }
 
+/// `--check-config FILE`: every problem of the file, or how many hives
+/// its roster has.
+fn check_config(path: &Path, nats_url: Option<&str>) -> i32 {
+    match Config::check_file(path, nats_url) {
+        Ok(c) => {
+            outln!(
+                "{}: ok ({} rostered hive{})",
+                path.display(),
+                c.hives.len(),
+                if c.hives.len() == 1 { "" } else { "s" }
+            );
+            EXIT_OK
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            EXIT_CONFIG
+        }
+    }
+}
+
 /// Parse arguments, run, return the exit code (a failed write to
 /// standard output turns success into failure,
 /// [`swarm_queue_client::cli::settle`]).
@@ -278,6 +300,10 @@ pub fn main() -> i32 {
 
 fn parse_and_run() -> i32 {
     cap_malloc_arenas();
+    if let Some(problem) = crate::alloc::check_choice() {
+        eprintln!("swarm-controller: {problem}");
+        return EXIT_USAGE;
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -292,21 +318,7 @@ fn parse_and_run() -> i32 {
     };
 
     if let Some(path) = &cli.check_config {
-        return match Config::check_file(path, cli.nats_url.as_deref()) {
-            Ok(c) => {
-                outln!(
-                    "{}: ok ({} rostered hive{})",
-                    path.display(),
-                    c.hives.len(),
-                    if c.hives.len() == 1 { "" } else { "s" }
-                );
-                EXIT_OK
-            }
-            Err(e) => {
-                eprintln!("{e}");
-                EXIT_CONFIG
-            }
-        };
+        return check_config(path, cli.nats_url.as_deref());
     }
 
     let Some(command) = cli.command else {

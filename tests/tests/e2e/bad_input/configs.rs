@@ -135,3 +135,38 @@ fn both_configs_refuse_intervals_past_their_bounds() {
         );
     }
 }
+
+/// `HYPERHIVE_ALLOCATOR` names one of the controller's two allocators; any
+/// other value is a usage error that names it, before anything is done.
+#[test]
+fn the_controller_takes_either_allocator_and_refuses_any_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("controller.toml");
+    std::fs::write(
+        &path,
+        "[nats]\nurl = \"nats://127.0.0.1:4222\"\n[hives.alpha]\n",
+    )
+    .unwrap();
+    let check = |choice: Option<&str>| {
+        let mut cmd = Command::new(hyperhive_tests::controller_bin());
+        cmd.arg("--check-config").arg(&path);
+        match choice {
+            Some(c) => cmd.env("HYPERHIVE_ALLOCATOR", c),
+            None => cmd.env_remove("HYPERHIVE_ALLOCATOR"),
+        };
+        cmd.output().unwrap()
+    };
+    for choice in [None, Some("split"), Some("system")] {
+        let out = check(choice);
+        assert_eq!(out.status.code(), Some(0), "{choice:?}: {}", said(&out));
+    }
+    for bad in ["mimalloc", "System", ""] {
+        let out = check(Some(bad));
+        let said = said(&out);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {said}");
+        assert!(
+            said.contains(&format!("HYPERHIVE_ALLOCATOR={bad:?}")) && said.contains("\"system\""),
+            "{bad:?}: {said:?}"
+        );
+    }
+}

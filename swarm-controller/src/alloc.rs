@@ -6,7 +6,7 @@
 //! on another thread than the one that made them. Under glibc alone,
 //! `malloc` and `free` were a tenth of the binary's CPU and its arena
 //! locks a share of its thread switches. mimalloc alone made the binary
-//! 15% faster but held 8 to 10 MiB more at its peak (each thread keeps
+//! 13% faster but held 8 to 10 MiB more at its peak (each thread keeps
 //! its own pages of every size, and the read buffers, freed on the
 //! decoding threads, went back to pages nobody reused), past the 50 MiB
 //! goal. Split at 1 KiB it kept the speed and glibc's peak: at 10,000

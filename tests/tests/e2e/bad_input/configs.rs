@@ -141,12 +141,7 @@ fn both_configs_refuse_intervals_past_their_bounds() {
 #[test]
 fn the_controller_takes_either_allocator_and_refuses_any_other() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("controller.toml");
-    std::fs::write(
-        &path,
-        "[nats]\nurl = \"nats://127.0.0.1:4222\"\n[hives.alpha]\n",
-    )
-    .unwrap();
+    let path = offline_controller_config(dir.path());
     let check = |choice: Option<&str>| {
         let mut cmd = Command::new(hyperhive_tests::controller_bin());
         cmd.arg("--check-config").arg(&path);

@@ -11,8 +11,9 @@
 //! The parts:
 //! - [`roster`]: the hives this controller knows (at the bottom: it imports
 //!   nothing of the controller); [`config`]: the config file and
-//!   `--check-config`; [`age`]: time as the controller shows it (an age,
-//!   Unix milliseconds).
+//!   `--check-config`, its roster read by `roster_toml` straight from the
+//!   TOML parser's events; [`age`]: time as the controller shows it (an
+//!   age, Unix milliseconds).
 //! - [`evaluate`]: the pure heart: freshness and convergence of one hive
 //!   from its KV entries and the reader's clock, with table-driven tests.
 //! - [`fleet`]: every hive's entries and rows, updated one KV entry at a
@@ -83,6 +84,7 @@ pub mod rollback;
 pub mod rollout;
 pub mod rollout_settings;
 pub mod roster;
+mod roster_toml;
 pub mod serve;
 pub mod swarm_file;
 mod toml_lines;

@@ -210,6 +210,22 @@ async fn put_all(
     results.into_iter().collect()
 }
 
+/// The bench's config with each hive's nkey and labels, as a fleet deploys
+/// it: `[hives.<name>]` with the nkey, `[hives.<name>.labels]` after it.
+fn deployed_roster(url: &str, hives: usize) -> String {
+    let mut text = format!("stale_after_secs = 3600\n[nats]\nurl = {url:?}\n");
+    for i in 0..hives {
+        let name = hive_name(i);
+        let nkey = nkeys::KeyPair::new_user().public_key();
+        text.push_str(&format!(
+            "\n[hives.{name}]\nnkey = \"{nkey}\"\n\n[hives.{name}.labels]\nsite = \"site-{}\"\nrack = \"r{}\"\n",
+            i % 12,
+            i % 40
+        ));
+    }
+    text
+}
+
 /// `HH_BENCH_WRAP` (for example `heaptrack -o /tmp/status` or `perf record
 /// -g -o /tmp/perf-{mode}.data`): a profiler every measured child runs
 /// under; `{mode}` is replaced by the child's mode.
@@ -345,6 +361,11 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
         text.push_str(&format!("[hives.{}]\n", hive_name(i)));
     }
     std::fs::write(&config, text)?;
+    // The same roster as a fleet deploys it: nats-config needs each hive's
+    // nkey, and labels place it; written as a TOML writer writes nested
+    // maps (NixOS's `formats.toml`), the labels in a table of their own.
+    let deployed = dir.path().join("controller-deployed.toml");
+    std::fs::write(&deployed, deployed_roster(&nats.url(), hives))?;
 
     let client = async_nats::connect(nats.url()).await?;
     let js = async_nats::jetstream::new(client.clone());
@@ -399,11 +420,17 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
     // its start and exit with no work (`--version`), and those with the
     // config and its roster (`--check-config`).
     let (mut version_runs, mut check_runs) = (Vec::new(), Vec::new());
+    // The deployed roster's `--check-config`, and the binary with it.
+    let (mut deployed_checks, mut deployed_runs) = (Vec::new(), Vec::new());
     for round in 0..rounds {
         version_runs.push(timed_ok(Command::new(&bin).arg("--version"))?);
         check_runs.push(timed_ok(
             Command::new(&bin).arg("--check-config").arg(&config),
         )?);
+        deployed_checks.push(timed_ok(
+            Command::new(&bin).arg("--check-config").arg(&deployed),
+        )?);
+        deployed_runs.push(run_binary(&bin, &deployed, false)?.0);
         for step in 0..6 {
             match (round + step) % 6 {
                 0 => raws.push(run_child(&exe, "raw-watch", &config, None)?),
@@ -456,6 +483,11 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
         .zip(&goals)
         .map(|(b, g)| b / g.max(1e-9))
         .collect();
+    let deployed_ratios: Vec<f64> = deployed_runs
+        .iter()
+        .zip(&goals)
+        .map(|(b, g)| b / g.max(1e-9))
+        .collect();
     // The binary against the goal with that round's `--check-config`
     // added: what the floors, measured inside one process, never pay.
     let process_ratios: Vec<f64> = bin_runs
@@ -484,6 +516,12 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
     println!("| `swarm-controller status --json` binary, wall, median of {rounds} rounds | {bin_ms:.1} ms |");
     println!("| - of which process start and exit, no work (`--version`), median of {rounds} rounds | {version_ms:.1} ms |");
     println!("| - of which process start and exit with the config and its roster (`--check-config`), median of {rounds} rounds | {check_ms:.1} ms |");
+    println!(
+        "| the roster as deployed (an nkey and two labels a hive, {} KB): `--check-config`; the binary | {:.1}; {:.1} ms |",
+        std::fs::metadata(&deployed)?.len() / 1000,
+        median(deployed_checks),
+        median(deployed_runs.clone())
+    );
     println!(
         "| binary minus library path (medians); minus `--check-config` as well (the connection's set-up, the pipe) | {:.1}; {:.1} ms |",
         bin_ms - status_ms,
@@ -525,6 +563,10 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
         (
             "binary / (that round's goal + its `--check-config`)",
             &process_ratios,
+        ),
+        (
+            "binary with the roster as deployed / that round's goal",
+            &deployed_ratios,
         ),
     ] {
         println!(

@@ -1,0 +1,422 @@
+//! The config's `[hives.<name>]` tables read straight from the TOML
+//! parser's events, for a roster of thousands of hives.
+//!
+//! The `toml` crate builds a document tree (a map per table, a span per
+//! value) and serde then moves it into the config: at 10,000 hives that is
+//! about ten times the lexing and parsing underneath it, which is
+//! `toml_parser`, the same crate's grammar. [`split`] runs that grammar
+//! once over the whole file, takes each hive table whose header and body
+//! it knows, and gives back the rest of the file's text for the `toml`
+//! crate, now a few lines long.
+//!
+//! It knows the shapes a roster is written in, by hand or by a TOML
+//! writer (which gives nested maps tables of their own):
+//!
+//! ```toml
+//! [hives.alpha]          # a bare name
+//! nkey = "U…"            # any string form, each key once
+//! jetstream_domain = "edge"
+//! labels = { site = "basement", "rack no" = 'r12' }   # strings only
+//!
+//! [hives.beta]
+//! nkey = "U…"
+//! [hives.beta.labels]    # before or after [hives.beta], or without it
+//! site = "attic"
+//! ```
+//!
+//! Anything else makes it answer `None`, and the caller parses the file
+//! whole as before: a syntax error anywhere, a hive table with another
+//! key, a dotted key, a value that is not a string, a key given twice, a
+//! table given twice, labels given both ways, a quoted name, `[hives]`,
+//! `[[hives]]`. The caller also parses it whole when the rest of the file
+//! mentions `hives` at all. So the two ways of reading always agree: on a
+//! file this one takes, the roster is the one the `toml` crate would have
+//! built, and every error message is still the `toml` crate's.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use toml_parser::decoder::ScalarKind;
+use toml_parser::parser::{Event, EventKind, RecursionGuard, ValidateWhitespace};
+use toml_parser::{ParseError, Source};
+
+use crate::roster::RosterEntry;
+
+/// The nesting the `toml` crate allows (its own limit).
+const DEPTH_LIMIT: u32 = 80;
+
+/// One hive's table as read here.
+#[derive(Debug)]
+pub(crate) struct HiveTable {
+    pub(crate) name: String,
+    /// Byte offset where the `toml` crate's span of the table starts: the
+    /// `[` of `[hives.<name>]`, or, for a hive given only by its
+    /// `[hives.<name>.labels]`, the name in that header.
+    pub(crate) at: usize,
+    pub(crate) entry: RosterEntry,
+}
+
+/// The file split in two: its hive tables, sorted by name, and the text of
+/// everything else.
+#[derive(Debug)]
+pub(crate) struct Split {
+    pub(crate) hives: Vec<HiveTable>,
+    pub(crate) rest: String,
+}
+
+/// What one table of the file is.
+enum Section {
+    /// `[hives.<name>]`, its entry, and whether it gave `labels`.
+    Hive(String, RosterEntry, bool),
+    /// `[hives.<name>.labels]`, where the name is, and the labels.
+    Labels(String, usize, BTreeMap<String, String>),
+    /// Any other table: left for the `toml` crate.
+    Other,
+}
+
+/// The hive tables of `text` and the rest of it, or `None` when the file
+/// has anything this reader does not take (the module's comment).
+pub(crate) fn split(text: &str) -> Option<Split> {
+    let source = Source::new(text);
+    let tokens = source.lex().into_vec();
+    let mut events = Vec::with_capacity(tokens.len() / 2);
+    let mut errors: Vec<ParseError> = Vec::new();
+    {
+        // Whitespace, comments and line ends are checked, as the `toml`
+        // crate runs the grammar (and nesting is bounded), but not kept:
+        // the grammar has placed every other event, and at 10,000 hives
+        // they were half the events and their memory.
+        let mut keep = |e: Event| {
+            if !matches!(
+                e.kind(),
+                EventKind::Whitespace | EventKind::Comment | EventKind::Newline
+            ) {
+                events.push(e);
+            }
+        };
+        let mut checked = ValidateWhitespace::new(&mut keep, source);
+        let mut bounded = RecursionGuard::new(&mut checked, DEPTH_LIMIT);
+        toml_parser::parser::parse_document(&tokens, &mut bounded, &mut errors);
+    }
+    if !errors.is_empty() || events.iter().any(|e| e.kind() == EventKind::Error) {
+        return None;
+    }
+    let headers: Vec<usize> = events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| {
+            matches!(
+                e.kind(),
+                EventKind::StdTableOpen | EventKind::ArrayTableOpen
+            )
+        })
+        .map(|(i, _)| i)
+        .collect();
+    let start_of = |i: usize| {
+        headers
+            .get(i)
+            .map_or(text.len(), |&e| events[e].span().start())
+    };
+
+    let mut rest = String::from(&text[..start_of(0)]);
+    let mut tables = Vec::new();
+    let mut labels = Vec::new();
+    for (n, &first) in headers.iter().enumerate() {
+        let end = headers.get(n + 1).copied().unwrap_or(events.len());
+        let mut section = Cursor {
+            events: &events[first..end],
+            source,
+        };
+        match section.section()? {
+            Section::Hive(name, entry, gave_labels) => {
+                tables.push((name, events[first].span().start(), entry, gave_labels));
+            }
+            Section::Labels(name, at, given) => labels.push((name, at, given)),
+            Section::Other => rest.push_str(&text[start_of(n)..start_of(n + 1)]),
+        }
+    }
+    Some(Split {
+        hives: merge(tables, labels)?,
+        rest,
+    })
+}
+
+/// Each hive's table with its labels' table, by name; `None` when a table
+/// is given twice or labels both ways.
+fn merge(
+    mut tables: Vec<(String, usize, RosterEntry, bool)>,
+    mut labels: Vec<(String, usize, BTreeMap<String, String>)>,
+) -> Option<Vec<HiveTable>> {
+    tables.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    labels.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    if tables.windows(2).any(|w| w[0].0 == w[1].0) || labels.windows(2).any(|w| w[0].0 == w[1].0) {
+        return None;
+    }
+    let mut hives = Vec::with_capacity(tables.len().max(labels.len()));
+    let mut labels = labels.into_iter().peekable();
+    for (name, at, mut entry, gave_labels) in tables {
+        while let Some((alone, at, given)) = labels.next_if(|l| l.0 < name) {
+            hives.push(labelled(alone, at, given));
+        }
+        if let Some((_, _, given)) = labels.next_if(|l| l.0 == name) {
+            if gave_labels {
+                return None;
+            }
+            entry.labels = given;
+        }
+        hives.push(HiveTable { name, at, entry });
+    }
+    hives.extend(labels.map(|(name, at, given)| labelled(name, at, given)));
+    Some(hives)
+}
+
+/// A hive given only by its labels' table.
+fn labelled(name: String, at: usize, labels: BTreeMap<String, String>) -> HiveTable {
+    HiveTable {
+        name,
+        at,
+        entry: RosterEntry {
+            labels,
+            ..RosterEntry::default()
+        },
+    }
+}
+
+/// The events of one table, header first, read from the front (its
+/// whitespace, comments and line ends left out).
+struct Cursor<'e, 'i> {
+    events: &'e [Event],
+    source: Source<'i>,
+}
+
+impl<'i> Cursor<'_, 'i> {
+    fn next(&mut self) -> Option<Event> {
+        let (first, rest) = self.events.split_first()?;
+        self.events = rest;
+        Some(*first)
+    }
+
+    fn expect(&mut self, kind: EventKind) -> Option<()> {
+        (self.next()?.kind() == kind).then_some(())
+    }
+
+    /// A key's text, decoded (borrowed from the file unless it has
+    /// escapes); `None` if it does not decode.
+    fn key(&self, event: Event) -> Option<Cow<'i, str>> {
+        let mut out = Cow::Borrowed("");
+        let mut errors: Vec<ParseError> = Vec::new();
+        self.source.get(event)?.decode_key(&mut out, &mut errors);
+        errors.is_empty().then_some(out)
+    }
+
+    /// A string value, decoded; `None` for any other value or one that
+    /// does not decode.
+    fn string(&mut self) -> Option<String> {
+        let event = self.next()?;
+        if event.kind() != EventKind::Scalar {
+            return None;
+        }
+        let mut out = String::new();
+        let mut errors: Vec<ParseError> = Vec::new();
+        let kind = self.source.get(event)?.decode_scalar(&mut out, &mut errors);
+        (errors.is_empty() && kind == ScalarKind::String).then_some(out)
+    }
+
+    /// What this table is, from its header; `None` if a key of the
+    /// header does not decode.
+    fn section(&mut self) -> Option<Section> {
+        if self.next()?.kind() != EventKind::StdTableOpen {
+            return Some(Section::Other);
+        }
+        // The header's keys: (decoded, bare, where); past three it is not
+        // a hive's.
+        let mut path = Vec::with_capacity(3);
+        loop {
+            let key = self.next()?;
+            if key.kind() != EventKind::SimpleKey {
+                return None;
+            }
+            if path.len() == 3 {
+                return Some(Section::Other);
+            }
+            path.push((self.key(key)?, key.encoding().is_none(), key.span().start()));
+            match self.next()?.kind() {
+                EventKind::KeySep => {}
+                EventKind::StdTableClose => break,
+                _ => return None,
+            }
+        }
+        let bare = |i: usize, word: Option<&str>| {
+            path.get(i)
+                .is_some_and(|(k, bare, _)| *bare && word.is_none_or(|w| k == w))
+        };
+        if !bare(0, Some("hives")) || !bare(1, None) {
+            return Some(Section::Other);
+        }
+        let name = path[1].0.to_string();
+        match path.len() {
+            2 => {
+                let (entry, gave_labels) = self.hive_body()?;
+                Some(Section::Hive(name, entry, gave_labels))
+            }
+            3 if bare(2, Some("labels")) => {
+                Some(Section::Labels(name, path[1].2, self.labels_body()?))
+            }
+            _ => Some(Section::Other),
+        }
+    }
+
+    /// The table's keys, each once and each of the shape it must have,
+    /// and whether `labels` was one.
+    fn hive_body(&mut self) -> Option<(RosterEntry, bool)> {
+        let mut entry = RosterEntry::default();
+        let mut labels_seen = false;
+        while let Some(key) = self.next() {
+            if key.kind() != EventKind::SimpleKey || key.encoding().is_some() {
+                return None;
+            }
+            self.expect(EventKind::KeyValSep)?;
+            match &*self.key(key)? {
+                "nkey" if entry.nkey.is_none() => entry.nkey = Some(self.string()?),
+                "jetstream_domain" if entry.jetstream_domain.is_none() => {
+                    entry.jetstream_domain = Some(self.string()?)
+                }
+                "labels" if !labels_seen => {
+                    labels_seen = true;
+                    entry.labels = self.labels()?;
+                }
+                _ => return None,
+            }
+        }
+        Some((entry, labels_seen))
+    }
+
+    /// `key = "value"` lines: string values, each key once.
+    fn labels_body(&mut self) -> Option<BTreeMap<String, String>> {
+        let mut labels = BTreeMap::new();
+        while let Some(key) = self.next() {
+            if key.kind() != EventKind::SimpleKey {
+                return None;
+            }
+            let name = self.key(key)?.into_owned();
+            self.expect(EventKind::KeyValSep)?;
+            if labels.insert(name, self.string()?).is_some() {
+                return None;
+            }
+        }
+        Some(labels)
+    }
+
+    /// `{ key = "value", … }`: string values, each key once.
+    fn labels(&mut self) -> Option<BTreeMap<String, String>> {
+        self.expect(EventKind::InlineTableOpen)?;
+        let mut labels = BTreeMap::new();
+        loop {
+            let key = self.next()?;
+            match key.kind() {
+                EventKind::InlineTableClose => return Some(labels),
+                EventKind::SimpleKey => {}
+                _ => return None,
+            }
+            let name = self.key(key)?.into_owned();
+            self.expect(EventKind::KeyValSep)?;
+            let value = self.string()?;
+            if labels.insert(name, value).is_some() {
+                return None;
+            }
+            match self.next()?.kind() {
+                EventKind::ValueSep => {}
+                EventKind::InlineTableClose => return Some(labels),
+                _ => return None,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(s: &Split) -> Vec<&str> {
+        s.hives.iter().map(|h| h.name.as_str()).collect()
+    }
+
+    #[test]
+    fn takes_a_roster_and_leaves_the_rest() {
+        let text = "stale_after_secs = 60\n[nats]\nurl = \"nats://h:4222\"\n\
+                    [hives.b] # second\nnkey = 'UB'\n\n[hives.a]\nlabels = { site = \"x\", \"rack no\" = 'r1', }\n\
+                    [events]\n";
+        let s = split(text).expect("taken");
+        assert_eq!(names(&s), ["a", "b"]);
+        assert_eq!(s.hives[1].entry.nkey.as_deref(), Some("UB"));
+        assert_eq!(s.hives[0].entry.labels["rack no"], "r1");
+        assert_eq!(&text[s.hives[0].at..s.hives[0].at + 9], "[hives.a]");
+        assert_eq!(
+            s.rest,
+            "stale_after_secs = 60\n[nats]\nurl = \"nats://h:4222\"\n[events]\n"
+        );
+    }
+
+    #[test]
+    fn refuses_what_it_does_not_know() {
+        for text in [
+            "[hives.a]\nnkey = 1\n",
+            "[hives.a]\nother = \"x\"\n",
+            "[hives.a]\nnkey = \"U\"\nnkey = \"U\"\n",
+            "[hives.a]\nlabels.site = \"x\"\n",
+            "[hives.a]\nlabels = { site = \"x\", site = \"y\" }\n",
+            "[hives.a]\nlabels = { site = 1 }\n",
+            "[hives.a]\nlabels = { a.b = \"x\" }\n",
+            "[hives.a]\n[hives.a]\n",
+            "[hives.a]\nnkey = \"\\q\"\n",
+            "[hives.a\n",
+            "[hives.a]\nlabels = {}\n[hives.a.labels]\n",
+            "[hives.a.labels]\n[hives.a.labels]\n",
+            "[hives.a.labels]\nsite = 1\n",
+            "[hives.a.labels]\nsite.x = \"y\"\n",
+        ] {
+            assert!(split(text).is_none(), "{text:?} was taken");
+        }
+    }
+
+    #[test]
+    fn takes_labels_tables_before_after_or_alone() {
+        let text = "[hives.b.labels]\nsite = \"x\"\n[hives.b]\nnkey = \"UB\"\n\
+                    [hives.a]\n[hives.a.labels]\n\"rack no\" = 'r1'\n[hives.c.labels]\n";
+        let s = split(text).expect("taken");
+        assert_eq!(names(&s), ["a", "b", "c"]);
+        assert_eq!(s.hives[0].entry.labels["rack no"], "r1");
+        assert_eq!(s.hives[1].entry.labels["site"], "x");
+        assert_eq!(s.hives[1].entry.nkey.as_deref(), Some("UB"));
+        assert!(s.hives[2].entry.labels.is_empty());
+        // Where the toml crate puts each: the header of [hives.<name>], or
+        // the name in [hives.c.labels] for a hive given by that alone.
+        assert_eq!(&text[s.hives[1].at..s.hives[1].at + 9], "[hives.b]");
+        assert_eq!(&text[s.hives[2].at..s.hives[2].at + 8], "c.labels");
+        assert_eq!(s.rest, "");
+    }
+
+    #[test]
+    fn a_header_inside_a_string_is_text() {
+        let text = "x = \"\"\"\n[hives.a]\n\"\"\"\n";
+        let s = split(text).expect("taken");
+        assert!(s.hives.is_empty());
+        assert_eq!(s.rest, text);
+    }
+
+    #[test]
+    fn leaves_every_other_hives_table_in_the_rest() {
+        for text in [
+            "[hives.\"a\"]\n",
+            "[hives.a.labels.x]\n",
+            "[hives.'a'.labels]\n",
+            "[[hives]]\n",
+            "[hives]\n",
+            "hives.a.nkey = \"U\"\n",
+        ] {
+            let s = split(text).expect("split");
+            assert!(s.hives.is_empty(), "{text:?}");
+            assert!(s.rest.contains("hives"), "{text:?}");
+        }
+    }
+}

@@ -21,7 +21,10 @@
 //!   that round's floors. Every process of the bench takes its memory
 //!   from the controller's allocator (`swarm_controller::alloc`); each
 //!   round also runs the binary and the decode floor with the C library's
-//!   (`HYPERHIVE_ALLOCATOR=system`), to show what the allocator changes.
+//!   (`HYPERHIVE_ALLOCATOR=system`), to show what the allocator changes,
+//!   and `--check-config` and the binary with the roster as a fleet
+//!   deploys it (an nkey and two labels a hive, the labels in tables of
+//!   their own, as NixOS's TOML writer gives them) beside the bare one.
 //!   Each child also reports the CPU time it and the
 //!   nats-server used over its measured span (`CLOCK_PROCESS_CPUTIME_ID`;
 //!   the server's threads' `schedstat`), to tell a span that waits from
@@ -422,6 +425,7 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
     let (mut version_runs, mut check_runs) = (Vec::new(), Vec::new());
     // The deployed roster's `--check-config`, and the binary with it.
     let (mut deployed_checks, mut deployed_runs) = (Vec::new(), Vec::new());
+    let mut deployed_rss_kb = 0;
     for round in 0..rounds {
         version_runs.push(timed_ok(Command::new(&bin).arg("--version"))?);
         check_runs.push(timed_ok(
@@ -430,7 +434,9 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
         deployed_checks.push(timed_ok(
             Command::new(&bin).arg("--check-config").arg(&deployed),
         )?);
-        deployed_runs.push(run_binary(&bin, &deployed, false)?.0);
+        let (ms, max_rss_kb) = run_binary(&bin, &deployed, false)?;
+        deployed_runs.push(ms);
+        deployed_rss_kb = deployed_rss_kb.max(max_rss_kb);
         for step in 0..6 {
             match (round + step) % 6 {
                 0 => raws.push(run_child(&exe, "raw-watch", &config, None)?),
@@ -517,10 +523,11 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
     println!("| - of which process start and exit, no work (`--version`), median of {rounds} rounds | {version_ms:.1} ms |");
     println!("| - of which process start and exit with the config and its roster (`--check-config`), median of {rounds} rounds | {check_ms:.1} ms |");
     println!(
-        "| the roster as deployed (an nkey and two labels a hive, {} KB): `--check-config`; the binary | {:.1}; {:.1} ms |",
+        "| the roster as deployed (an nkey and two labels a hive, {} KB): `--check-config`; the binary; its peak memory | {:.1}; {:.1} ms; {:.1} MiB |",
         std::fs::metadata(&deployed)?.len() / 1000,
         median(deployed_checks),
-        median(deployed_runs.clone())
+        median(deployed_runs.clone()),
+        deployed_rss_kb as f64 / 1024.0
     );
     println!(
         "| binary minus library path (medians); minus `--check-config` as well (the connection's set-up, the pipe) | {:.1}; {:.1} ms |",

@@ -119,7 +119,7 @@ pub(crate) fn split(text: &str) -> Option<Split> {
     };
 
     let mut rest = String::from(&text[..start_of(0)]);
-    let mut tables = Vec::new();
+    let mut tables = Vec::with_capacity(headers.len());
     let mut labels = Vec::new();
     for (n, &first) in headers.iter().enumerate() {
         let end = headers.get(n + 1).copied().unwrap_or(events.len());

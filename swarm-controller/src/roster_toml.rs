@@ -298,13 +298,18 @@ impl<'i> Cursor<'_, 'i> {
             if key.kind() != EventKind::SimpleKey {
                 return None;
             }
-            let name = self.key(key)?.into_owned();
-            self.expect(EventKind::KeyValSep)?;
-            if labels.insert(name, self.string()?).is_some() {
-                return None;
-            }
+            self.label(key, &mut labels)?;
         }
         Some(labels)
+    }
+
+    /// One label after its `key` event: `= "value"`, into `labels` unless
+    /// the key is there already.
+    fn label(&mut self, key: Event, labels: &mut BTreeMap<String, String>) -> Option<()> {
+        let name = self.key(key)?.into_owned();
+        self.expect(EventKind::KeyValSep)?;
+        let value = self.string()?;
+        labels.insert(name, value).is_none().then_some(())
     }
 
     /// `{ key = "value", … }`: string values, each key once.
@@ -318,12 +323,7 @@ impl<'i> Cursor<'_, 'i> {
                 EventKind::SimpleKey => {}
                 _ => return None,
             }
-            let name = self.key(key)?.into_owned();
-            self.expect(EventKind::KeyValSep)?;
-            let value = self.string()?;
-            if labels.insert(name, value).is_some() {
-                return None;
-            }
+            self.label(key, &mut labels)?;
             match self.next()?.kind() {
                 EventKind::ValueSep => {}
                 EventKind::InlineTableClose => return Some(labels),

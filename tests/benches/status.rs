@@ -213,10 +213,23 @@ async fn put_all(
     results.into_iter().collect()
 }
 
+/// Both configs' settings before their rosters.
+fn config_head(url: &str) -> String {
+    format!("stale_after_secs = 3600\n[nats]\nurl = {url:?}\n")
+}
+
+/// Each run over its round's goal.
+fn over_goals(runs: &[f64], goals: &[f64]) -> Vec<f64> {
+    runs.iter()
+        .zip(goals)
+        .map(|(r, g)| r / g.max(1e-9))
+        .collect()
+}
+
 /// The bench's config with each hive's nkey and labels, as a fleet deploys
 /// it: `[hives.<name>]` with the nkey, `[hives.<name>.labels]` after it.
 fn deployed_roster(url: &str, hives: usize) -> String {
-    let mut text = format!("stale_after_secs = 3600\n[nats]\nurl = {url:?}\n");
+    let mut text = config_head(url);
     for i in 0..hives {
         let name = hive_name(i);
         let nkey = nkeys::KeyPair::new_user().public_key();
@@ -359,7 +372,7 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
     }
     let dir = tempfile::Builder::new().prefix("hhbench-").tempdir()?;
     let config = dir.path().join("controller.toml");
-    let mut text = format!("stale_after_secs = 3600\n[nats]\nurl = {:?}\n", nats.url());
+    let mut text = config_head(&nats.url());
     for i in 0..hives {
         text.push_str(&format!("[hives.{}]\n", hive_name(i)));
     }
@@ -484,16 +497,8 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
         .zip(&goals)
         .map(|(r, g)| r["total_ms"].as_f64().unwrap_or(0.0) / g.max(1e-9))
         .collect();
-    let binary_ratios: Vec<f64> = bin_runs
-        .iter()
-        .zip(&goals)
-        .map(|(b, g)| b / g.max(1e-9))
-        .collect();
-    let deployed_ratios: Vec<f64> = deployed_runs
-        .iter()
-        .zip(&goals)
-        .map(|(b, g)| b / g.max(1e-9))
-        .collect();
+    let binary_ratios = over_goals(&bin_runs, &goals);
+    let deployed_ratios = over_goals(&deployed_runs, &goals);
     // The binary against the goal with that round's `--check-config`
     // added: what the floors, measured inside one process, never pay.
     let process_ratios: Vec<f64> = bin_runs

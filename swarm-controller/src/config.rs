@@ -933,6 +933,11 @@ mod tests {
     /// in four from a roster's, the same files on every run. A good share
     /// must be taken with a hive in them (1,365 are), and a good share of
     /// valid ones not (5,298), or the test would not be testing the split.
+    /// Each file is also cut in two (as a large one is, to be read on two
+    /// threads) before every line that starts with `[`: the two pieces
+    /// read as the whole file does (17,887 cuts), or are refused, when the
+    /// cut leaves a string or an array unclosed (707 such cuts of files
+    /// the split takes).
     #[test]
     fn the_split_read_agrees_with_the_whole_read() {
         let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -944,7 +949,7 @@ mod tests {
             (state % below as u64) as usize
         };
         // Taken with at least one hive table; valid as a whole.
-        let (mut taken, mut valid) = (0, 0);
+        let (mut taken, mut valid, mut cuts, mut cuts_refused) = (0, 0, 0, 0);
         for _ in 0..40_000 {
             let len = next(14);
             let text: String = (0..len)
@@ -955,6 +960,18 @@ mod tests {
                 .collect();
             let whole = read_whole(&text);
             valid += usize::from(whole.is_ok());
+            let uncut = format!("{:?}", crate::roster_toml::split_at(&text, None));
+            for at in text.match_indices("\n[").map(|(at, _)| at + 1) {
+                // Cut anywhere a line starts with `[`: the same reading,
+                // or none (the cut left a string or an array unclosed).
+                match crate::roster_toml::split_at(&text, Some(at)) {
+                    Some(pieces) => {
+                        cuts += 1;
+                        assert_eq!(format!("{:?}", Some(pieces)), uncut, "at {at}: {text:?}");
+                    }
+                    None => cuts_refused += usize::from(uncut != "None"),
+                }
+            }
             if let Some(split) = read_split(&text) {
                 taken += usize::from(!split.1.is_empty());
                 let whole =
@@ -963,8 +980,8 @@ mod tests {
             }
         }
         assert!(
-            taken > 1_000 && valid - taken > 1_000,
-            "taken {taken}, valid {valid}"
+            taken > 1_000 && valid - taken > 1_000 && cuts > 10_000 && cuts_refused > 100,
+            "taken {taken}, valid {valid}; cut: read {cuts}, refused {cuts_refused}"
         );
     }
 

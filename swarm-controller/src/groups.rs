@@ -44,7 +44,7 @@ pub struct Resolved {
 }
 
 /// The groups of `file` that select a hive with `labels`.
-pub fn groups_of(file: &SwarmFile, labels: &BTreeMap<String, String>) -> Vec<GroupName> {
+pub fn groups_of(file: &SwarmFile, labels: &crate::roster::Labels) -> Vec<GroupName> {
     file.groups
         .iter()
         .filter(|(_, g)| g.selects(labels))

@@ -18,7 +18,7 @@
 //! Invariant: a page is never sent a row it does not show, so what a page
 //! costs grows with its page size, not with the fleet.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::fleet::Selection;
@@ -30,7 +30,7 @@ pub struct Push {
     /// The fleet's sequence number of this change.
     pub seq: u64,
     pub name: String,
-    pub labels: BTreeMap<String, String>,
+    pub labels: crate::roster::Labels,
     pub before: Option<Class>,
     pub after: Option<Class>,
     /// `row` (`{row, summary, server_time_ms}`) or `remove`
@@ -184,7 +184,7 @@ mod tests {
         Arc::new(Push {
             seq,
             name: name.into(),
-            labels: BTreeMap::new(),
+            labels: crate::roster::Labels::default(),
             before,
             after,
             event: "row",

@@ -95,7 +95,7 @@ pub struct Group {
 }
 
 impl Group {
-    pub fn selects(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub fn selects(&self, labels: &crate::roster::Labels) -> bool {
         self.select.iter().all(|(k, v)| labels.get(k) == Some(v))
     }
 }
@@ -501,7 +501,7 @@ mod tests {
         assert_eq!(web.table.agents[&AgentName::new("api").unwrap()].line, 3);
         assert!(web.selects(&[("role".into(), "web".into())].into()));
         assert!(!web.selects(&[("role".into(), "db".into())].into()));
-        assert!(!web.selects(&BTreeMap::new()));
+        assert!(!web.selects(&crate::roster::Labels::default()));
         assert_eq!(f.rollout.unwrap().max_failed, 1);
         let err = parse("[rollout]\nwaves = [\"0\"]\n").unwrap_err();
         assert!(err[0].starts_with("line 1: rollout: "), "{err:?}");

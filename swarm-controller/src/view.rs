@@ -185,7 +185,7 @@ pub struct Filter {
 }
 
 impl Filter {
-    pub fn matches(&self, name: &str, labels: &BTreeMap<String, String>, class: &Class) -> bool {
+    pub fn matches(&self, name: &str, labels: &crate::roster::Labels, class: &Class) -> bool {
         (self.freshness.is_empty() || self.freshness.contains(&class.freshness))
             && (self.convergence.is_empty() || self.convergence.contains(&class.convergence))
             && self
@@ -485,7 +485,7 @@ mod tests {
             convergence: Convergence::Unknown,
             attention: Some(Attention::Stale),
         };
-        let labels: BTreeMap<String, String> = [("site".to_string(), "attic".to_string())].into();
+        let labels: crate::roster::Labels = [("site".to_string(), "attic".to_string())].into();
         let yes = |pairs: &[(&str, &str)]| {
             Query::parse(pairs)
                 .unwrap()

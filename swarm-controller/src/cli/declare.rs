@@ -32,7 +32,7 @@ pub fn roster_cmd(config: &Config, swarm_file: Option<PathBuf>, json: bool) -> a
         Some(p) => Some(SwarmFile::load(&p)?),
         None => None,
     };
-    let groups_of = |labels: &BTreeMap<String, String>| -> Vec<String> {
+    let groups_of = |labels: &crate::roster::Labels| -> Vec<String> {
         swarm
             .as_ref()
             .map(|f| groups::groups_of(f, labels))

@@ -34,7 +34,6 @@
 //! `entries.rs` is what is kept of each stored value, `hash_text.rs` a
 //! spec hash or image digest kept as its 32 bytes.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -214,7 +213,7 @@ pub struct RowWarning {
 pub struct HiveRow {
     pub name: String,
     pub rostered: bool,
-    pub labels: BTreeMap<String, String>,
+    pub labels: crate::roster::Labels,
     pub freshness: Freshness,
     /// Age of the status entry by the reader's clock, whole seconds.
     pub age_secs: Option<u64>,

@@ -128,7 +128,7 @@ pub struct Change {
     pub seq: u64,
     pub name: String,
     /// The hive's roster labels (empty when unrostered), for filters.
-    pub labels: BTreeMap<String, String>,
+    pub labels: crate::roster::Labels,
     /// The class of the row handed out before (`None`: it had no row).
     pub before: Option<Class>,
     /// The row now; `None`: this unrostered hive has nothing left to show.
@@ -536,7 +536,7 @@ impl Fleet {
     /// The names on the page `query` asks for, by the classes of the rows
     /// last handed out (so it evaluates no row), and how many matched.
     pub fn select(&self, query: &Query) -> Selection {
-        let no_labels = BTreeMap::new();
+        let no_labels = crate::roster::Labels::default();
         let mut matched: Vec<(u8, &str)> = self
             .slots
             .iter()

@@ -69,7 +69,7 @@ fn row(name: &HiveName, convergence: Convergence, freshness: Freshness, declared
     HiveRow {
         name: name.to_string(),
         rostered: true,
-        labels: BTreeMap::new(),
+        labels: crate::roster::Labels::default(),
         freshness,
         age_secs: Some(1),
         age_ms: Some(1000),

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 
 use swarm_queue_client::{AgentName, AgentSpec, Declaration, GroupName, HiveName, Payload};
 
-use crate::roster::Roster;
+use crate::roster::{Labels, Roster};
 use crate::swarm_file::{AgentTable, DeclaredAgent, SwarmFile};
 pub use crate::values::Origin;
 use crate::values::{self, Field, SetValue, ValueName, ValueUse, Values};
@@ -44,7 +44,7 @@ pub struct Resolved {
 }
 
 /// The groups of `file` that select a hive with `labels`.
-pub fn groups_of(file: &SwarmFile, labels: &crate::roster::Labels) -> Vec<GroupName> {
+pub fn groups_of(file: &SwarmFile, labels: &Labels) -> Vec<GroupName> {
     file.groups
         .iter()
         .filter(|(_, g)| g.selects(labels))

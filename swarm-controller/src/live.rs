@@ -22,6 +22,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::fleet::Selection;
+use crate::roster::Labels;
 use crate::view::{Class, Query};
 
 /// One change of the fleet, formatted once for every page.
@@ -30,7 +31,7 @@ pub struct Push {
     /// The fleet's sequence number of this change.
     pub seq: u64,
     pub name: String,
-    pub labels: crate::roster::Labels,
+    pub labels: Labels,
     pub before: Option<Class>,
     pub after: Option<Class>,
     /// `row` (`{row, summary, server_time_ms}`) or `remove`
@@ -184,7 +185,7 @@ mod tests {
         Arc::new(Push {
             seq,
             name: name.into(),
-            labels: crate::roster::Labels::default(),
+            labels: Labels::default(),
             before,
             after,
             event: "row",

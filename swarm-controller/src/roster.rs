@@ -60,7 +60,7 @@ impl Labels {
 
     /// Each label, by key.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = (&String, &String)> {
-        self.0.iter().map(|(k, v)| (k, v))
+        self.into_iter()
     }
 
     pub fn len(&self) -> usize {

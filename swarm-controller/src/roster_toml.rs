@@ -116,11 +116,18 @@ pub(crate) fn split_at(text: &str, at: Option<usize>) -> Option<Split> {
     let (first, second) = match at {
         None => (read_piece(text, 0)?, Piece::default()),
         Some(at) => std::thread::scope(|threads| {
-            let second = threads.spawn(|| read_piece(&text[at..], at));
+            let second = std::thread::Builder::new()
+                .name("config".into())
+                .spawn_scoped(threads, || read_piece(&text[at..], at));
             let first = read_piece(&text[..at], 0);
-            let second = second
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            let second = match second {
+                Ok(reading) => reading
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                // No thread to be had (the process is at its task limit):
+                // the second piece is read here, after the first.
+                Err(_) => read_piece(&text[at..], at),
+            };
             Some((first?, second?))
         })?,
     };

@@ -46,6 +46,7 @@ use swarm_queue_client::{AgentName, AgentSpec, GroupName, HiveName};
 use toml::Spanned;
 
 use crate::rollout_settings::{RawRollout, RolloutSettings};
+use crate::roster::Labels;
 use crate::toml_lines::{describe_toml_error, Lines};
 use crate::values::{templates_of, SetValue, Templates, ValueName, Values};
 
@@ -95,7 +96,7 @@ pub struct Group {
 }
 
 impl Group {
-    pub fn selects(&self, labels: &crate::roster::Labels) -> bool {
+    pub fn selects(&self, labels: &Labels) -> bool {
         self.select.iter().all(|(k, v)| labels.get(k) == Some(v))
     }
 }
@@ -501,7 +502,7 @@ mod tests {
         assert_eq!(web.table.agents[&AgentName::new("api").unwrap()].line, 3);
         assert!(web.selects(&[("role".into(), "web".into())].into()));
         assert!(!web.selects(&[("role".into(), "db".into())].into()));
-        assert!(!web.selects(&crate::roster::Labels::default()));
+        assert!(!web.selects(&Labels::default()));
         assert_eq!(f.rollout.unwrap().max_failed, 1);
         let err = parse("[rollout]\nwaves = [\"0\"]\n").unwrap_err();
         assert!(err[0].starts_with("line 1: rollout: "), "{err:?}");

@@ -24,6 +24,7 @@ use time::OffsetDateTime;
 
 use crate::age::human_age;
 use crate::evaluate::{Convergence, Freshness, HiveRow};
+use crate::roster::Labels;
 
 pub use crate::config::DEFAULT_PROGRESSING_ATTENTION;
 /// Rows per page when the event stream is not told otherwise.
@@ -185,7 +186,7 @@ pub struct Filter {
 }
 
 impl Filter {
-    pub fn matches(&self, name: &str, labels: &crate::roster::Labels, class: &Class) -> bool {
+    pub fn matches(&self, name: &str, labels: &Labels, class: &Class) -> bool {
         (self.freshness.is_empty() || self.freshness.contains(&class.freshness))
             && (self.convergence.is_empty() || self.convergence.contains(&class.convergence))
             && self
@@ -485,7 +486,7 @@ mod tests {
             convergence: Convergence::Unknown,
             attention: Some(Attention::Stale),
         };
-        let labels: crate::roster::Labels = [("site".to_string(), "attic".to_string())].into();
+        let labels: Labels = [("site".to_string(), "attic".to_string())].into();
         let yes = |pairs: &[(&str, &str)]| {
             Query::parse(pairs)
                 .unwrap()

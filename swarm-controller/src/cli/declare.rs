@@ -22,6 +22,7 @@ use crate::rollout::drive::{Deps, Ended};
 use crate::rollout::report::status_json;
 use crate::rollout::state::Rollout;
 use crate::rollout::{store, verbs};
+use crate::roster::Labels;
 use crate::swarm_file::SwarmFile;
 use crate::{audit, declare, nats};
 
@@ -32,7 +33,7 @@ pub fn roster_cmd(config: &Config, swarm_file: Option<PathBuf>, json: bool) -> a
         Some(p) => Some(SwarmFile::load(&p)?),
         None => None,
     };
-    let groups_of = |labels: &crate::roster::Labels| -> Vec<String> {
+    let groups_of = |labels: &Labels| -> Vec<String> {
         swarm
             .as_ref()
             .map(|f| groups::groups_of(f, labels))

@@ -45,7 +45,7 @@ use time::OffsetDateTime;
 
 use crate::age::human_age;
 use crate::maintenance::{HoldEntry, HoldView};
-use crate::roster::RosterEntry;
+use crate::roster::{Labels, RosterEntry};
 
 mod agents;
 mod entries;
@@ -213,7 +213,7 @@ pub struct RowWarning {
 pub struct HiveRow {
     pub name: String,
     pub rostered: bool,
-    pub labels: crate::roster::Labels,
+    pub labels: Labels,
     pub freshness: Freshness,
     /// Age of the status entry by the reader's clock, whole seconds.
     pub age_secs: Option<u64>,

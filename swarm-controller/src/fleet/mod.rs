@@ -32,9 +32,9 @@ use async_nats::jetstream::kv::Operation;
 use serde::Serialize;
 use time::OffsetDateTime;
 
-use crate::config::{Roster, RosterEntry};
 use crate::evaluate::{evaluate, Declared, Inputs, Link, StatusEntry, WantedEntry};
 use crate::maintenance::HoldEntry;
+use crate::roster::{Labels, Roster, RosterEntry};
 use crate::view::{self, Class, Progress, Query, ViewRow, DEFAULT_PROGRESSING_ATTENTION};
 
 pub mod status_age;
@@ -128,7 +128,7 @@ pub struct Change {
     pub seq: u64,
     pub name: String,
     /// The hive's roster labels (empty when unrostered), for filters.
-    pub labels: crate::roster::Labels,
+    pub labels: Labels,
     /// The class of the row handed out before (`None`: it had no row).
     pub before: Option<Class>,
     /// The row now; `None`: this unrostered hive has nothing left to show.
@@ -536,7 +536,7 @@ impl Fleet {
     /// The names on the page `query` asks for, by the classes of the rows
     /// last handed out (so it evaluates no row), and how many matched.
     pub fn select(&self, query: &Query) -> Selection {
-        let no_labels = crate::roster::Labels::default();
+        let no_labels = Labels::default();
         let mut matched: Vec<(u8, &str)> = self
             .slots
             .iter()

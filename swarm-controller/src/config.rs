@@ -1047,4 +1047,49 @@ mod tests {
             "{problems:?}"
         );
     }
+
+    /// A roster large enough to be read in two pieces names a bad table
+    /// in either piece by its line in the whole file.
+    #[test]
+    fn a_bad_hive_table_in_a_large_roster_is_named_with_its_line() {
+        let nkey = nkeys::KeyPair::new_user().public_key();
+        let mut text = String::from(MINIMAL);
+        let mut hive = 0;
+        while text.len() < 2 << 20 {
+            text.push_str(&format!(
+                "[hives.h{hive:05}]\nnkey = \"{nkey}\"\n[hives.h{hive:05}.labels]\nsite = \"s{}\"\n",
+                hive % 7
+            ));
+            hive += 1;
+        }
+        let line_of = |name: &str| 1 + text[..text.find(name).unwrap()].matches('\n').count();
+        let (early, late) = (format!("h{:05}", 3), format!("h{:05}", hive - 3));
+        let bad = |text: &str, name: &str| {
+            text.replacen(
+                &format!("[hives.{name}]\nnkey = \"{nkey}\""),
+                &format!("[hives.{name}]\nnkey = \"Unot-a-key\""),
+                1,
+            )
+        };
+        let text2 = bad(&bad(&text, &early), &late);
+        assert!(read_split(&text2).is_some(), "read in pieces");
+        let problems = parse(&text2).unwrap_err();
+        for name in [&early, &late] {
+            let want = format!(
+                "line {}: hives.{name}.nkey",
+                line_of(&format!("[hives.{name}]"))
+            );
+            assert!(
+                problems.iter().any(|p| p.starts_with(&want)),
+                "{want}: {problems:?}"
+            );
+        }
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        let c = parse(&text).expect("valid");
+        assert_eq!(c.hives.len(), hive);
+        assert_eq!(
+            c.hives[&HiveName::new(&late).unwrap()].labels["site"],
+            format!("s{}", (hive - 3) % 7)
+        );
+    }
 }

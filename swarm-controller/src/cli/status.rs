@@ -48,7 +48,8 @@ fn stdout_error(e: std::io::Error) -> anyhow::Error {
     if e.kind() == std::io::ErrorKind::BrokenPipe {
         ReaderLeft.into()
     } else {
-        anyhow::Error::from(e).context("writing to standard output")
+        // The words every other verb uses (`swarm_queue_client::cli::write_stdout`).
+        anyhow::Error::from(e).context("cannot write to standard output")
     }
 }
 

@@ -403,29 +403,38 @@ async fn a_reader_that_left_ends_each_verb_quietly() {
     let r = run_controller(Some(&env.config), &["maintenance", "list", "--json"]).await;
     let holds: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
     assert_eq!(holds["holds"], serde_json::json!([]), "{r:?}");
-    // Any other failed write is said, and is no success: the output is
-    // not whole.
-    let full = std::fs::OpenOptions::new()
-        .write(true)
-        .open("/dev/full")
-        .unwrap();
-    let out = tokio::process::Command::new(hyperhive_tests::controller_bin())
-        .arg("--config")
-        .arg(&env.config)
-        .arg("roster")
-        .stdout(full)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap()
-        .wait_with_output()
-        .await
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("cannot write to standard output: No space left on device"),
-        "{stderr}"
-    );
+    // Any other failed write is said, in the same words by every verb,
+    // and is no success: the output is not whole.
+    for args in [
+        &["roster"][..],
+        &["status", "--json"],
+        &["status"],
+        &["status", "--watch", "--json"],
+        &["maintenance", "list", "--json"],
+    ] {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let out = tokio::process::Command::new(hyperhive_tests::controller_bin())
+            .arg("--config")
+            .arg(&env.config)
+            .args(args)
+            .stdout(full)
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap()
+            .wait_with_output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("cannot write to standard output: No space left on device"),
+            "{args:?}: {stderr}"
+        );
+    }
 }
 
 #[tokio::test]

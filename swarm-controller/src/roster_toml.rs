@@ -116,9 +116,10 @@ pub(crate) fn split_at(text: &str, at: Option<usize>) -> Option<Split> {
     let (first, second) = match at {
         None => (read_piece(text, 0)?, Piece::default()),
         Some(at) => std::thread::scope(|threads| {
+            let read_second = || read_piece(&text[at..], at);
             let second = std::thread::Builder::new()
                 .name("config".into())
-                .spawn_scoped(threads, || read_piece(&text[at..], at));
+                .spawn_scoped(threads, read_second);
             let first = read_piece(&text[..at], 0);
             let second = match second {
                 Ok(reading) => reading
@@ -126,7 +127,7 @@ pub(crate) fn split_at(text: &str, at: Option<usize>) -> Option<Split> {
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
                 // No thread to be had (the process is at its task limit):
                 // the second piece is read here, after the first.
-                Err(_) => read_piece(&text[at..], at),
+                Err(_) => read_second(),
             };
             Some((first?, second?))
         })?,
@@ -210,10 +211,12 @@ fn read_piece(text: &str, offset: usize) -> Option<Piece> {
             events: &events[first..end],
             source,
         };
-        let at = offset + events[first].span().start();
+        let header_at = offset + events[first].span().start();
         match section.section()? {
-            Section::Hive(name, entry, gave) => piece.tables.push((name, at, entry, gave)),
-            Section::Labels(name, at, given) => piece.labels.push((name, offset + at, given)),
+            Section::Hive(name, entry, gave) => piece.tables.push((name, header_at, entry, gave)),
+            Section::Labels(name, name_at, given) => {
+                piece.labels.push((name, offset + name_at, given))
+            }
             Section::Other => piece.rest.push_str(&text[start_of(n)..start_of(n + 1)]),
         }
     }

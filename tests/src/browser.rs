@@ -110,6 +110,15 @@ impl Page {
 
     /// Send one CDP command and return its result.
     pub async fn call(&mut self, method: &str, params: Value) -> Value {
+        match self.try_call(method, params).await {
+            Ok(result) => result,
+            Err(reply) => panic!("{method}: {reply}"),
+        }
+    }
+
+    /// Send one CDP command; its result, or the whole reply when it is an
+    /// error.
+    async fn try_call(&mut self, method: &str, params: Value) -> Result<Value, Value> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let msg = json!({ "id": id, "method": method, "params": params }).to_string();
         self.socket.send(Message::text(msg)).await.unwrap();
@@ -122,8 +131,10 @@ impl Page {
             let Message::Text(text) = frame else { continue };
             let reply: Value = serde_json::from_str(text.as_str()).unwrap();
             if reply["id"] == id {
-                assert!(reply.get("error").is_none(), "{method}: {reply}");
-                return reply["result"].clone();
+                if reply.get("error").is_some() {
+                    return Err(reply);
+                }
+                return Ok(reply["result"].clone());
             }
         }
     }
@@ -140,11 +151,22 @@ impl Page {
         r["result"]["value"].clone()
     }
 
-    /// Evaluate until the expression is truthy.
+    /// Evaluate until the expression is truthy. A page that navigates
+    /// (a click on a link, a form sent) drops an evaluation that was under
+    /// way in the document it leaves; that evaluation is asked again in
+    /// the next document, as any other not-yet.
     pub async fn wait_for(&mut self, what: &str, expression: &str) -> Value {
         let deadline = std::time::Instant::now() + T;
         loop {
-            let v = self.eval(expression).await;
+            let params = json!({ "expression": expression, "returnByValue": true });
+            let v = match self.try_call("Runtime.evaluate", params).await {
+                Ok(r) => {
+                    assert!(r.get("exceptionDetails").is_none(), "{expression}: {r}");
+                    r["result"]["value"].clone()
+                }
+                Err(reply) if left_its_document(&reply) => Value::Null,
+                Err(reply) => panic!("Runtime.evaluate: {reply}"),
+            };
             if !(v.is_null() || v == false || v == "") {
                 return v;
             }
@@ -155,6 +177,14 @@ impl Page {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
     }
+}
+
+/// Whether a CDP error says the evaluation's document went away under it
+/// (the page navigated), rather than that the command was wrong.
+fn left_its_document(reply: &Value) -> bool {
+    let message = reply["error"]["message"].as_str().unwrap_or_default();
+    message.contains("Inspected target navigated or closed")
+        || message.contains("Cannot find context with specified id")
 }
 
 impl Drop for Page {

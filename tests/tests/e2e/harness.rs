@@ -59,3 +59,57 @@ fn busybox_image_runs_and_is_removed_on_drop() {
     let left = docker(&["images", "-q", &reference]);
     assert!(left.is_empty(), "image {reference} left behind");
 }
+
+/// A page that reloads itself 600 times as fast as it can: evaluations
+/// the wait sends meet documents being left. The wait must ask again in
+/// the next document rather than fail (a link clicked on the dashboard
+/// does the same, once).
+#[tokio::test]
+async fn the_browser_wait_carries_on_across_a_page_that_navigates() {
+    use hyperhive_tests::browser::Page;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    const LOADS: u32 = 600;
+    let page_text = format!(
+        "<!doctype html><title>reloads</title><script>\
+         const n = Number(sessionStorage.n || 0) + 1; sessionStorage.n = n; \
+         if (n < {LOADS}) location.reload();</script>"
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = tokio::spawn(async move {
+        loop {
+            let (mut conn, _) = listener.accept().await.unwrap();
+            let body = page_text.clone();
+            tokio::spawn(async move {
+                let mut request = [0u8; 4096];
+                let _ = conn.read(&mut request).await;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncache-control: no-store\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = conn.write_all(head.as_bytes()).await;
+                let _ = conn.write_all(body.as_bytes()).await;
+            });
+        }
+    });
+    let dir = tempfile::Builder::new()
+        .prefix("hhtest-browser-")
+        .tempdir()
+        .unwrap();
+    let mut page = Page::launch(&dir.path().join("chromium.log")).await;
+    page.call(
+        "Page.navigate",
+        serde_json::json!({ "url": format!("http://127.0.0.1:{port}/") }),
+    )
+    .await;
+    let loads = page
+        .wait_for(
+            "the page's last load",
+            &format!("sessionStorage.n === '{LOADS}' && sessionStorage.n"),
+        )
+        .await;
+    assert_eq!(loads, LOADS.to_string());
+    server.abort();
+}

@@ -187,9 +187,19 @@ impl ContainerGuard {
         out.lines().map(str::to_string).collect()
     }
 
+    /// Remove them all. Quiet when the CLI fails (no daemon answers): it
+    /// runs from `drop`, and a panic there while a test's failure unwinds
+    /// aborts the test binary before any other guard has cleaned up.
     pub fn remove_all(&self) {
-        for id in self.ids() {
-            let _ = Command::new("docker").args(["rm", "-f", &id]).output();
+        let filter = format!("label=org.hyperhive.hive={}", self.hive);
+        let Ok(out) = Command::new("docker")
+            .args(["ps", "-aq", "--filter", &filter])
+            .output()
+        else {
+            return;
+        };
+        for id in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+            let _ = Command::new("docker").args(["rm", "-f", id]).output();
         }
     }
 }

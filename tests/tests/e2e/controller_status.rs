@@ -504,3 +504,95 @@ async fn check_config_and_bad_input_exit_codes() {
     assert!(r.stderr.contains("did not answer"), "{r:?}");
     assert!(start.elapsed() < Duration::from_secs(20));
 }
+
+/// A roster of over 1 MiB is read in two pieces, the second on a thread of
+/// its own; when no thread can be had (its user at the process limit), the
+/// second piece is read on the calling thread. `--check-config` runs as a
+/// user of its own whose `RLIMIT_NPROC` is 1 (`setpriv` and `prlimit`, from
+/// util-linux), and must answer as it does without the limit: the same
+/// count of hives, and each bad table named by its line in the whole file
+/// whichever piece it is in. A shell under the same limit shows that the
+/// limit stops a fork there.
+#[tokio::test]
+async fn a_large_roster_is_read_when_no_thread_can_be_had() {
+    use std::os::unix::fs::PermissionsExt;
+
+    // A user no process of this machine runs as: the limit counts them all.
+    const UID: &str = "2147000123";
+    let under_limit = |program: &std::path::Path| {
+        let mut cmd = std::process::Command::new("setpriv");
+        cmd.args(["--reuid", UID, "--regid", UID, "--clear-groups"])
+            .args(["prlimit", "--nproc=1", "--"])
+            .arg(program);
+        cmd
+    };
+    let fork_check = "true & wait $! && echo forked";
+    let sh = std::path::Path::new("/bin/sh");
+    let free = std::process::Command::new(sh)
+        .args(["-c", fork_check])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&free.stdout).trim(), "forked");
+    let limited = under_limit(sh).args(["-c", fork_check]).output().unwrap();
+    assert!(
+        !String::from_utf8_lossy(&limited.stdout).contains("forked"),
+        "the limit did not stop a fork: {limited:?}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let nkey = nkeys::KeyPair::new_user().public_key();
+    let mut text = String::from("[nats]\nurl = \"nats://127.0.0.1:1\"\n");
+    let mut hives = 0;
+    while text.len() < 3 << 19 {
+        text.push_str(&format!(
+            "[hives.h{hives:05}]\nnkey = \"{nkey}\"\n[hives.h{hives:05}.labels]\nsite = \"s{}\"\n",
+            hives % 7
+        ));
+        hives += 1;
+    }
+    let (early, late) = (format!("h{:05}", 3), format!("h{:05}", hives - 3));
+    let mut bad = text.clone();
+    for name in [&early, &late] {
+        bad = bad.replacen(
+            &format!("[hives.{name}]\nnkey = \"{nkey}\""),
+            &format!("[hives.{name}]\nnkey = \"Unot-a-key\""),
+            1,
+        );
+    }
+    let line_of = |name: &str| {
+        let header = format!("[hives.{name}]");
+        1 + bad[..bad.find(&header).unwrap()].matches('\n').count()
+    };
+    let (good_file, bad_file) = (dir.path().join("good.toml"), dir.path().join("bad.toml"));
+    for (file, text) in [(&good_file, &text), (&bad_file, &bad)] {
+        std::fs::write(file, text).unwrap();
+        std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+
+    let bin = hyperhive_tests::process::controller_bin();
+    let check = |file: &std::path::Path, limit: bool| {
+        let mut cmd = if limit {
+            under_limit(&bin)
+        } else {
+            std::process::Command::new(&bin)
+        };
+        let out = cmd.arg("--check-config").arg(file).output().unwrap();
+        let said = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.code(), said(&out.stdout), said(&out.stderr))
+    };
+    let good = check(&good_file, true);
+    assert_eq!(good.0, Some(0), "{good:?}");
+    assert!(
+        good.1.contains(&format!("ok ({hives} rostered hives)")),
+        "{good:?}"
+    );
+    assert_eq!(good, check(&good_file, false));
+    let refused = check(&bad_file, true);
+    assert_eq!(refused.0, Some(64), "{refused:?}");
+    for name in [&early, &late] {
+        let want = format!("line {}: hives.{name}.nkey", line_of(name));
+        assert!(refused.2.contains(&want), "{want}: {refused:?}");
+    }
+    assert_eq!(refused, check(&bad_file, false));
+}

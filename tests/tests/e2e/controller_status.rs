@@ -570,7 +570,10 @@ async fn a_large_roster_is_read_when_no_thread_can_be_had() {
         std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o644)).unwrap();
     }
 
-    let bin = hyperhive_tests::process::controller_bin();
+    // A copy the other user can run, wherever the build put the binary.
+    let bin = dir.path().join("swarm-controller");
+    std::fs::copy(hyperhive_tests::process::controller_bin(), &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
     let check = |file: &std::path::Path, limit: bool| {
         let mut cmd = if limit {
             under_limit(&bin)

@@ -141,14 +141,19 @@ impl Page {
 
     /// Evaluate a JavaScript expression in the page; its value as JSON.
     pub async fn eval(&mut self, expression: &str) -> Value {
-        let r = self
-            .call(
-                "Runtime.evaluate",
-                json!({ "expression": expression, "returnByValue": true }),
-            )
-            .await;
+        match self.try_eval(expression).await {
+            Ok(value) => value,
+            Err(reply) => panic!("Runtime.evaluate: {reply}"),
+        }
+    }
+
+    /// [`Page::eval`], with a CDP error given back (the expression throwing
+    /// still fails the test).
+    async fn try_eval(&mut self, expression: &str) -> Result<Value, Value> {
+        let params = json!({ "expression": expression, "returnByValue": true });
+        let r = self.try_call("Runtime.evaluate", params).await?;
         assert!(r.get("exceptionDetails").is_none(), "{expression}: {r}");
-        r["result"]["value"].clone()
+        Ok(r["result"]["value"].clone())
     }
 
     /// Evaluate until the expression is truthy. A page that navigates
@@ -158,12 +163,8 @@ impl Page {
     pub async fn wait_for(&mut self, what: &str, expression: &str) -> Value {
         let deadline = std::time::Instant::now() + T;
         loop {
-            let params = json!({ "expression": expression, "returnByValue": true });
-            let v = match self.try_call("Runtime.evaluate", params).await {
-                Ok(r) => {
-                    assert!(r.get("exceptionDetails").is_none(), "{expression}: {r}");
-                    r["result"]["value"].clone()
-                }
+            let v = match self.try_eval(expression).await {
+                Ok(v) => v,
                 Err(reply) if left_its_document(&reply) => Value::Null,
                 Err(reply) => panic!("Runtime.evaluate: {reply}"),
             };

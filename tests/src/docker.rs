@@ -178,22 +178,20 @@ impl ContainerGuard {
     }
 
     pub fn ids(&self) -> Vec<String> {
-        let out = docker(&[
-            "ps",
-            "-aq",
-            "--filter",
-            &format!("label=org.hyperhive.hive={}", self.hive),
-        ]);
+        let out = docker(&["ps", "-aq", "--filter", &self.filter()]);
         out.lines().map(str::to_string).collect()
+    }
+
+    fn filter(&self) -> String {
+        format!("label=org.hyperhive.hive={}", self.hive)
     }
 
     /// Remove them all. Quiet when the CLI fails (no daemon answers): it
     /// runs from `drop`, and a panic there while a test's failure unwinds
     /// aborts the test binary before any other guard has cleaned up.
     pub fn remove_all(&self) {
-        let filter = format!("label=org.hyperhive.hive={}", self.hive);
         let Ok(out) = Command::new("docker")
-            .args(["ps", "-aq", "--filter", &filter])
+            .args(["ps", "-aq", "--filter", &self.filter()])
             .output()
         else {
             return;

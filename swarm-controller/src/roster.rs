@@ -41,15 +41,19 @@ pub type Roster = BTreeMap<HiveName, RosterEntry>;
 pub struct Labels(Vec<(String, String)>);
 
 impl Labels {
+    /// Where `key` is, or where it would go.
+    fn find(&self, key: &str) -> Result<usize, usize> {
+        self.0.binary_search_by(|(k, _)| k.as_str().cmp(key))
+    }
+
     /// The value of `key`.
     pub fn get(&self, key: &str) -> Option<&String> {
-        let at = self.0.binary_search_by(|(k, _)| k.as_str().cmp(key)).ok()?;
-        Some(&self.0[at].1)
+        Some(&self.0[self.find(key).ok()?].1)
     }
 
     /// Set `key` to `value`; the value it had before, if any.
     pub fn insert(&mut self, key: String, value: String) -> Option<String> {
-        match self.0.binary_search_by(|(k, _)| k.cmp(&key)) {
+        match self.find(&key) {
             Ok(at) => Some(std::mem::replace(&mut self.0[at].1, value)),
             Err(at) => {
                 self.0.insert(at, (key, value));

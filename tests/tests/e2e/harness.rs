@@ -120,34 +120,30 @@ async fn the_browser_wait_carries_on_across_a_page_that_navigates() {
     server.abort();
 }
 
-/// Where [`without_docker_a_failing_test_still_cleans_up`] asks its helper
-/// to write the path of the directory the helper made.
+/// Set in the child [`without_docker_a_failing_test_still_cleans_up`]
+/// runs: where that child writes the path of the directory it made.
 const NO_DOCKER_REPORT: &str = "HH_TEST_NO_DOCKER_REPORT";
-
-/// Run only by the test below, in a process of its own whose `docker`
-/// reaches no daemon: a test that makes a directory and a container guard,
-/// then fails for want of Docker, as any Docker test fails when dockerd is
-/// down.
-#[test]
-#[ignore = "a helper: run by without_docker_a_failing_test_still_cleans_up"]
-fn helper_fails_for_want_of_docker() {
-    let dir = tempfile::Builder::new()
-        .prefix("hhtest-nodocker-")
-        .tempdir()
-        .unwrap();
-    if let Ok(report) = std::env::var(NO_DOCKER_REPORT) {
-        std::fs::write(report, dir.path().as_os_str().as_encoded_bytes()).unwrap();
-    }
-    let _containers = hyperhive_tests::docker::ContainerGuard::new("hhtest-nodocker");
-    hyperhive_tests::docker::require_docker();
-}
 
 /// With no Docker daemon, a failing test must fail as a test (exit 101) and
 /// unwind, so that every guard cleans up: a guard that panicked again while
 /// unwinding made the whole test binary abort, and every other test's
-/// servers, browsers and directories were left behind.
+/// servers, browsers and directories were left behind. The test runs
+/// itself again in a process of its own whose `docker` reaches no daemon;
+/// there (told by [`NO_DOCKER_REPORT`]) it makes a directory and a
+/// container guard, then fails for want of Docker, as any Docker test
+/// fails when dockerd is down.
 #[test]
 fn without_docker_a_failing_test_still_cleans_up() {
+    if let Ok(report) = std::env::var(NO_DOCKER_REPORT) {
+        let dir = tempfile::Builder::new()
+            .prefix("hhtest-nodocker-")
+            .tempdir()
+            .unwrap();
+        std::fs::write(report, dir.path().as_os_str().as_encoded_bytes()).unwrap();
+        let _containers = hyperhive_tests::docker::ContainerGuard::new("hhtest-nodocker");
+        hyperhive_tests::docker::require_docker();
+        unreachable!("a Docker daemon answered at DOCKER_HOST=unix:///nonexistent");
+    }
     let scratch = tempfile::Builder::new()
         .prefix("hhtest-nodocker-report-")
         .tempdir()
@@ -155,9 +151,8 @@ fn without_docker_a_failing_test_still_cleans_up() {
     let report = scratch.path().join("made");
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
-            "--ignored",
             "--exact",
-            "harness::helper_fails_for_want_of_docker",
+            "harness::without_docker_a_failing_test_still_cleans_up",
         ])
         .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
         .env(NO_DOCKER_REPORT, &report)

@@ -439,7 +439,15 @@ async fn repeated_rebuilds_keep_the_current_and_previous_image_and_no_foreign_on
             "disk use {size} grew past two images ({bound})"
         );
     }
-    let listing = hive(&["images", "--json"]).await;
+    // The hive forgets an image it removed after Docker has removed it (so
+    // a failed removal is never forgotten): the wait above can end between
+    // the two, with the removed image still listed as removable.
+    let listing = wait_until(T, "the hive's record of the last cleanup", || async {
+        let listing = hive(&["images", "--json"]).await;
+        let view: Value = serde_json::from_str(&listing).unwrap();
+        (view["images"].as_array().unwrap().len() <= 2).then_some(listing)
+    })
+    .await;
     println!("hive images --json: {listing}");
     let view: Value = serde_json::from_str(&listing).unwrap();
     let rows = view["images"].as_array().unwrap();

@@ -280,15 +280,8 @@ fn hive_name(text: Option<String>, problems: &mut Vec<String>) -> Option<HiveNam
 
 /// The file's NATS settings; a URL from a flag or the environment replaces
 /// the file's servers.
-fn nats_config(
-    mut nats: NatsConfig,
-    url: Option<String>,
-    problems: &mut Vec<String>,
-) -> NatsConfig {
-    if let Some(url) = url {
-        nats.url = Some(url);
-        nats.servers.clear();
-    }
+fn nats_config(nats: NatsConfig, url: Option<String>, problems: &mut Vec<String>) -> NatsConfig {
+    let nats = nats.with_url(url.as_deref());
     problems.extend(nats.check());
     nats
 }

@@ -150,13 +150,19 @@ impl Config {
     /// Read and check `path`. `nats_url` (from `--nats-url`) replaces the
     /// file's server list.
     pub fn load(path: &Path, nats_url: Option<&str>) -> Result<Config, ConfigError> {
-        let fail = |problems| ConfigError {
+        let text = Self::read(path)?;
+        Self::parse(path, &text, nats_url).map_err(|problems| ConfigError {
             path: path.to_path_buf(),
             problems,
-        };
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| fail(vec![format!("cannot read {}: {e}", path.display())]))?;
-        Self::parse(path, &text, nats_url).map_err(fail)
+        })
+    }
+
+    /// The text of the config file at `path`, not yet checked.
+    pub fn read(path: &Path) -> Result<String, ConfigError> {
+        std::fs::read_to_string(path).map_err(|e| ConfigError {
+            path: path.to_path_buf(),
+            problems: vec![format!("cannot read {}: {e}", path.display())],
+        })
     }
 
     /// Why the verbs that talk to NATS cannot run with this config, if so.
@@ -196,11 +202,7 @@ impl Config {
         problems.extend(check_timings(&raw));
         let http_listen = check_http(&raw, &mut problems);
         let webhook_listen = check_webhook_listen(&raw, http_listen, &mut problems);
-        let mut nats = raw.nats;
-        if let Some(url) = nats_url {
-            nats.url = Some(url.to_string());
-            nats.servers.clear();
-        }
+        let nats = raw.nats.with_url(nats_url);
         problems.extend(nats.check());
         if let Some(nkey) = &raw.controller.nkey {
             if let Some(p) = check_user_nkey(nkey) {

@@ -48,6 +48,10 @@ pub enum NatsError {
     Unreachable { servers: String, waited: Duration },
     #[error(transparent)]
     Bucket(#[from] BucketError),
+    #[error(
+        "the buckets were read, but not the config that lays out the fleet they are read into"
+    )]
+    NotLaidOut,
     #[error("cannot watch bucket {bucket}: {reason}")]
     Watch {
         bucket: &'static str,
@@ -298,6 +302,26 @@ pub async fn read_values(
     buckets: &Buckets,
     fleet: &std::sync::RwLock<Fleet>,
 ) -> Result<Follower, NatsError> {
+    read_into(buckets, fleet, None).await
+}
+
+/// [`read_values`] begun before the fleet is laid out: a one-look `status`
+/// reads the buckets while it reads its roster. What is decoded meanwhile
+/// waits, and is stored once `layout` gives the fleet, which takes the
+/// place of what `fleet` held. Fails when `layout` is dropped unsent.
+pub async fn read_values_before_layout(
+    buckets: &Buckets,
+    fleet: &std::sync::RwLock<Fleet>,
+    layout: tokio::sync::oneshot::Receiver<Fleet>,
+) -> Result<Follower, NatsError> {
+    read_into(buckets, fleet, Some(layout)).await
+}
+
+async fn read_into(
+    buckets: &Buckets,
+    fleet: &std::sync::RwLock<Fleet>,
+    layout: Option<tokio::sync::oneshot::Receiver<Fleet>>,
+) -> Result<Follower, NatsError> {
     // Rows are computed once at the end, not once per entry: a hive has an
     // entry in each bucket, and only the last state of the pair matters.
     // Decoding is most of the work: it runs on blocking threads, one lane
@@ -306,7 +330,7 @@ pub async fn read_values(
     // are read in turn, smallest first: a watch's values arrive as fast as
     // the server sends them and wait in memory until decoded, so only one
     // bucket's can be waiting.
-    let mut read = Reading::start(fleet);
+    let mut read = Reading::start(fleet, layout);
     let wanted = read.bucket(Source::Wanted, &buckets.wanted).await?;
     let maintenance = read
         .bucket(Source::Maintenance, &buckets.maintenance)
@@ -323,6 +347,10 @@ pub async fn read_values(
 /// One [`read_values`]: entries sent to the lanes, decoded ones stored.
 struct Reading<'a> {
     fleet: &'a std::sync::RwLock<Fleet>,
+    /// The fleet, while it is being laid out: decoded batches wait in
+    /// `waiting` until it comes.
+    layout: Option<tokio::sync::oneshot::Receiver<Fleet>>,
+    waiting: Vec<Vec<Decoded>>,
     lanes: DecodeLanes,
     decoded: tokio::sync::mpsc::UnboundedReceiver<Vec<Decoded>>,
     sent: u64,
@@ -330,10 +358,15 @@ struct Reading<'a> {
 }
 
 impl<'a> Reading<'a> {
-    fn start(fleet: &'a std::sync::RwLock<Fleet>) -> Self {
+    fn start(
+        fleet: &'a std::sync::RwLock<Fleet>,
+        layout: Option<tokio::sync::oneshot::Receiver<Fleet>>,
+    ) -> Self {
         let (lanes, decoded) = DecodeLanes::start();
         Reading {
             fleet,
+            layout,
+            waiting: Vec::new(),
             lanes,
             decoded,
             sent: 0,
@@ -341,13 +374,33 @@ impl<'a> Reading<'a> {
         }
     }
 
-    /// Store a lane's batch under one write lock.
+    /// Store a lane's batch under one write lock, or keep it until the
+    /// fleet is laid out.
     fn store(&mut self, batch: Vec<Decoded>) {
         self.stored += batch.len() as u64;
+        if self.layout.is_some() {
+            self.waiting.push(batch);
+            return;
+        }
         let mut fleet = self.fleet.write().unwrap_or_else(|p| p.into_inner());
         for d in batch {
             fleet.store_decoded(d);
         }
+    }
+
+    /// The fleet is laid out: it takes the place of the one read into, and
+    /// what waited is stored in it.
+    fn laid_out(
+        &mut self,
+        fleet: Result<Fleet, tokio::sync::oneshot::error::RecvError>,
+    ) -> Result<(), NatsError> {
+        self.layout = None;
+        let mut laid = fleet.map_err(|_| NatsError::NotLaidOut)?;
+        for d in self.waiting.drain(..).flatten() {
+            laid.store_decoded(d);
+        }
+        *self.fleet.write().unwrap_or_else(|p| p.into_inner()) = laid;
+        Ok(())
     }
 
     /// Watch one bucket until its current values have all been sent to the
@@ -366,6 +419,8 @@ impl<'a> Reading<'a> {
                     self.sent += 1;
                 }
                 Some(batch) = self.decoded.recv() => self.store(batch),
+                // Cancel-safe: a receiver keeps what was sent.
+                fleet = layout_of(&mut self.layout) => self.laid_out(fleet)?,
             }
         }
         self.lanes.flush().await;
@@ -378,6 +433,10 @@ impl<'a> Reading<'a> {
         while let Some(batch) = self.decoded.recv().await {
             self.store(batch);
         }
+        if self.layout.is_some() {
+            let fleet = layout_of(&mut self.layout).await;
+            self.laid_out(fleet)?;
+        }
         if self.stored < self.sent {
             return Err(NatsError::Watch {
                 bucket: swarm_queue_client::buckets::STATUS_BUCKET,
@@ -388,6 +447,16 @@ impl<'a> Reading<'a> {
             });
         }
         Ok(())
+    }
+}
+
+/// The fleet from `layout`, once it comes; never without one.
+async fn layout_of(
+    layout: &mut Option<tokio::sync::oneshot::Receiver<Fleet>>,
+) -> Result<Fleet, tokio::sync::oneshot::error::RecvError> {
+    match layout {
+        Some(fleet) => fleet.await,
+        None => std::future::pending().await,
     }
 }
 

@@ -5,6 +5,10 @@
 //! `-- --quick` (or `HH_BENCH_QUICK=1`) for a short CI run (500 hives);
 //! `-- --hives N` for another fleet size (the 50,000-hive figures in
 //! `docs/benchmarks-scale.md`).
+//! With `HH_BENCH_HOLD=1` it fills the server, prints `HOLD <config>
+//! <deployed config> <server pid>` and keeps the server until its standard
+//! input closes, measuring nothing: a fleet to time or profile the binary
+//! against by hand.
 //!
 //! A real nats-server (the harness's `NatsServer`) gets one status and one
 //! declaration per hive from a generator (mixed converged / progressing /
@@ -414,6 +418,16 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
         .collect::<Res<Vec<_>>>()?;
     put_all(&status, statuses).await?;
     let gen_secs = gen_start.elapsed().as_secs_f64();
+    if std::env::var_os("HH_BENCH_HOLD").is_some() {
+        println!(
+            "HOLD {} {} {}",
+            config.display(),
+            deployed.display(),
+            nats.pid().unwrap_or(0)
+        );
+        std::io::copy(&mut std::io::stdin(), &mut std::io::sink())?;
+        return Ok(());
+    }
 
     let exe = std::env::current_exe()?;
     let baseline = run_child(&exe, "connect", &config, None)?;

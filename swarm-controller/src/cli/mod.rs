@@ -4,6 +4,7 @@
 //! only wires them to arguments and output.
 
 pub mod declare;
+mod early;
 mod events;
 mod history;
 mod logs;
@@ -21,6 +22,7 @@ use swarm_queue_client::{AgentName, HiveName};
 use tokio::sync::watch;
 
 use self::declare::{DeclareArgs, RollbackArgs, RolloutVerb};
+use self::early::EarlyRead;
 use self::events::{CredentialDelete, CredentialPut, DeployArgs};
 use self::history::EventsArgs;
 use self::logs::LogsArgs;
@@ -329,21 +331,6 @@ fn parse_and_run() -> i32 {
         eprintln!("swarm-controller: --config FILE is required (or HYPERHIVE_CONTROLLER_CONFIG)");
         return EXIT_USAGE;
     };
-    let config = match Config::load(config_path, cli.nats_url.as_deref()) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("{e}");
-            return EXIT_CONFIG;
-        }
-    };
-
-    if command.needs_nats() {
-        if let Some(problem) = config.nats_missing() {
-            eprintln!("{problem}");
-            return EXIT_CONFIG;
-        }
-    }
-
     // `serve` is a daemon and logs what it does; a one-shot verb only what
     // went wrong.
     let default_level = match command {
@@ -358,7 +345,20 @@ fn parse_and_run() -> i32 {
             return EXIT_FAILURE;
         }
     };
-    match runtime.block_on(run(config, command)) {
+    let (config, early) =
+        match load_config(&runtime, config_path, cli.nats_url.as_deref(), &command) {
+            Ok(loaded) => loaded,
+            Err(code) => return code,
+        };
+
+    if command.needs_nats() {
+        if let Some(problem) = config.nats_missing() {
+            eprintln!("{problem}");
+            return EXIT_CONFIG;
+        }
+    }
+
+    match runtime.block_on(run(config, command, early)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("swarm-controller: {e:#}");
@@ -367,10 +367,41 @@ fn parse_and_run() -> i32 {
     }
 }
 
-async fn run(config: Config, command: Command) -> anyhow::Result<i32> {
+/// The config at `path`, checked, or the exit code once its problems are
+/// printed; for a one-look status, with the read of the buckets begun
+/// while the roster was read ([`EarlyRead`], stopped when the config
+/// fails).
+fn load_config(
+    runtime: &tokio::runtime::Runtime,
+    path: &Path,
+    nats_url: Option<&str>,
+    command: &Command,
+) -> Result<(Config, Option<EarlyRead>), i32> {
+    let text = Config::read(path).map_err(|e| {
+        eprintln!("{e}");
+        EXIT_CONFIG
+    })?;
+    let early = match command {
+        Command::Status { watch: false, .. } => {
+            early::nats_head(&text, nats_url).map(|nats| EarlyRead::start(runtime, nats))
+        }
+        _ => None,
+    };
+    match Config::parse(path, &text, nats_url) {
+        Ok(config) => Ok((config, early)),
+        Err(problems) => {
+            drop(early);
+            let path = path.to_path_buf();
+            eprintln!("{}", crate::config::ConfigError { path, problems });
+            Err(EXIT_CONFIG)
+        }
+    }
+}
+
+async fn run(config: Config, command: Command, early: Option<EarlyRead>) -> anyhow::Result<i32> {
     match command {
         Command::Roster { swarm_file, json } => declare::roster_cmd(&config, swarm_file, json),
-        Command::Status { json, watch } => status::status_cmd(config, json, watch).await,
+        Command::Status { json, watch } => status::status_cmd(config, json, watch, early).await,
         Command::Declare(args) => declare::declare_cmd(&config, args).await,
         Command::Rollout { action } => declare::rollout_cmd(&config, action.into()).await,
         Command::Rollback(args) => declare::rollback_cmd(&config, args).await,

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 
 use swarm_queue_client::cli::{shutdown_signal, EXIT_OK};
 
+use super::early::EarlyRead;
 use super::support::CONNECT_WAIT;
 use crate::config::Config;
 use crate::evaluate::Link;
@@ -53,16 +54,41 @@ fn stdout_error(e: std::io::Error) -> anyhow::Error {
     }
 }
 
-/// `status [--json] [--watch]`.
+/// `status [--json] [--watch]`; `early`: the one-look read begun while the
+/// config was read, used when that config names the same NATS settings.
 pub(crate) async fn status_cmd(
     config: Config,
     json: bool,
     watch_mode: bool,
+    early: Option<EarlyRead>,
 ) -> anyhow::Result<i32> {
-    match status_until_done(config, json, watch_mode).await {
+    let early = early.filter(|e| {
+        let same = e.nats == config.nats;
+        if !same {
+            tracing::debug!(
+                "the config's NATS settings are not its [nats] tables' alone: read again"
+            );
+        }
+        same
+    });
+    let done = match early {
+        Some(early) if !watch_mode => early.finish(config, json).await,
+        _ => status_until_done(config, json, watch_mode).await,
+    };
+    match done {
         Err(e) if e.is::<ReaderLeft>() => Ok(EXIT_OK),
         done => done,
     }
+}
+
+/// `read` within [`LOAD_WAIT`], its error said as a reader of the buckets.
+pub(super) async fn within_load_wait<T>(
+    read: impl std::future::Future<Output = Result<T, nats::NatsError>>,
+) -> anyhow::Result<T> {
+    tokio::time::timeout(LOAD_WAIT, read)
+        .await
+        .map_err(|_| anyhow::anyhow!("reading the buckets took over {LOAD_WAIT:?}"))?
+        .context("reading the status and wanted buckets")
 }
 
 async fn status_until_done(config: Config, json: bool, watch_mode: bool) -> anyhow::Result<i32> {
@@ -89,19 +115,13 @@ async fn status_until_done(config: Config, json: bool, watch_mode: bool) -> anyh
     let linkable = fleet.read().unwrap_or_else(|p| p.into_inner()).linkable();
     // Once: every row is evaluated once, as it is printed. Watching: the
     // fleet keeps its rows' classes and deadlines up to date.
-    let read = async {
-        let read = async {
-            if watch_mode {
-                nats::load(&buckets, &fleet).await
-            } else {
-                nats::read_values(&buckets, &fleet).await
-            }
-        };
-        tokio::time::timeout(LOAD_WAIT, read)
-            .await
-            .map_err(|_| anyhow::anyhow!("reading the buckets took over {LOAD_WAIT:?}"))?
-            .context("reading the status and wanted buckets")
-    };
+    let read = within_load_wait(async {
+        if watch_mode {
+            nats::load(&buckets, &fleet).await
+        } else {
+            nats::read_values(&buckets, &fleet).await
+        }
+    });
     let (follower, watcher, rollout) = tokio::join!(
         read,
         Watcher::start(&conn.client, linkable),
@@ -129,7 +149,11 @@ async fn status_until_done(config: Config, json: bool, watch_mode: bool) -> anyh
 
 /// Print the report once: the JSON document written row by row as each is
 /// evaluated, or the table.
-fn show_once(fleet: &Fleet, rollout: Option<serde_json::Value>, json: bool) -> anyhow::Result<()> {
+pub(super) fn show_once(
+    fleet: &Fleet,
+    rollout: Option<serde_json::Value>,
+    json: bool,
+) -> anyhow::Result<()> {
     widen_stdout_pipe();
     let now = OffsetDateTime::now_utc();
     // Indented for a person at a terminal; one line for a script's pipe or
@@ -288,7 +312,7 @@ fn show(
 
 /// The stored rollout for `status`; a read error is logged, not fatal, since
 /// the fleet's rows do not depend on it.
-async fn rollout_summary(rollouts: &kv::Store) -> Option<serde_json::Value> {
+pub(super) async fn rollout_summary(rollouts: &kv::Store) -> Option<serde_json::Value> {
     match crate::rollout::store::read(rollouts).await {
         Ok(stored) => stored
             .as_ref()

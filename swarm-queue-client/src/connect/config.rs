@@ -132,6 +132,16 @@ impl NatsConfig {
             .collect()
     }
 
+    /// These settings with `url` (from a flag or the environment), when
+    /// given, in place of every server they name.
+    pub fn with_url(mut self, url: Option<&str>) -> Self {
+        if let Some(url) = url {
+            self.url = Some(url.to_string());
+            self.servers.clear();
+        }
+        self
+    }
+
     pub fn is_configured(&self) -> bool {
         self.url.as_deref().is_some_and(|u| !u.trim().is_empty())
             || self.servers.iter().any(|s| !s.trim().is_empty())

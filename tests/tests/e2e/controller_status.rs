@@ -483,9 +483,13 @@ async fn check_config_and_bad_input_exit_codes() {
     assert_eq!(r.code, 64);
     assert!(r.stderr.contains("missing.toml"));
 
-    // An invalid config refuses every verb with 64.
+    // An invalid config refuses every verb with 64, and says why (not
+    // that NATS, which `status` began to read while it read the config,
+    // does not answer).
     let r = run_controller(Some(&bad), &["status"]).await;
     assert_eq!(r.code, 64, "{r:?}");
+    assert!(r.stderr.contains("invalid hive name \"Alpha\""), "{r:?}");
+    assert!(!r.stderr.contains("did not answer"), "{r:?}");
 
     // Usage errors: 2.
     assert_eq!(run_controller(None, &["status"]).await.code, 2);
@@ -598,4 +602,173 @@ async fn a_large_roster_is_read_when_no_thread_can_be_had() {
         assert!(refused.2.contains(&want), "{want}: {refused:?}");
     }
     assert_eq!(refused, check(&bad_file, false));
+}
+
+/// A one-look `status` starts reading the buckets while it reads its
+/// config (`nats::read_values_before_layout`): the read cannot end before
+/// the fleet it reads into is laid out, even once the server has delivered
+/// every value; what it decoded meanwhile is stored when the fleet comes,
+/// and the fleet is then the one a read into a laid-out fleet gives, byte
+/// for byte. Without a fleet it fails, saying so.
+#[tokio::test]
+async fn a_read_begun_before_the_fleet_is_laid_out_waits_for_it_and_loses_nothing() {
+    use std::sync::{Arc, RwLock};
+    use swarm_controller::fleet::Fleet;
+    use swarm_controller::nats::{read_values, read_values_before_layout, NatsError};
+
+    // What the read holds until the fleet comes: a fleet of no hive.
+    let not_laid_out = || Fleet::new(Default::default(), T, time::OffsetDateTime::now_utc());
+    let env = Env::new(&["alpha", "beta", "ghost"], "stale_after_secs = 3600").await;
+    for hive in ["alpha", "beta", "stray"] {
+        env.put_status(&hive_status(hive, HiveState::Ok, None, None, vec![]))
+            .await;
+    }
+    env.put_raw_status("beta", b"{not json").await;
+    let declaration =
+        swarm_queue_client::Declaration::new([(agent("web"), image_spec("local/web:1"))].into());
+    env.wanted
+        .put(
+            "alpha",
+            swarm_queue_client::encode_pretty(&declaration)
+                .unwrap()
+                .into(),
+        )
+        .await
+        .unwrap();
+    let config = swarm_controller::config::Config::load(&env.config, None).unwrap();
+    let conn = swarm_controller::nats::connect(&config.nats, T)
+        .await
+        .unwrap();
+    let buckets = Arc::new(
+        swarm_controller::nats::open_buckets(&conn, &config.nats)
+            .await
+            .unwrap(),
+    );
+
+    let (layout, laid_out) = tokio::sync::oneshot::channel();
+    let early = tokio::spawn({
+        let buckets = buckets.clone();
+        async move {
+            let fleet = RwLock::new(not_laid_out());
+            let read = read_values_before_layout(&buckets, &fleet, laid_out).await;
+            (read.map(|_| ()), fleet.into_inner().unwrap())
+        }
+    });
+    // The server has sent the status and wanted buckets' every value to
+    // the read's watches.
+    let js = async_nats::jetstream::new(env.client.clone());
+    for bucket in [
+        swarm_queue_client::buckets::STATUS_BUCKET,
+        swarm_queue_client::buckets::WANTED_BUCKET,
+    ] {
+        hyperhive_tests::wait_until(T, "every value delivered", || async {
+            let mut stream = js.get_stream(format!("KV_{bucket}")).await.ok()?;
+            let last = stream.info().await.ok()?.state.last_sequence;
+            let mut consumers = stream.consumers();
+            while let Some(info) = futures_util::StreamExt::next(&mut consumers).await {
+                let info = info.ok()?;
+                if info.delivered.stream_sequence >= last && info.num_pending == 0 {
+                    return Some(());
+                }
+            }
+            None
+        })
+        .await;
+    }
+    assert!(!early.is_finished(), "the read ended without its fleet");
+    layout
+        .send(Fleet::for_one_look(config.clone()))
+        .ok()
+        .unwrap();
+    let (read, early) = tokio::time::timeout(T, early).await.unwrap().unwrap();
+    read.unwrap();
+
+    let laid_out_first = RwLock::new(Fleet::for_one_look(config.clone()));
+    read_values(&buckets, &laid_out_first).await.unwrap();
+    let laid_out_first = laid_out_first.into_inner().unwrap();
+    let now = time::OffsetDateTime::now_utc();
+    let document = |fleet: &Fleet| {
+        let mut out = Vec::new();
+        swarm_controller::render::write_fleet(fleet, now, None, false, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    };
+    let (early_doc, first_doc) = (document(&early), document(&laid_out_first));
+    println!("{early_doc}");
+    assert_eq!(early_doc, first_doc);
+    let report: serde_json::Value = serde_json::from_str(&early_doc).unwrap();
+    assert_eq!(report["summary"]["hives"], 4, "{report}");
+    assert_eq!(
+        hive_row(&report, "stray").unwrap()["freshness"],
+        "unrostered"
+    );
+    assert_eq!(hive_row(&report, "beta").unwrap()["freshness"], "unknown");
+    assert!(
+        hive_row(&report, "alpha").unwrap()["declared_revision"].is_u64(),
+        "{report}"
+    );
+
+    // The fleet never comes (its config failed): the read fails.
+    let (layout, laid_out) = tokio::sync::oneshot::channel::<Fleet>();
+    drop(layout);
+    let fleet = RwLock::new(not_laid_out());
+    let err = read_values_before_layout(&buckets, &fleet, laid_out)
+        .await
+        .err()
+        .expect("a read without a fleet fails");
+    assert!(matches!(err, NatsError::NotLaidOut), "{err}");
+}
+
+/// `status` reads the buckets while its config is read only when the
+/// config's `[nats]` tables can be told apart (debug log says which way it
+/// went); a config with a multi-line string is read first, and both ways
+/// print the same document. A config that fails is reported as before
+/// (exit 64, its problem named), whatever the read begun for it met.
+#[tokio::test]
+async fn status_reads_early_only_from_a_config_whose_nats_tables_stand_apart() {
+    let env = Env::new(&["alpha", "beta"], "stale_after_secs = 3600").await;
+    for hive in ["alpha", "stray"] {
+        env.put_status(&hive_status(hive, HiveState::Ok, None, None, vec![]))
+            .await;
+    }
+    let text = std::fs::read_to_string(&env.config).unwrap();
+    let quoted = env.write(
+        "quoted.toml",
+        &format!("knowledge_repo = \"\"\"org/knowledge\"\"\"\n{text}"),
+    );
+    let run = |config: std::path::PathBuf| async move {
+        let out = tokio::process::Command::new(hyperhive_tests::controller_bin())
+            .arg("--config")
+            .arg(&config)
+            .args(["status", "--json"])
+            .env_remove("HYPERHIVE_NATS_URL")
+            .env("RUST_LOG", "swarm_controller=debug")
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        let mut doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        // What moves between two runs: the ages.
+        for row in doc["hives"].as_array_mut().unwrap() {
+            row.as_object_mut()
+                .unwrap()
+                .retain(|k, _| !k.contains("age"));
+        }
+        (doc, stderr)
+    };
+    const EARLY: &str = "reading the buckets while the config is read";
+    let (early, early_log) = run(env.config.clone()).await;
+    assert!(early_log.contains(EARLY), "{early_log}");
+    let (first, first_log) = run(quoted).await;
+    assert!(!first_log.contains(EARLY), "{first_log}");
+    assert_eq!(early["hives"], first["hives"]);
+    assert_eq!(early["summary"], first["summary"]);
+    assert_eq!(early["summary"]["hives"], 3, "{early}");
+
+    // A bad roster with the server up: the config's problem, nothing read.
+    let bad = env.write("bad.toml", &format!("{text}\n[hives.Bad]\n"));
+    let r = run_controller(Some(&bad), &["status", "--json"]).await;
+    assert_eq!(r.code, 64, "{r:?}");
+    assert!(r.stderr.contains("invalid hive name \"Bad\""), "{r:?}");
+    assert!(r.stdout.is_empty(), "{r:?}");
 }

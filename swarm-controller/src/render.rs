@@ -191,51 +191,46 @@ fn write_fleet_to(
 
     // Evaluating and serializing a row is most of the work (at 10,000
     // hives, 39 ms of one thread), and one row needs nothing of another:
-    // the rows are dealt in runs to two threads. Each serializes a run
-    // into a buffer, and this one writes the buffers out in turn, so what
-    // is held is at most four runs' text (this thread's, one being
-    // written out, one waiting, one being filled).
+    // the rows are dealt in runs to two threads, each of which serializes
+    // a run into a buffer, and this one writes the buffers out in order.
+    // When this thread serialized every other run itself, it also wrote
+    // all of them into the pipe, and the other thread waited on it. What
+    // is held is at most five runs' text (one being filled and one
+    // waiting for each thread, one being written out).
     let runs = fleet.len().div_ceil(ROWS_PER_RUN);
     let tally = std::thread::scope(|threads| -> serde_json::Result<Tally> {
-        let (written, take_written) = std::sync::mpsc::sync_channel::<(Vec<u8>, Tally)>(1);
-        let (give_back, returned) = std::sync::mpsc::channel::<Vec<u8>>();
-        if runs > 1 {
+        let mut lanes = Vec::with_capacity(RENDER_THREADS);
+        for lane in 0..RENDER_THREADS.min(runs) {
+            let (written, take_written) = std::sync::mpsc::sync_channel::<(Vec<u8>, Tally)>(1);
+            let (give_back, returned) = std::sync::mpsc::channel::<Vec<u8>>();
             threads.spawn(move || {
-                let mut rows = fleet.rows_dealt(now, ROWS_PER_RUN, 1, 2);
-                for _ in (1..runs).step_by(2) {
+                let mut rows = fleet.rows_dealt(now, ROWS_PER_RUN, lane, RENDER_THREADS);
+                for run in (lane..runs).step_by(RENDER_THREADS) {
                     let mut text = returned.try_recv().unwrap_or_default();
                     text.clear();
                     let mut tally = Tally::default();
-                    let run = rows.by_ref().take(ROWS_PER_RUN);
+                    let mine = rows.by_ref().take(ROWS_PER_RUN);
                     // Writing into a Vec cannot fail; serializing a row
                     // has no fallible part.
-                    let _ = write_rows(&mut text, run, false, pretty, &mut tally);
+                    let _ = write_rows(&mut text, mine, run == 0, pretty, &mut tally);
                     // The writer stopped (its output failed): so does this.
                     if written.send((text, tally)).is_err() {
                         return;
                     }
                 }
             });
+            lanes.push((take_written, give_back));
         }
-        let mut rows = fleet.rows_dealt(now, ROWS_PER_RUN, 0, 2);
         let mut tally = Tally::default();
-        let mut text = Vec::new();
         for run in 0..runs {
-            if run % 2 == 0 {
-                let mine = rows.by_ref().take(ROWS_PER_RUN);
-                text.clear();
-                write_rows(&mut text, mine, run == 0, pretty, &mut tally)?;
-                out.write_all(&text).map_err(serde_json::Error::io)?;
-            } else {
-                let Ok((text, theirs)) = take_written.recv() else {
-                    // Only a panic ends the other thread early; the scope
-                    // passes it on.
-                    break;
-                };
-                out.write_all(&text).map_err(serde_json::Error::io)?;
-                tally.merge(&theirs);
-                let _ = give_back.send(text);
-            }
+            let (take_written, give_back) = &lanes[run % RENDER_THREADS];
+            let Ok((text, theirs)) = take_written.recv() else {
+                // Only a panic ends a thread early; the scope passes it on.
+                break;
+            };
+            out.write_all(&text).map_err(serde_json::Error::io)?;
+            tally.merge(&theirs);
+            let _ = give_back.send(text);
         }
         Ok(tally)
     })?;
@@ -270,6 +265,9 @@ fn header_text(
 
 /// Rows a thread of [`write_fleet`] takes at a time.
 const ROWS_PER_RUN: usize = 256;
+
+/// Threads of [`write_fleet`] that serialize rows.
+const RENDER_THREADS: usize = 2;
 
 /// Where the rows go in a serialized header: just inside its empty
 /// `hives` array (the first field, so the first `[]`), before its `]`.
@@ -514,8 +512,8 @@ mod tests {
         let rollout = serde_json::json!({ "line": "wave 1 of 2" });
         let empty = Fleet::new(Default::default(), Duration::from_secs(60), t0());
         // No rows; one run; one row past two whole runs (the last run is
-        // this thread's, with one row); three whole runs (the last is the
-        // other thread's).
+        // the first thread's, with one row); three whole runs (the last is
+        // the second thread's).
         let fleets = [
             (empty, 0),
             (fleet(), 4),
@@ -542,10 +540,10 @@ mod tests {
     }
 
     /// A reader that goes away (`status --json | head`): the write fails
-    /// at once, wherever the output stops, and the thread evaluating the
-    /// other runs ends too (the test would hang on it otherwise).
+    /// at once, wherever the output stops, and the threads evaluating the
+    /// runs end too (the test would hang on them otherwise).
     #[test]
-    fn a_failed_write_ends_the_document_and_both_threads() {
+    fn a_failed_write_ends_the_document_and_the_threads() {
         struct Closes(usize);
         impl std::io::Write for Closes {
             fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -563,8 +561,8 @@ mod tests {
         let now = t0();
         let mut whole = Vec::new();
         write_fleet(&fleet, now, None, true, &mut whole).unwrap();
-        // In the opening, in this thread's first run, in the other's first
-        // run, in the last run, in the closing.
+        // In the opening, in the first thread's first run, in the
+        // second's first run, in the last run, in the closing.
         let run = whole.len() / 7;
         for after in [
             5,

@@ -962,16 +962,24 @@ mod tests {
                 .collect();
             let whole = read_whole(&text);
             valid += usize::from(whole.is_ok());
-            let uncut = format!("{:?}", crate::roster_toml::split_at(&text, None));
-            for at in text.match_indices("\n[").map(|(at, _)| at + 1) {
+            let uncut = format!("{:?}", crate::roster_toml::split_at(&text, &[], 1));
+            let every: Vec<usize> = text.match_indices("\n[").map(|(at, _)| at + 1).collect();
+            for &at in &every {
                 // Cut anywhere a line starts with `[`: the same reading,
                 // or none (the cut left a string or an array unclosed).
-                match crate::roster_toml::split_at(&text, Some(at)) {
+                match crate::roster_toml::split_at(&text, &[at], 2) {
                     Some(pieces) => {
                         cuts += 1;
                         assert_eq!(format!("{:?}", Some(pieces)), uncut, "at {at}: {text:?}");
                     }
                     None => cuts_refused += usize::from(uncut != "None"),
+                }
+            }
+            // Cut before every such line at once, read by one thread and
+            // by two: the same reading, or none.
+            for threads in [1, 2] {
+                if let Some(pieces) = crate::roster_toml::split_at(&text, &every, threads) {
+                    assert_eq!(format!("{:?}", Some(pieces)), uncut, "{every:?}: {text:?}");
                 }
             }
             if let Some(split) = read_split(&text) {

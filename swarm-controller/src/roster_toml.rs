@@ -7,8 +7,9 @@
 //! `toml_parser`, the same crate's grammar. [`split`] runs that grammar
 //! once over the whole file, takes each hive table whose header and body
 //! it knows, and gives back the rest of the file's text for the `toml`
-//! crate, now a few lines long. A file of 1 MiB or more is read in two
-//! pieces, each on a thread, cut before a table's header near its middle
+//! crate, now a few lines long. The file is read in pieces of about 64
+//! KiB, each cut before a table's header, one after another; a file of 1
+//! MiB or more by two threads, each taking the pieces of one half
 //! ([`split_at`]).
 //!
 //! It knows the shapes a roster is written in, by hand or by a TOML
@@ -75,62 +76,91 @@ enum Section {
     Other,
 }
 
-/// From this size on the file is read in two pieces, one on a thread of
-/// its own: `--check-config` of the roster as a fleet deploys it (1.4 MB
-/// at 10,000 hives) took a median 25.5 ms instead of 33.0 (30 runs each).
-/// Below it the thread cost more than it saved: cut, the bench's bare
-/// roster (190 KB) was read 0.3 ms sooner, but `status` then wrote its
-/// document in 15.4 ms instead of 13.0 (16 alternated runs of the bench's
-/// library path; docs/benchmarks-controller.md, "Stop 41"), likely from
-/// how the second thread's blocks left the allocators' arenas.
-const TWO_PIECES_FROM: usize = 1024 * 1024;
+/// From this size on the file is read by two threads, each taking the
+/// pieces of one half: `--check-config` of the roster as a fleet deploys
+/// it (1.4 MB at 10,000 hives) took a median 25.5 ms instead of 33.0 (30
+/// runs each). Below it the thread cost more than it saved: cut, the
+/// bench's bare roster (190 KB) was read 0.3 ms sooner, but `status` then
+/// wrote its document in 15.4 ms instead of 13.0 (16 alternated runs of
+/// the bench's library path; docs/benchmarks-controller.md, "Stop 41"),
+/// likely from how the second thread's blocks left the allocators' arenas.
+const TWO_THREADS_FROM: usize = 1024 * 1024;
+
+/// The file is read in pieces of about this many bytes, one after another
+/// into the same buffers: the grammar wants a piece's every token in a
+/// list before it starts (about 7 bytes of list for each byte of text),
+/// and a list for the whole of the deployed roster's 1.4 MB was 10 MB of
+/// fresh memory, touched once and given back.
+const PIECE_LEN: usize = 64 * 1024;
 
 /// The hive tables of `text` and the rest of it, or `None` when the file
 /// has anything this reader does not take (the module's comment).
 pub(crate) fn split(text: &str) -> Option<Split> {
-    split_at(text, cut(text, TWO_PIECES_FROM))
+    let threads = if text.len() >= TWO_THREADS_FROM { 2 } else { 1 };
+    split_at(text, &cuts(text, PIECE_LEN), threads)
 }
 
-/// Where a file of `from` bytes or more is cut in two: before the first
-/// line at or past its middle that starts with `[`.
+/// Where the file is cut into pieces: at each first line that starts with
+/// `[` at least `every` bytes past the last cut.
 ///
 /// Outside a multi-line string or array such a line can only be a table's
 /// header, and the grammar reads each table apart from those before it,
 /// so each piece is read as it is in the whole. A cut inside a multi-line
-/// string or array leaves it unclosed in the first piece, which then does
-/// not parse, and the file is read whole.
-fn cut(text: &str, from: usize) -> Option<usize> {
-    if text.len() < from {
-        return None;
+/// string or array leaves it unclosed in the piece before it, which then
+/// does not parse, and the file is read whole.
+fn cuts(text: &str, every: usize) -> Vec<usize> {
+    let mut cuts = Vec::new();
+    let mut from = every;
+    while let Some(after) = text
+        .as_bytes()
+        .get(from..)
+        .and_then(|rest| rest.windows(2).position(|w| w == b"\n["))
+    {
+        let at = from + after + 1;
+        cuts.push(at);
+        from = at + every;
     }
-    let middle = text.len() / 2;
-    let after = text.as_bytes()[middle..]
-        .windows(2)
-        .position(|w| w == b"\n[")?;
-    Some(middle + after + 1)
+    cuts
 }
 
-/// [`split`], with the file cut in two at `at` (a byte offset just past a
-/// line end) and the second piece read on a thread of its own.
-pub(crate) fn split_at(text: &str, at: Option<usize>) -> Option<Split> {
-    let (first, second) = match at {
-        None => (read_piece(text, 0)?, Piece::default()),
-        Some(at) => std::thread::scope(|threads| {
-            let read_second = || read_piece(&text[at..], at);
+/// [`split`], with the file cut at `cuts` (byte offsets just past a line
+/// end, in order), and the pieces read by `threads` threads (1 or 2), each
+/// taking the pieces of about a share of the bytes in turn.
+pub(crate) fn split_at(text: &str, cuts: &[usize], threads: usize) -> Option<Split> {
+    let bounds: Vec<usize> = std::iter::once(0)
+        .chain(cuts.iter().copied())
+        .chain(std::iter::once(text.len()))
+        .collect();
+    let pieces: Vec<(usize, usize)> = bounds.windows(2).map(|w| (w[0], w[1])).collect();
+    // The second thread's pieces: those from the first cut at or past the
+    // middle.
+    let middle = match threads {
+        1 => pieces.len(),
+        _ => pieces
+            .iter()
+            .position(|&(start, _)| start >= text.len() / 2)
+            .unwrap_or(pieces.len()),
+    };
+    let (firsts, seconds) = pieces.split_at(middle);
+    let (first, second) = if seconds.is_empty() {
+        (read_pieces(text, firsts)?, Piece::default())
+    } else {
+        std::thread::scope(|threads| {
+            let read_second = || read_pieces(text, seconds);
             let second = std::thread::Builder::new()
                 .name("config".into())
                 .spawn_scoped(threads, read_second);
-            let first = read_piece(&text[..at], 0);
+            let first = read_pieces(text, firsts);
             let second = match second {
                 Ok(reading) => reading
                     .join()
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
                 // No thread to be had (the process is at its task limit):
-                // the second piece is read here, after the first.
+                // the second half is read here, after the first.
                 Err(_) => read_second(),
             };
             Some((first?, second?))
-        })?,
+        })?
     };
     let Piece {
         mut tables,
@@ -146,6 +176,26 @@ pub(crate) fn split_at(text: &str, at: Option<usize>) -> Option<Split> {
     })
 }
 
+/// The pieces `ranges` of `text`, one after another, as one.
+fn read_pieces(text: &str, ranges: &[(usize, usize)]) -> Option<Piece> {
+    let mut buffers = Buffers::default();
+    let mut all = Piece::default();
+    for &(start, end) in ranges {
+        let piece = read_piece(&text[start..end], start, &mut buffers)?;
+        all.tables.extend(piece.tables);
+        all.labels.extend(piece.labels);
+        all.rest.push_str(&piece.rest);
+    }
+    Some(all)
+}
+
+/// The lists the grammar fills for a piece, kept from one to the next.
+#[derive(Default)]
+struct Buffers {
+    tokens: Vec<toml_parser::lexer::Token>,
+    events: Vec<Event>,
+}
+
 /// What one piece of the file holds: its hive tables, its labels tables
 /// (each with where it starts in the whole file) and the text of the rest.
 #[derive(Default)]
@@ -158,10 +208,12 @@ struct Piece {
 /// One piece of the file, which starts `offset` bytes into it; `None`
 /// when the piece does not parse or has anything this reader does not
 /// take.
-fn read_piece(text: &str, offset: usize) -> Option<Piece> {
+fn read_piece(text: &str, offset: usize, buffers: &mut Buffers) -> Option<Piece> {
     let source = Source::new(text);
-    let tokens = source.lex().into_vec();
-    let mut events = Vec::with_capacity(tokens.len() / 2);
+    let Buffers { tokens, events } = buffers;
+    tokens.clear();
+    tokens.extend(source.lex());
+    events.clear();
     let mut errors: Vec<ParseError> = Vec::new();
     {
         // Whitespace, comments and line ends are checked, as the `toml`
@@ -178,7 +230,7 @@ fn read_piece(text: &str, offset: usize) -> Option<Piece> {
         };
         let mut checked = ValidateWhitespace::new(&mut keep, source);
         let mut bounded = RecursionGuard::new(&mut checked, DEPTH_LIMIT);
-        toml_parser::parser::parse_document(&tokens, &mut bounded, &mut errors);
+        toml_parser::parser::parse_document(tokens, &mut bounded, &mut errors);
     }
     if !errors.is_empty() || events.iter().any(|e| e.kind() == EventKind::Error) {
         return None;
@@ -480,29 +532,38 @@ mod tests {
     }
 
     #[test]
-    fn a_large_file_is_read_in_two_pieces_as_it_is_whole() {
+    fn a_large_file_is_read_in_pieces_as_it_is_whole() {
         let (mut text, mut hives) = (String::from("a = 1\n"), 0);
-        while text.len() <= TWO_PIECES_FROM {
+        while text.len() <= TWO_THREADS_FROM {
             text.push_str(&format!(
                 "[hives.h{hives:05}]\nnkey = \"U{hives}\"\n[hives.h{hives:05}.labels]\nsite = \"s\"\n"
             ));
             hives += 1;
         }
         text.push_str("[events]\nb = 2\n");
-        let at = cut(&text, TWO_PIECES_FROM).expect("cut");
-        assert!(
-            at >= text.len() / 2 && text[at..].starts_with("[hives.h"),
-            "{at}"
-        );
-        assert_eq!(cut(&text[..TWO_PIECES_FROM - 1], TWO_PIECES_FROM), None);
+        let cuts = cuts(&text, PIECE_LEN);
+        // Each piece is at least PIECE_LEN long and ends at the first
+        // header after that (a hive's tables here are under 100 bytes).
+        let bounds: Vec<usize> = [0]
+            .into_iter()
+            .chain(cuts.iter().copied())
+            .chain([text.len()])
+            .collect();
+        for w in bounds.windows(2) {
+            assert!(w[1] - w[0] < PIECE_LEN + 100, "{cuts:?}");
+        }
+        for w in bounds[..bounds.len() - 1].windows(2) {
+            assert!(w[1] - w[0] >= PIECE_LEN, "{cuts:?}");
+            assert!(text[w[1]..].starts_with("[hives.h") || text[w[1]..].starts_with("[events]"));
+        }
+        assert!(super::cuts(&text[..PIECE_LEN - 1], PIECE_LEN).is_empty());
         let pieces = split(&text).expect("taken");
         assert_eq!(pieces.hives.len(), hives);
         assert_eq!(pieces.rest, "a = 1\n[events]\nb = 2\n");
-        assert_eq!(
-            format!("{pieces:?}"),
-            format!("{:?}", split_at(&text, None).unwrap())
-        );
-        // A table given in both pieces is given twice: read whole.
+        let whole = format!("{:?}", split_at(&text, &[], 1).unwrap());
+        assert_eq!(format!("{pieces:?}"), whole);
+        assert_eq!(format!("{:?}", split_at(&text, &cuts, 1).unwrap()), whole);
+        // A table given in two pieces is given twice: read whole.
         text.push_str("[hives.h00000]\n");
         assert!(split(&text).is_none());
     }

@@ -935,11 +935,13 @@ mod tests {
     /// in four from a roster's, the same files on every run. A good share
     /// must be taken with a hive in them (1,365 are), and a good share of
     /// valid ones not (5,298), or the test would not be testing the split.
-    /// Each file is also cut in two (as a large one is, to be read on two
-    /// threads) before every line that starts with `[`: the two pieces
-    /// read as the whole file does (17,887 cuts), or are refused, when the
-    /// cut leaves a string or an array unclosed (707 such cuts of files
-    /// the split takes).
+    /// Each file is also cut in two before every line that starts with
+    /// `[` (a large file is read in pieces, by two threads): the two
+    /// pieces read as the whole file does (17,887 cuts), or are refused,
+    /// when the cut leaves a string or an array unclosed (707 such cuts of
+    /// files the split takes); and cut before every such line at once, read
+    /// by one thread and by two, it reads as the whole file does or not
+    /// at all.
     #[test]
     fn the_split_read_agrees_with_the_whole_read() {
         let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -1058,8 +1060,8 @@ mod tests {
         );
     }
 
-    /// A roster large enough to be read in two pieces names a bad table
-    /// in either piece by its line in the whole file.
+    /// A roster large enough to be read by two threads names a bad table
+    /// in either half by its line in the whole file.
     #[test]
     fn a_bad_hive_table_in_a_large_roster_is_named_with_its_line() {
         let nkey = nkeys::KeyPair::new_user().public_key();

@@ -509,13 +509,13 @@ async fn check_config_and_bad_input_exit_codes() {
     assert!(start.elapsed() < Duration::from_secs(20));
 }
 
-/// A roster of over 1 MiB is read in two pieces, the second on a thread of
-/// its own; when no thread can be had (its user at the process limit), the
-/// second piece is read on the calling thread. `--check-config` runs as a
+/// A roster of over 1 MiB is read by two threads, each taking the pieces of
+/// one half; when no thread can be had (its user at the process limit),
+/// the second half is read on the calling thread. `--check-config` runs as a
 /// user of its own whose `RLIMIT_NPROC` is 1 (`setpriv` and `prlimit`, from
 /// util-linux), and must answer as it does without the limit: the same
 /// count of hives, and each bad table named by its line in the whole file
-/// whichever piece it is in. A shell under the same limit shows that the
+/// whichever half it is in. A shell under the same limit shows that the
 /// limit stops a fork there.
 #[tokio::test]
 async fn a_large_roster_is_read_when_no_thread_can_be_had() {

@@ -48,6 +48,8 @@ pub enum NatsError {
     Unreachable { servers: String, waited: Duration },
     #[error(transparent)]
     Bucket(#[from] BucketError),
+    #[error("KV bucket {0} is not there (and was not made)")]
+    BucketMissing(&'static str),
     #[error(
         "the buckets were read, but not the config that lays out the fleet they are read into"
     )]
@@ -87,12 +89,45 @@ pub async fn connect(config: &NatsConfig, wait: Duration) -> Result<Connection, 
 /// or a message be erased (`swarm_queue_client::buckets::unsafe_settings`),
 /// saying how to fix it.
 pub async fn open_buckets(conn: &Connection, config: &NatsConfig) -> Result<Buckets, NatsError> {
+    open_six(conn, config, true).await
+}
+
+/// [`open_buckets`] without making any: [`NatsError::BucketMissing`] when
+/// one is not there. For a read begun before its config is checked, which
+/// must change nothing on the server for a config that then fails.
+pub async fn open_existing_buckets(
+    conn: &Connection,
+    config: &NatsConfig,
+) -> Result<Buckets, NatsError> {
+    open_six(conn, config, false).await
+}
+
+async fn open_six(
+    conn: &Connection,
+    config: &NatsConfig,
+    create: bool,
+) -> Result<Buckets, NatsError> {
     ensure_connected(&conn.client)?;
     let js = conn.jetstream();
-    let open = |bucket| {
+    let open = |bucket: Bucket| {
         let settings = config.buckets.get(bucket);
         let js = &js;
-        async move { open_or_create(js, bucket, &settings).await }
+        async move {
+            if create {
+                return Ok(open_or_create(js, bucket, &settings).await?);
+            }
+            js.get_key_value(bucket.name()).await.map_err(|source| {
+                if source.kind() == async_nats::jetstream::context::KeyValueErrorKind::GetBucket {
+                    NatsError::BucketMissing(bucket.name())
+                } else {
+                    BucketError::Open {
+                        bucket: bucket.name(),
+                        source,
+                    }
+                    .into()
+                }
+            })
+        }
     };
     // Asked for at once (six answers in about the time of one), and the
     // first failure in this order is the one reported, as when they were

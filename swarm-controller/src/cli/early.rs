@@ -64,6 +64,8 @@ pub(super) fn nats_head(text: &str, nats_url: Option<&str>) -> Option<NatsConfig
 pub(crate) struct EarlyRead {
     /// What it connected with.
     pub(super) nats: NatsConfig,
+    /// Told once the whole config is checked (buckets are made only then).
+    config_checked: oneshot::Sender<()>,
     layout: oneshot::Sender<Fleet>,
     linkable: oneshot::Sender<Vec<String>>,
     task: StopOnDrop<anyhow::Result<ReadOnce>>,
@@ -91,10 +93,18 @@ impl EarlyRead {
         tracing::debug!(?nats.url, ?nats.servers, "reading the buckets while the config is read");
         let (layout, laid_out) = oneshot::channel();
         let (linkable, hives) = oneshot::channel();
+        let (config_checked, checked) = oneshot::channel();
         let settings = nats.clone();
         let task = StopOnDrop(runtime.spawn(async move {
             let conn = nats::connect(&settings, CONNECT_WAIT).await?;
-            let buckets = nats::open_buckets(&conn, &settings).await?;
+            // A bucket is made only for a config that has been checked.
+            let buckets = match nats::open_existing_buckets(&conn, &settings).await {
+                Err(nats::NatsError::BucketMissing(_)) => {
+                    checked.await?;
+                    nats::open_buckets(&conn, &settings).await?
+                }
+                opened => opened?,
+            };
             // A fleet of no hive, until the laid-out one takes its place.
             let fleet = RwLock::new(Fleet::new(
                 Default::default(),
@@ -122,6 +132,7 @@ impl EarlyRead {
         }));
         EarlyRead {
             nats,
+            config_checked,
             layout,
             linkable,
             task,
@@ -130,6 +141,7 @@ impl EarlyRead {
 
     /// Lay out the fleet of `config` for the read, and print what it read.
     pub(super) async fn finish(self, config: Config, json: bool) -> anyhow::Result<i32> {
+        let _ = self.config_checked.send(());
         let fleet = Fleet::for_one_look(config);
         let _ = self.linkable.send(fleet.linkable());
         // A read that has failed has dropped its receiver: its error is

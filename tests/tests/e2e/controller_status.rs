@@ -772,3 +772,47 @@ async fn status_reads_early_only_from_a_config_whose_nats_tables_stand_apart() {
     assert!(r.stderr.contains("invalid hive name \"Bad\""), "{r:?}");
     assert!(r.stdout.is_empty(), "{r:?}");
 }
+
+/// A config that fails its checks changes nothing on the server, though a
+/// one-look `status` starts reading while it checks: the read opens the
+/// buckets that are there and makes a missing one only once the config
+/// has passed. On a server with no bucket, a roster whose last table is
+/// bad (20,000 hives before it, so that the check ends well after the
+/// connection is up) is exit 64 and leaves no stream; the same roster
+/// without that table makes the buckets and reads them.
+#[tokio::test]
+async fn a_config_that_fails_makes_no_bucket_though_the_read_began() {
+    use futures_util::StreamExt;
+    let nats = hyperhive_tests::NatsServer::start();
+    let dir = tempfile::Builder::new()
+        .prefix("hhtest-controller-")
+        .tempdir()
+        .unwrap();
+    let mut good = format!("[nats]\nurl = {:?}\n", nats.url());
+    for i in 0..20_000 {
+        good.push_str(&format!("[hives.h{i:05}]\n"));
+    }
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, format!("{good}[hives.Bad]\n")).unwrap();
+    let r = run_controller(Some(&bad), &["status", "--json"]).await;
+    assert_eq!(r.code, 64, "{r:?}");
+    assert!(r.stderr.contains("invalid hive name \"Bad\""), "{r:?}");
+    let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+    let streams = |js: async_nats::jetstream::Context| async move {
+        let names: Vec<String> = js.stream_names().map(|n| n.unwrap()).collect().await;
+        names
+    };
+    assert_eq!(streams(js.clone()).await, Vec::<String>::new());
+
+    let good_path = dir.path().join("good.toml");
+    std::fs::write(&good_path, good).unwrap();
+    let r = run_controller(Some(&good_path), &["status", "--json"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.json()["summary"]["hives"], 20_000);
+    let made = streams(js).await;
+    assert!(
+        made.contains(&"KV_hyperhive-status".to_string()),
+        "{made:?}"
+    );
+    assert_eq!(made.len(), 6, "{made:?}");
+}

@@ -90,7 +90,7 @@ struct ReadOnce {
 impl EarlyRead {
     /// Connect with `nats` and start reading, on `runtime`.
     pub(crate) fn start(runtime: &tokio::runtime::Runtime, nats: NatsConfig) -> EarlyRead {
-        tracing::debug!(?nats.url, ?nats.servers, "reading the buckets while the config is read");
+        tracing::debug!("reading the buckets while the config is read");
         let (layout, laid_out) = oneshot::channel();
         let (linkable, hives) = oneshot::channel();
         let (config_checked, checked) = oneshot::channel();

@@ -10,10 +10,9 @@ use serde::Deserialize;
 use time::OffsetDateTime;
 use tokio::sync::oneshot;
 
-use swarm_queue_client::cli::EXIT_OK;
 use swarm_queue_client::NatsConfig;
 
-use super::status::{rollout_summary, show_once, within_load_wait};
+use super::status::{print_once, rollout_summary, within_load_wait};
 use super::support::CONNECT_WAIT;
 use crate::config::Config;
 use crate::fleet::Fleet;
@@ -149,14 +148,7 @@ impl EarlyRead {
         let _ = self.layout.send(fleet);
         let mut task = self.task;
         let read = (&mut task.0).await.context("reading the buckets")??;
-        let mut fleet = read.fleet.into_inner().unwrap_or_else(|p| p.into_inner());
-        if let Some(w) = &read.watcher {
-            fleet.note_links(w.links());
-        }
-        show_once(&fleet, read.rollout, json)?;
-        // As in `status_until_done`.
-        std::mem::forget(fleet);
-        Ok(EXIT_OK)
+        print_once(read.fleet, read.watcher.as_ref(), read.rollout, json)
     }
 }
 

@@ -129,16 +129,7 @@ async fn status_until_done(config: Config, json: bool, watch_mode: bool) -> anyh
     );
     let follower = follower?;
     if !watch_mode {
-        let mut f = fleet.write().unwrap_or_else(|p| p.into_inner());
-        if let Some(w) = &watcher {
-            f.note_links(w.links());
-        }
-        show_once(&f, rollout, json)?;
-        drop(f);
-        // The process ends once this returns: freeing every hive's entry
-        // one at a time would only make the caller wait longer.
-        std::mem::forget(fleet);
-        return Ok(EXIT_OK);
+        return print_once(fleet, watcher.as_ref(), rollout, json);
     }
     if let Some(w) = &watcher {
         apply_links(&fleet, w.links());
@@ -147,13 +138,28 @@ async fn status_until_done(config: Config, json: bool, watch_mode: bool) -> anyh
     watch_fleet(&fleet, follower, watcher, &buckets.rollouts, out).await
 }
 
-/// Print the report once: the JSON document written row by row as each is
-/// evaluated, or the table.
-pub(super) fn show_once(
-    fleet: &Fleet,
+/// The end of a one-look `status`: the fleet that was read, with the
+/// connection events' links when there are any, printed once.
+pub(super) fn print_once(
+    fleet: RwLock<Fleet>,
+    watcher: Option<&Watcher>,
     rollout: Option<serde_json::Value>,
     json: bool,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<i32> {
+    let mut fleet = fleet.into_inner().unwrap_or_else(|p| p.into_inner());
+    if let Some(w) = watcher {
+        fleet.note_links(w.links());
+    }
+    show_once(&fleet, rollout, json)?;
+    // The process ends once this returns: freeing every hive's entry one
+    // at a time would only make the caller wait longer.
+    std::mem::forget(fleet);
+    Ok(EXIT_OK)
+}
+
+/// Print the report once: the JSON document written row by row as each is
+/// evaluated, or the table.
+fn show_once(fleet: &Fleet, rollout: Option<serde_json::Value>, json: bool) -> anyhow::Result<()> {
     widen_stdout_pipe();
     let now = OffsetDateTime::now_utc();
     // Indented for a person at a terminal; one line for a script's pipe or

@@ -107,10 +107,10 @@ pub use saved::{load_saved, save_each, saved_path, unless_older, SAVE_WAITS_AT_M
 /// The first come soon: on a busy 2-core machine 3 to 10 of 1,000
 /// declarations were read before they were stored, and each then waited
 /// for a re-read that came after 100 ms (the converge bench, stop 44); the
-/// stored value shows within a few ms (those samples now take 1.3 to 3.5
-/// ms from the put to the job queued; finer steps did not make them
-/// shorter). The later ones are for a cluster, where a direct get may be
-/// answered by a replica behind.
+/// stored value shows within a few ms (those samples now take 1.9 to 3.6
+/// ms from the put to the job queued; finer steps gained little). The
+/// later ones are for a cluster, where a direct get may be answered by a
+/// replica behind.
 pub const RECHECK_AFTER: [Duration; 6] = [
     Duration::from_micros(250),
     Duration::from_millis(1),

@@ -321,8 +321,24 @@ fn row(what: &str, samples: &mut [f64]) -> (f64, f64) {
     (p50, p99)
 }
 
-#[tokio::main]
-async fn main() {
+/// The bench, in a runtime that is shut down before the hive's directory
+/// is removed, also when the bench fails: the hive's tasks (the saver of
+/// `wanted.json` among them) would otherwise write into the directory
+/// after it was removed, and leave it behind.
+fn main() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        runtime.block_on(bench(dir.path()))
+    }));
+    drop(runtime);
+    drop(dir);
+    if let Err(panic) = ran {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+async fn bench(dir: &std::path::Path) {
     let quick = std::env::args().any(|a| a == "--quick") || std::env::var("HH_BENCH_QUICK").is_ok();
     let queued_only = std::env::args().any(|a| a == "--queued-only");
     let clock = StageClock::default();
@@ -350,8 +366,7 @@ async fn main() {
 
     // In-process hive: real wanted task and converger, in-memory runtime.
     let hive = HiveName::new("bench").unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let store = JobStore::open(&dir.path().join("hive.db")).unwrap();
+    let store = JobStore::open(&dir.join("hive.db")).unwrap();
     let board = Arc::new(StatusBoard::new(Some(hive.clone()), None));
     let conn = swarm_queue_client::connect(
         &NatsConfig {
@@ -368,7 +383,7 @@ async fn main() {
     // As the daemon does: `wanted.json` saved once each is planned.
     let planned = Arc::new(tokio::sync::watch::channel(None).0);
     tokio::spawn(wanted::save_each(
-        dir.path().to_path_buf(),
+        dir.to_path_buf(),
         rx.clone(),
         planned.subscribe(),
     ));
@@ -413,7 +428,7 @@ async fn main() {
         .await
         .unwrap();
     // (c): a store opened as the job store is, beside it.
-    let mut floor_db = Store::open_floor(&dir.path().join("floor.db"), Durability::Full).unwrap();
+    let mut floor_db = Store::open_floor(&dir.join("floor.db"), Durability::Full).unwrap();
     // Put -> committed (the job durably queued), and put -> the bench's
     // wake through the worker's `Notify`.
     let (mut queued, mut woken) = (Vec::new(), Vec::new());

@@ -61,4 +61,5 @@ mod supervision;
 mod upgrade_accounts;
 mod upgrade_state;
 mod volumes;
+mod wanted_doorbell;
 mod wanted_saved;

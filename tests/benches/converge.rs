@@ -280,7 +280,7 @@ fn pct(samples: &mut [f64], p: f64) -> f64 {
 
 /// The median of each part over the slowest 1% of `totals` (at least
 /// one sample): what the samples past the p99 spent their time on.
-fn slowest_percent(totals: &[f64], parts: &[Vec<f64>]) -> Vec<f64> {
+fn slowest_percent(totals: &[f64], parts: &[&[f64]]) -> Vec<f64> {
     let mut order: Vec<usize> = (0..totals.len()).collect();
     order.sort_by(|&a, &b| totals[b].partial_cmp(&totals[a]).unwrap());
     let n = (totals.len() / 100).max(1);
@@ -478,15 +478,16 @@ async fn bench(dir: &std::path::Path) {
             &format!("put {i}"),
         )
         .await;
+        // Every span but the last (commit -> wake).
+        let put_to_queued: f64 = spans[..STAGES.len()].iter().sum();
         early_wakes += early;
         match taken {
-            Taken::ReRead => reread.push(spans[..STAGES.len()].iter().sum::<f64>()),
+            Taken::ReRead => reread.push(put_to_queued),
             Taken::Timed => timed += 1,
             Taken::Doorbell => {}
         }
         woken.push(woke);
-        // Every span but the last (commit -> wake).
-        queued.push(spans[..STAGES.len()].iter().sum());
+        queued.push(put_to_queued);
         for (row, v) in stages.iter_mut().zip(spans) {
             row.push(v);
         }
@@ -512,8 +513,9 @@ async fn bench(dir: &std::path::Path) {
         "latency (ms)", "n", "p50", "p99"
     );
     // Before the rows sort them: which samples make each p99.
-    let tail = slowest_percent(&queued, &stages);
-    let floor_tail = slowest_percent(&floor, &[baseline.clone(), gets.clone(), commits.clone()]);
+    let stage_parts: Vec<&[f64]> = stages.iter().map(Vec::as_slice).collect();
+    let tail = slowest_percent(&queued, &stage_parts);
+    let floor_tail = slowest_percent(&floor, &[&baseline, &gets, &commits]);
     let (b50, b99) = row("floor (a): KV put -> watch delivery", &mut baseline);
     row("floor (b): KV direct get, declaration-sized", &mut gets);
     row("floor (c): SQLite commit, synchronous=FULL", &mut commits);

@@ -119,10 +119,10 @@ impl StageClock {
         let read = events[..decoded].iter().rposition(is("read"))?;
         let (bell, taken) = match events[..read].iter().position(is("doorbell")) {
             None => (events[read].1, Taken::Timed),
-            Some(b) if events[b..decoded].iter().filter(|e| is("read")(e)).count() > 1 => {
-                (events[b].1, Taken::ReRead)
-            }
-            Some(b) => (events[b].1, Taken::Doorbell),
+            Some(b) => match events[b..decoded].iter().filter(|e| is("read")(e)).count() {
+                1 => (events[b].1, Taken::Doorbell),
+                reads => (events[b].1, Taken::ReRead { reads }),
+            },
         };
         let mut at = vec![bell, events[read].1, events[decoded].1];
         let mut from = decoded + 1;
@@ -147,8 +147,8 @@ enum Taken {
     /// Its doorbell's read found it.
     Doorbell,
     /// Its doorbell's read did not (the stream had not stored it yet): a
-    /// re-read did.
-    ReRead,
+    /// re-read did, the last of `reads` since the doorbell.
+    ReRead { reads: usize },
     /// A timed read found it before its doorbell rang.
     Timed,
 }
@@ -482,7 +482,7 @@ async fn bench(dir: &std::path::Path) {
         let put_to_queued: f64 = spans[..STAGES.len()].iter().sum();
         early_wakes += early;
         match taken {
-            Taken::ReRead => reread.push(put_to_queued),
+            Taken::ReRead { reads } => reread.push((put_to_queued, reads)),
             Taken::Timed => timed += 1,
             Taken::Doorbell => {}
         }
@@ -533,12 +533,21 @@ async fn bench(dir: &std::path::Path) {
     }
     tail_rows(&tail, &floor_tail);
     println!("wake-ups before the sample's commit, waited past: {early_wakes}");
-    reread.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    reread.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let reads = reread.iter().map(|r| r.1);
     println!(
         "samples whose value was found by a re-read (the doorbell before the stored value): {}{}",
         reread.len(),
-        match (reread.first(), reread.last()) {
-            (Some(lo), Some(hi)) => format!(", put -> queued {lo:.3} to {hi:.3} ms"),
+        match (
+            reread.first(),
+            reread.last(),
+            reads.clone().min(),
+            reads.max()
+        ) {
+            (Some(lo), Some(hi), Some(fewest), Some(most)) => format!(
+                ", put -> queued {:.3} to {:.3} ms, {fewest} to {most} reads each",
+                lo.0, hi.0
+            ),
             _ => String::new(),
         }
     );

@@ -67,6 +67,16 @@ pub async fn run_boot_delivery(deps: BootDeps, mut shutdown: crate::shutdown::Sh
     }
 }
 
+/// What one doorbell's read did.
+struct Rang {
+    /// When a confirming read is due.
+    confirm_at: Option<Instant>,
+    /// Whether it delivered a new revision (or there was nothing to read).
+    fresh: bool,
+    /// Whether the bucket answered without a failure.
+    answered: bool,
+}
+
 struct Session<'a> {
     deliverer: &'a Deliverer,
     deps: &'a BootDeps,
@@ -150,39 +160,49 @@ impl Session<'_> {
     }
 
     /// Ring, then plan a re-read when nothing new showed
-    /// ([`crate::bus::wanted::RECHECK_AFTER`]).
+    /// ([`crate::bus::wanted::RECHECK_AFTER`]); a zero step is read at
+    /// once, as the wanted doorbell's are, unless the read failed.
     async fn ring_and_plan(
         &self,
         subject: &async_nats::Subject,
-        tries: usize,
+        mut tries: usize,
         confirm_at: &mut Option<Instant>,
     ) -> Option<(Instant, usize, async_nats::Subject)> {
-        let (again, fresh) = self.ring(subject).await;
-        if again.is_some() {
-            *confirm_at = again;
-        }
-        match crate::bus::wanted::RECHECK_AFTER.get(tries) {
-            Some(after) if !fresh => Some((Instant::now() + *after, tries + 1, subject.clone())),
-            _ => None,
+        loop {
+            let rang = self.ring(subject).await;
+            if rang.confirm_at.is_some() {
+                *confirm_at = rang.confirm_at;
+            }
+            match crate::bus::wanted::RECHECK_AFTER.get(tries) {
+                Some(after) if after.is_zero() && !rang.fresh && rang.answered => tries += 1,
+                Some(after) if !rang.fresh => {
+                    return Some((Instant::now() + *after, tries + 1, subject.clone()))
+                }
+                _ => return None,
+            }
         }
     }
 
-    /// A doorbell on `subject`: deliver that one key. Returns when a
-    /// confirming read is due, and whether a new revision was delivered.
-    async fn ring(&self, subject: &str) -> (Option<Instant>, bool) {
+    /// A doorbell on `subject`: deliver that one key.
+    async fn ring(&self, subject: &str) -> Rang {
+        let done = Rang {
+            confirm_at: None,
+            fresh: true,
+            answered: true,
+        };
         let prefix = swarm_queue_client::Bucket::Credentials.key_subject("");
         let Some(key) = subject.strip_prefix(&prefix) else {
-            return (None, true);
+            return done;
         };
         let (hive, agent, account) = match parse_credential_key(key) {
             Ok(parts) => parts,
             Err(e) => {
                 tracing::warn!(%key, error = %e, "ignoring a credential doorbell with a bad key name");
-                return (None, true);
+                return done;
             }
         };
         if hive != self.deps.hive {
-            return (None, true);
+            return done;
         }
         let result = match self.deliverer.deliver(&agent, &account).await {
             Ok(d) => Ok((vec![d], Vec::new())),
@@ -192,7 +212,12 @@ impl Session<'_> {
             Err(e) => Ok((Vec::new(), vec![e])),
         };
         let fresh = matches!(&result, Ok((d, _)) if d.iter().any(|d| matches!(d, Delivered::Written { fresh: true, .. } | Delivered::Removed { existed: true, .. })));
-        (self.report(result), fresh)
+        let answered = matches!(&result, Ok((_, failures)) if failures.is_empty());
+        Rang {
+            confirm_at: self.report(result),
+            fresh,
+            answered,
+        }
     }
 
     fn report(

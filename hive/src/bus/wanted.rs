@@ -106,9 +106,9 @@ pub use saved::{load_saved, save_each, saved_path, unless_older, SAVE_WAITS_AT_M
 /// a refused put or a duplicate costs these few reads and changes nothing.
 /// A zero step is read at once, after the last read's answer, not through
 /// the timer: tokio's timer ticks by the millisecond, and each zero or
-/// 0.25 ms step took 1.2 to 4 ms through it. On a busy 2-core machine 5 to
-/// 14 of 1,000 declarations were read before they were stored; the read
-/// right after found each (the converge bench, stop 45: those samples took
+/// 0.25 ms step took 0.5 to 4 ms (1.5 on most) through it. On a busy
+/// 2-core machine 5 to 14 of 1,000 declarations were read before they
+/// were stored; the read right after found each (the converge bench, stop 45: those samples took
 /// 0.65 to 1.3 ms from the put to the job queued, against 1.9 to 3.1 ms
 /// with their first re-read on the timer, and 41 to 105 ms when it came
 /// after 100 ms). The later steps are for a cluster, where a direct get

@@ -29,6 +29,13 @@
 //!   and `--check-config` and the binary with the roster as a fleet
 //!   deploys it (an nkey and two labels a hive, the labels in tables of
 //!   their own, as NixOS's TOML writer gives them) beside the bare one.
+//!   The floors are timed inside a process already connected; the
+//!   binary's time also holds what any process pays, so each round also
+//!   times a **process floor** for each roster: a child that starts,
+//!   loads the config with its roster, connects, opens the buckets,
+//!   writes as many bytes as the binary's document into a pipe read as
+//!   the binary's is, and ends, doing none of the work (its config and
+//!   connection one after the other, where the binary overlaps them).
 //!   Each child also reports the CPU time it and the
 //!   nats-server used over its measured span (`CLOCK_PROCESS_CPUTIME_ID`;
 //!   the server's threads' `schedstat`), to tell a span that waits from
@@ -79,6 +86,13 @@ fn main() -> Res<()> {
         // As the binary does, so the library path's memory is the binary's.
         swarm_controller::cli::cap_malloc_arenas();
         let rt = tokio::runtime::Runtime::new()?;
+        if mode == "process" {
+            let bytes = extra.ok_or("--child process needs a byte count")?.parse()?;
+            rt.block_on(connected(&config))?;
+            write_bytes(bytes)?;
+            // As the binary ends: no destructor runs.
+            std::process::exit(0);
+        }
         let out = rt.block_on(child(mode, &config, extra))?;
         println!("RESULT {out}");
         return Ok(());
@@ -340,6 +354,24 @@ fn run_measured(cmd: &mut Command) -> Res<(bool, u64)> {
     Ok((ok, usage.ru_maxrss as u64))
 }
 
+/// What a process pays that does none of the work: a child of this bench
+/// that starts, loads `config` with its roster, connects, opens the
+/// buckets, writes `bytes` into a pipe read as the binary's is, and ends.
+/// Its wall time in ms, from the spawn to the reap.
+fn run_process_floor(exe: &Path, config: &Path, bytes: u64) -> Res<f64> {
+    let mut cmd = wrapped(exe, "process");
+    cmd.args(["--child", "process"])
+        .arg(config)
+        .arg(bytes.to_string());
+    let t = Instant::now();
+    let (ok, _) = run_measured(&mut cmd)?;
+    let ms = t.elapsed().as_secs_f64() * 1000.0;
+    if !ok {
+        return Err("the process floor's child failed".into());
+    }
+    Ok(ms)
+}
+
 /// The wall time of `cmd` run to its end with its output thrown away, in
 /// milliseconds; an error when it fails.
 fn timed_ok(cmd: &mut Command) -> Res<f64> {
@@ -453,7 +485,19 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
     // The deployed roster's `--check-config`, and the binary with it.
     let (mut deployed_checks, mut deployed_runs) = (Vec::new(), Vec::new());
     let mut deployed_rss_kb = 0;
+    // And all a process pays without doing the work (`run_process_floor`),
+    // writing as many bytes as the binary's document has, for each roster.
+    let doc_bytes = |config: &Path| -> Res<u64> {
+        let r = run_child(&exe, "status", config, None)?;
+        r["json_bytes"]
+            .as_u64()
+            .ok_or_else(|| "the status child gave no json_bytes".into())
+    };
+    let (bare_bytes, deployed_bytes) = (doc_bytes(&config)?, doc_bytes(&deployed)?);
+    let (mut process_runs, mut deployed_process_runs) = (Vec::new(), Vec::new());
     for round in 0..rounds {
+        process_runs.push(run_process_floor(&exe, &config, bare_bytes)?);
+        deployed_process_runs.push(run_process_floor(&exe, &deployed, deployed_bytes)?);
         version_runs.push(timed_ok(Command::new(&bin).arg("--version"))?);
         check_runs.push(timed_ok(
             Command::new(&bin).arg("--check-config").arg(&config),
@@ -521,6 +565,13 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
         .map(|(b, (g, c))| b / (g + c).max(1e-9))
         .collect();
 
+    // The binary against the goal with all that a process pays without the
+    // work added (start, config and roster, connection, the pipe, end).
+    let plus =
+        |floors: &[f64]| -> Vec<f64> { goals.iter().zip(floors).map(|(g, f)| g + f).collect() };
+    let fixed_ratios = over_goals(&bin_runs, &plus(&process_runs));
+    let deployed_fixed_ratios = over_goals(&deployed_runs, &plus(&deployed_process_runs));
+
     let dash = run_child(&exe, "dashboard", &config, Some(&updates.to_string()))?;
 
     println!();
@@ -572,6 +623,16 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
         status_ms / goal_ms.max(1e-9),
         bin_ms / goal_ms.max(1e-9)
     );
+    let process_ms = median(process_runs);
+    let deployed_process_ms = median(deployed_process_runs);
+    println!(
+        "| process floor: a process that starts, loads the config and its roster, connects, opens the buckets, writes the document's {bare_bytes} bytes into a pipe and ends, and does nothing else; the same with the roster as deployed ({deployed_bytes} bytes), medians of {rounds} rounds | {process_ms:.1}; {deployed_process_ms:.1} ms |"
+    );
+    println!(
+        "| ratio of the medians: binary / (goal + process floor); with the roster as deployed | {:.2}x; {:.2}x |",
+        bin_ms / (goal_ms + process_ms).max(1e-9),
+        median(deployed_runs.clone()) / (goal_ms + deployed_process_ms).max(1e-9)
+    );
     let system_bin_ms = median(system_bin_runs.clone());
     let system_decode_ms = median_of(&system_decodes, "decode_ms");
     let system_goal_ms = 1.5 * raw_ms + system_decode_ms;
@@ -593,6 +654,14 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
         (
             "binary with the roster as deployed / that round's goal",
             &deployed_ratios,
+        ),
+        (
+            "binary / (that round's goal + its process floor)",
+            &fixed_ratios,
+        ),
+        (
+            "binary with the roster as deployed / (that round's goal + its process floor with that roster)",
+            &deployed_fixed_ratios,
         ),
     ] {
         println!(
@@ -796,10 +865,43 @@ impl CpuSpan {
     }
 }
 
-async fn child(mode: &str, config_path: &Path, extra: Option<String>) -> Res<Value> {
+/// The config with its roster, loaded; the connection; the buckets, opened.
+async fn connected(
+    config_path: &Path,
+) -> Res<(
+    Config,
+    swarm_queue_client::Connection,
+    swarm_controller::nats::Buckets,
+)> {
     let config = Config::load(config_path, None)?;
     let conn = swarm_controller::nats::connect(&config.nats, Duration::from_secs(10)).await?;
     let buckets = swarm_controller::nats::open_buckets(&conn, &config.nats).await?;
+    Ok((config, conn, buckets))
+}
+
+/// `n` bytes to standard output, through a pipe widened to 1 MiB and a
+/// 64 KiB buffer, as the binary writes its document.
+fn write_bytes(n: usize) -> Res<()> {
+    use std::io::Write;
+    // SAFETY: fcntl on standard output with an integer argument; a refusal
+    // (not a pipe, over the limit) only leaves the pipe as it was.
+    unsafe {
+        libc::fcntl(libc::STDOUT_FILENO, libc::F_SETPIPE_SZ, 1 << 20);
+    }
+    let chunk = [b' '; 1 << 16];
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(chunk.len());
+        out.write_all(&chunk[..k])?;
+        left -= k;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+async fn child(mode: &str, config_path: &Path, extra: Option<String>) -> Res<Value> {
+    let (config, conn, buckets) = connected(config_path).await?;
     match mode {
         "connect" => Ok(json!({ "vm_hwm_kb": vm_hwm_kb() })),
         "raw-watch" => {

@@ -88,9 +88,10 @@ fn main() -> Res<()> {
         let rt = tokio::runtime::Runtime::new()?;
         if mode == "process" {
             let bytes = extra.ok_or("--child process needs a byte count")?.parse()?;
-            rt.block_on(connected(&config))?;
+            // Kept to the end, as the binary keeps what it read: the
+            // exit below runs no destructor.
+            let _kept = rt.block_on(connected(&config))?;
             write_bytes(bytes)?;
-            // As the binary ends: no destructor runs.
             std::process::exit(0);
         }
         let out = rt.block_on(child(mode, &config, extra))?;

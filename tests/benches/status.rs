@@ -320,11 +320,17 @@ fn run_binary(bin: &Path, config: &Path, system: bool) -> Res<(f64, u64)> {
     if system {
         cmd.env("HYPERHIVE_ALLOCATOR", "system");
     }
+    timed_measured(&mut cmd, "swarm-controller status --json")
+}
+
+/// [`run_measured`] timed from the spawn to the reap: the wall time in ms
+/// and the peak memory in KiB; an error naming `what` when it fails.
+fn timed_measured(cmd: &mut Command, what: &str) -> Res<(f64, u64)> {
     let t = Instant::now();
-    let (ok, max_rss_kb) = run_measured(&mut cmd)?;
+    let (ok, max_rss_kb) = run_measured(cmd)?;
     let ms = t.elapsed().as_secs_f64() * 1000.0;
     if !ok {
-        return Err("swarm-controller status --json failed".into());
+        return Err(format!("{what} failed").into());
     }
     Ok((ms, max_rss_kb))
 }
@@ -364,13 +370,7 @@ fn run_process_floor(exe: &Path, config: &Path, bytes: u64) -> Res<f64> {
     cmd.args(["--child", "process"])
         .arg(config)
         .arg(bytes.to_string());
-    let t = Instant::now();
-    let (ok, _) = run_measured(&mut cmd)?;
-    let ms = t.elapsed().as_secs_f64() * 1000.0;
-    if !ok {
-        return Err("the process floor's child failed".into());
-    }
-    Ok(ms)
+    Ok(timed_measured(&mut cmd, "the process floor's child")?.0)
 }
 
 /// The wall time of `cmd` run to its end with its output thrown away, in
@@ -541,6 +541,7 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
     let base_kb = baseline["vm_hwm_kb"].as_u64().unwrap_or(0);
     let summary = runs[0]["summary"].as_str().unwrap_or("").to_string();
     let bin_ms = median(bin_runs.clone());
+    let deployed_ms = median(deployed_runs.clone());
     let version_ms = median(version_runs);
     let check_ms = median(check_runs.clone());
     // Each round's goal, from that round's floors.
@@ -597,7 +598,7 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
         "| the roster as deployed (an nkey and two labels a hive, {} KB): `--check-config`; the binary; its peak memory | {:.1}; {:.1} ms; {:.1} MiB |",
         std::fs::metadata(&deployed)?.len() / 1000,
         median(deployed_checks),
-        median(deployed_runs.clone()),
+        deployed_ms,
         deployed_rss_kb as f64 / 1024.0
     );
     println!(
@@ -632,7 +633,7 @@ async fn parent(hives: usize, updates: usize, quick: bool) -> Res<()> {
     println!(
         "| ratio of the medians: binary / (goal + process floor); with the roster as deployed | {:.2}x; {:.2}x |",
         bin_ms / (goal_ms + process_ms).max(1e-9),
-        median(deployed_runs.clone()) / (goal_ms + deployed_process_ms).max(1e-9)
+        deployed_ms / (goal_ms + deployed_process_ms).max(1e-9)
     );
     let system_bin_ms = median(system_bin_runs.clone());
     let system_decode_ms = median_of(&system_decodes, "decode_ms");
@@ -880,15 +881,11 @@ async fn connected(
     Ok((config, conn, buckets))
 }
 
-/// `n` bytes to standard output, through a pipe widened to 1 MiB and a
-/// 64 KiB buffer, as the binary writes its document.
+/// `n` bytes to standard output, through the pipe widened as the binary
+/// widens it and a 64 KiB buffer, as the binary writes its document.
 fn write_bytes(n: usize) -> Res<()> {
     use std::io::Write;
-    // SAFETY: fcntl on standard output with an integer argument; a refusal
-    // (not a pipe, over the limit) only leaves the pipe as it was.
-    unsafe {
-        libc::fcntl(libc::STDOUT_FILENO, libc::F_SETPIPE_SZ, 1 << 20);
-    }
+    swarm_controller::cli::widen_stdout_pipe();
     let chunk = [b' '; 1 << 16];
     let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     let mut left = n;

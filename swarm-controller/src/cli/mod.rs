@@ -32,6 +32,7 @@ use crate::config::Config;
 use crate::{nats, serve};
 use swarm_queue_client::cli::shutdown_signal;
 
+pub use status::widen_stdout_pipe;
 pub use swarm_queue_client::cli::{print_json, EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, EXIT_USAGE};
 
 #[derive(Debug, Parser)]

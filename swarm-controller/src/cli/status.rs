@@ -195,7 +195,7 @@ fn show_once(fleet: &Fleet, rollout: Option<serde_json::Value>, json: bool) -> a
 /// changes. Anything but a pipe is left alone. At 10,000 hives, ten runs
 /// of the binary with and ten without, alternated: writing the document
 /// into the bench's pipe took a median 41.2 ms against 47.5 ms.
-fn widen_stdout_pipe() {
+pub fn widen_stdout_pipe() {
     #[cfg(target_os = "linux")]
     {
         use std::os::fd::AsRawFd;

@@ -80,39 +80,69 @@ async fn read_on_each_step(reads: &mut async_nats::Subscriber) {
     );
 }
 
+/// A real hive with an empty declaration (no agent: nothing for Docker to
+/// make, no credential due), the hive's direct gets of `key` in `bucket`
+/// watched from before it starts, and the hive past the read of its
+/// declaration (its sessions are up).
+struct Rig {
+    _nats: NatsServer,
+    swarm: Swarm,
+    name: String,
+    /// The empty declaration, and its revision.
+    empty: String,
+    r1: u64,
+    reads: async_nats::Subscriber,
+    _hive: HiveProc,
+}
+
+impl Rig {
+    async fn start(prefix: &str, bucket: Bucket, key_of: impl Fn(&str) -> String) -> Rig {
+        let nats = NatsServer::start();
+        let url = nats.url();
+        let swarm = Swarm::connect(&url).await;
+        swarm.bucket(bucket.name()).await;
+        let name = unique_name(prefix);
+        let empty = json!({ "schema": 1, "agents": {} }).to_string();
+        let r1 = swarm.declare(&name, &empty).await;
+        let reads = direct_gets(&swarm, bucket, &key_of(&name)).await;
+        let hive = HiveProc::start(HiveSpec {
+            name: Some(&name),
+            nats_url: Some(&url),
+            ..Default::default()
+        });
+        swarm
+            .status_until(&name, "the hive saw revision 1", T, |s| {
+                s["seen_revision"].as_u64() == Some(r1)
+            })
+            .await;
+        Rig {
+            _nats: nats,
+            swarm,
+            name,
+            empty,
+            r1,
+            reads,
+            _hive: hive,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_puts_doorbell_is_read_again_on_each_step_and_changes_nothing() {
-    let nats = NatsServer::start();
-    let url = nats.url();
-    let swarm = Swarm::connect(&url).await;
-    let name = unique_name("doorbell");
-    // No agent: nothing for Docker to make.
-    let empty = json!({ "schema": 1, "agents": {} }).to_string();
-    let r1 = swarm.declare(&name, &empty).await;
-
-    let mut reads = direct_gets(&swarm, Bucket::Wanted, &name).await;
-    let _hive = HiveProc::start(HiveSpec {
-        name: Some(&name),
-        nats_url: Some(&url),
-        ..Default::default()
-    });
+    let mut rig = Rig::start("doorbell", Bucket::Wanted, str::to_string).await;
+    let (swarm, name) = (&rig.swarm, &rig.name);
     // The read at start and the one a second into the session: after
     // them, only a doorbell (or the minute's pull) makes the hive read.
-    next_read(&mut reads, "at start").await;
-    next_read(&mut reads, "a second into the session").await;
-    swarm
-        .status_until(&name, "the hive saw revision 1", T, |s| {
-            s["seen_revision"].as_u64() == Some(r1)
-        })
-        .await;
+    next_read(&mut rig.reads, "at start").await;
+    next_read(&mut rig.reads, "a second into the session").await;
 
-    refused_put(&swarm, format!("$KV.hyperhive-wanted.{name}"), empty).await;
-    read_on_each_step(&mut reads).await;
+    refused_put(swarm, Bucket::Wanted.key_subject(name), rig.empty.clone()).await;
+    read_on_each_step(&mut rig.reads).await;
 
     // Nothing changed: the hive still has revision 1, and no warning
     // about its declaration.
-    let (_, s) = swarm.status(&name).await.expect("the hive's status");
-    assert_eq!(s["seen_revision"].as_u64(), Some(r1), "{s}");
+    let (_, s) = swarm.status(name).await.expect("the hive's status");
+    assert_eq!(s["seen_revision"].as_u64(), Some(rig.r1), "{s}");
     let warnings = s["warnings"].as_array().cloned().unwrap_or_default();
     assert!(
         !warnings.iter().any(|w| w["key"] == "wanted_declaration"),
@@ -122,34 +152,12 @@ async fn a_refused_puts_doorbell_is_read_again_on_each_step_and_changes_nothing(
 
 /// The credential doorbell at boot re-reads on the same steps: a refused
 /// put under one of this hive's credential keys rings it, the key holds
-/// nothing, and the hive reads it once and once per step, the zero steps
-/// at once.
+/// nothing, and the hive reads it once and once per step.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_credentials_doorbell_is_read_again_on_each_step() {
-    let nats = NatsServer::start();
-    let url = nats.url();
-    let swarm = Swarm::connect(&url).await;
-    swarm.bucket(Bucket::Credentials.name()).await;
-    let name = unique_name("credbell");
-    // No agent: no credential is due, so only a doorbell reads the key.
-    let empty = json!({ "schema": 1, "agents": {} }).to_string();
-    let r1 = swarm.declare(&name, &empty).await;
-    let key = format!("{name}.web.smtp");
-    let mut reads = direct_gets(&swarm, Bucket::Credentials, &key).await;
-    let _hive = HiveProc::start(HiveSpec {
-        name: Some(&name),
-        nats_url: Some(&url),
-        ..Default::default()
-    });
-    // Once the hive has read its declaration its sessions are up; its
-    // status says so.
-    swarm
-        .status_until(&name, "the hive saw revision 1", T, |s| {
-            s["seen_revision"].as_u64() == Some(r1)
-        })
-        .await;
-
-    let subject = Bucket::Credentials.key_subject(&key);
-    refused_put(&swarm, subject, "never stored".to_string()).await;
-    read_on_each_step(&mut reads).await;
+    let key_of = |name: &str| format!("{name}.web.smtp");
+    let mut rig = Rig::start("credbell", Bucket::Credentials, key_of).await;
+    let subject = Bucket::Credentials.key_subject(&key_of(&rig.name));
+    refused_put(&rig.swarm, subject, "never stored".to_string()).await;
+    read_on_each_step(&mut rig.reads).await;
 }

@@ -91,17 +91,37 @@ impl Swarm {
     }
 
     /// Wait until the hive reports `converged_revision >= revision`; the
-    /// status document that showed it.
+    /// status document that showed it. On a timeout the panic says what
+    /// the hive's last status read showed (whether it had read the
+    /// declaration at all: `seen_revision`), so a failure names its cause.
     pub async fn converged(&self, hive: &str, revision: u64, timeout: Duration) -> Value {
-        crate::wait_until(
-            timeout,
-            &format!("{hive} converged on revision {revision}"),
-            || async {
-                let (_, s) = self.status(hive).await?;
-                (s["converged_revision"].as_u64()? >= revision).then_some(s)
-            },
-        )
-        .await
+        let last = std::sync::Mutex::new(None::<(u64, Value)>);
+        let found = crate::poll_until(timeout, || async {
+            let (at, s) = self.status(hive).await?;
+            let done = s["converged_revision"]
+                .as_u64()
+                .is_some_and(|c| c >= revision);
+            if done {
+                return Some(s);
+            }
+            *last.lock().expect("not poisoned") = Some((at, s));
+            None
+        })
+        .await;
+        found.unwrap_or_else(|| {
+            let seen = match last.into_inner().expect("not poisoned") {
+                None => "no status of it was read".to_string(),
+                Some((at, s)) => {
+                    let warnings: String = s["warnings"].to_string().chars().take(600).collect();
+                    format!(
+                        "its last status (revision {at} of its key): seen_revision {}, \
+                         converged_revision {}, state {}, warnings {warnings}",
+                        s["seen_revision"], s["converged_revision"], s["state"]
+                    )
+                }
+            };
+            panic!("timed out after {timeout:?} waiting for {hive} converged on revision {revision}; {seen}")
+        })
     }
 
     /// Wait until the hive's status satisfies `check`.

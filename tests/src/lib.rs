@@ -66,7 +66,19 @@ use std::time::{Duration, Instant};
 
 /// Poll `check` every 25 ms until it returns `Some`, or fail after `timeout`
 /// with `what` in the message.
-pub async fn wait_until<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+pub async fn wait_until<T, F, Fut>(timeout: Duration, what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    poll_until(timeout, check)
+        .await
+        .unwrap_or_else(|| panic!("timed out after {timeout:?} waiting for {what}"))
+}
+
+/// Poll `check` every 25 ms until it returns `Some`; `None` after `timeout`
+/// (for a caller that says more than [`wait_until`] when it times out).
+pub async fn poll_until<T, F, Fut>(timeout: Duration, mut check: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -74,10 +86,10 @@ where
     let start = Instant::now();
     loop {
         if let Some(v) = check().await {
-            return v;
+            return Some(v);
         }
         if start.elapsed() > timeout {
-            panic!("timed out after {timeout:?} waiting for {what}");
+            return None;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }

@@ -297,6 +297,28 @@ impl NatsServer {
             })
             .unwrap_or_default()
     }
+
+    /// How many route connections this server holds to each other server of
+    /// its cluster, by server name, from its monitoring endpoint
+    /// (`/routez`; the server must run with `-m -1`); empty while it does
+    /// not answer. nats-server pools its routes (several connections per
+    /// peer, one more pinned to the system account), each made on its own.
+    pub async fn routes_by_peer(&self) -> std::collections::BTreeMap<String, usize> {
+        let mut by_peer = std::collections::BTreeMap::new();
+        let Some(base) = self.monitor_url() else {
+            return by_peer;
+        };
+        let Ok(answer) = reqwest::get(format!("{base}/routez")).await else {
+            return by_peer;
+        };
+        let body: serde_json::Value = answer.json().await.unwrap_or_default();
+        for route in body["routes"].as_array().into_iter().flatten() {
+            if let Some(peer) = route["remote_name"].as_str() {
+                *by_peer.entry(peer.to_string()).or_insert(0) += 1;
+            }
+        }
+        by_peer
+    }
 }
 
 impl NatsServer {

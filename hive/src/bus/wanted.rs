@@ -15,7 +15,12 @@
 //! put made there in that moment rings nothing (seen in `faults_cluster`:
 //! a hive that read "no declaration" 17 ms before its first one was put
 //! waited for the 60 s timer). So the key is read once more
-//! [`SETTLE_REREAD`] after each session's first pull. Two more reads
+//! [`SETTLE_REREAD`] after each session's first pull. A server that has
+//! just started has the same gap the other way round: until its routes are
+//! up it does not know of this subscription, and a put made through it
+//! then rings nothing; no event tells the hive (async-nats does not pass on
+//! the server's notices of a changed cluster), so the periodic pull reads
+//! it. Two more reads
 //! close the gaps a failover leaves: a read that failed is tried again
 //! after [`READ_RETRY_FIRST`], doubling up to [`READ_RETRY_MAX`], until one
 //! succeeds; and the key is read whenever the status publisher gets through

@@ -162,6 +162,14 @@ async fn failover(leads: Leads, stop: Stop, publish_interval_secs: u64) {
     // Back again: nothing lost. The same declare → converged with no server
     // down is the baseline of the one above.
     swarm.nats[0].restart();
+    // A put made through the restarted server before its routes to the
+    // others are all up is stored (the leader's route is up) but may ring
+    // no doorbell at a hive on the other server: that route has not yet
+    // brought the restarted server the hive's subscription. The hive reads
+    // such a put at its next periodic pull (docs/operations.md, "A lost
+    // NATS server"); this case is the cluster made whole again, so it
+    // declares once every route is up.
+    routes_whole(&swarm).await;
     let kv = swarm.connect().await;
     let back = Instant::now();
     // The restarted server may still be catching up when the client lands
@@ -229,6 +237,26 @@ async fn declare_accepted(
         Some(revs)
     })
     .await
+}
+
+/// Wait until the first server (restarted) holds as many routes to each of
+/// the two others as they hold to each other.
+async fn routes_whole(swarm: &TestSwarm) {
+    wait_until(
+        T,
+        "the restarted server's routes to both others",
+        || async {
+            let between_others = swarm.nats[1].routes_by_peer().await;
+            let pool = *between_others
+                .iter()
+                .find(|(peer, _)| peer.ends_with("-n2"))?
+                .1;
+            let restarted = swarm.nats[0].routes_by_peer().await;
+            let whole = restarted.len() == 2 && restarted.values().all(|&n| n == pool);
+            whole.then_some(())
+        },
+    )
+    .await;
 }
 
 /// Step the leaders of both streams down until `server` leads them.

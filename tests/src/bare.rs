@@ -48,14 +48,18 @@ pub async fn deploy(docker: &Docker, c: &ContainerSpec) {
         name: Some(c.name.clone()),
         ..Default::default()
     };
-    let created = docker
-        .create_container(Some(options), create_body(c))
-        .await
-        .unwrap_or_else(|e| panic!("create {}: {e}", c.name));
-    docker
-        .start_container(&created.id, None)
-        .await
-        .unwrap_or_else(|e| panic!("start {}: {e}", c.name));
+    let created = bounded(
+        &format!("create {}", c.name),
+        docker.create_container(Some(options), create_body(c)),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("create {}: {e}", c.name));
+    bounded(
+        &format!("start {}", c.name),
+        docker.start_container(&created.id, None),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("start {}: {e}", c.name));
 }
 
 /// Stop, remove, create and start `c`: a rebuild without the hive.
@@ -64,10 +68,12 @@ pub async fn replace(docker: &Docker, c: &ContainerSpec, stop_timeout: Duration)
         t: Some(stop_timeout.as_secs() as i32),
         ..Default::default()
     };
-    docker
-        .stop_container(&c.name, Some(options))
-        .await
-        .unwrap_or_else(|e| panic!("stop {}: {e}", c.name));
+    bounded(
+        &format!("stop {}", c.name),
+        docker.stop_container(&c.name, Some(options)),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("stop {}: {e}", c.name));
     remove(docker, &c.name).await;
     deploy(docker, c).await;
 }
@@ -78,11 +84,27 @@ pub async fn remove(docker: &Docker, name: &str) {
         force: true,
         ..Default::default()
     };
-    match docker.remove_container(name, Some(options)).await {
+    match bounded(
+        &format!("remove {name}"),
+        docker.remove_container(name, Some(options)),
+    )
+    .await
+    {
         Ok(())
         | Err(bollard::errors::Error::DockerResponseServerError {
             status_code: 404, ..
         }) => {}
         Err(e) => panic!("remove {name}: {e}"),
     }
+}
+
+/// `call` within the harness's limit for one Docker call
+/// ([`crate::docker_cli::LIMIT`]): a dockerd that stopped answering fails
+/// the benchmark with the call's name, where the client's hour-long
+/// timeout (for its event streams) would hold it.
+async fn bounded<T>(what: &str, call: impl std::future::Future<Output = T>) -> T {
+    let limit = crate::docker_cli::LIMIT;
+    tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
+        panic!("{what} had not returned after {limit:?}: dockerd does not answer")
+    })
 }

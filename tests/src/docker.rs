@@ -3,14 +3,13 @@
 //! project did not write.
 
 use std::process::Command;
+
+use crate::docker_cli as cli;
 use std::time::{Duration, Instant};
 
 /// Run `docker` with `args`; panic with its stderr on failure.
 pub fn docker(args: &[&str]) -> String {
-    let out = Command::new("docker")
-        .args(args)
-        .output()
-        .expect("run docker CLI (apt-get install docker.io)");
+    let out = cli::run(args).unwrap_or_else(|e| panic!("{e}"));
     assert!(
         out.status.success(),
         "docker {} failed: {}",
@@ -22,9 +21,7 @@ pub fn docker(args: &[&str]) -> String {
 
 /// Whether a Docker daemon answers.
 pub fn docker_available() -> bool {
-    Command::new("docker")
-        .args(["info", "--format", "{{.ServerVersion}}"])
-        .output()
+    cli::run(&["info", "--format", "{{.ServerVersion}}"])
         .map(|o| o.status.success())
         .unwrap_or(false)
 }
@@ -134,16 +131,13 @@ pub fn remove_image(reference: &str) {
         return;
     };
     for _ in 0..REMOVE_TRIES {
-        if let Ok(out) = Command::new("docker")
-            .args(["ps", "-aq", "--filter", &format!("ancestor={id}")])
-            .output()
-        {
+        if let Ok(out) = cli::run(&["ps", "-aq", "--filter", &format!("ancestor={id}")]) {
             for c in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-                let _ = Command::new("docker").args(["rm", "-f", c]).output();
+                let _ = cli::run(&["rm", "-f", c]);
             }
         }
-        let _ = Command::new("docker").args(["rmi", "-f", &id]).output();
-        if image_id(&id).is_none() {
+        let _ = cli::run(&["rmi", "-f", &id]);
+        if image_id(&id).is_none() || cli::is_hung(None) {
             return;
         }
     }
@@ -154,10 +148,7 @@ const REMOVE_TRIES: usize = 20;
 
 /// The id of the local image `reference`, or `None` when there is none.
 fn image_id(reference: &str) -> Option<String> {
-    let out = Command::new("docker")
-        .args(["image", "inspect", "--format", "{{.Id}}", reference])
-        .output()
-        .ok()?;
+    let out = cli::run(&["image", "inspect", "--format", "{{.Id}}", reference]).ok()?;
     let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
     (out.status.success() && !id.is_empty()).then_some(id)
 }
@@ -190,14 +181,11 @@ impl ContainerGuard {
     /// runs from `drop`, and a panic there while a test's failure unwinds
     /// aborts the test binary before any other guard has cleaned up.
     pub fn remove_all(&self) {
-        let Ok(out) = Command::new("docker")
-            .args(["ps", "-aq", "--filter", &self.filter()])
-            .output()
-        else {
+        let Ok(out) = cli::run(&["ps", "-aq", "--filter", &self.filter()]) else {
             return;
         };
         for id in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-            let _ = Command::new("docker").args(["rm", "-f", id]).output();
+            let _ = cli::run(&["rm", "-f", id]);
         }
     }
 }
@@ -228,9 +216,7 @@ impl ObjectGuard {
     /// Empty when the CLI fails: a guard's drop must not panic.
     pub fn names(&self, kind: &str) -> Vec<String> {
         let filter = format!("label=org.hyperhive.hive={}", self.hive);
-        let out = Command::new("docker")
-            .args([kind, "ls", "--filter", &filter, "--format", "{{.Name}}"])
-            .output();
+        let out = cli::run(&[kind, "ls", "--filter", &filter, "--format", "{{.Name}}"]);
         out.map(|o| {
             String::from_utf8_lossy(&o.stdout)
                 .lines()
@@ -247,7 +233,7 @@ impl ObjectGuard {
         .remove_all();
         for kind in ["volume", "network"] {
             for name in self.names(kind) {
-                let _ = Command::new("docker").args([kind, "rm", &name]).output();
+                let _ = cli::run(&[kind, "rm", &name]);
             }
         }
     }
@@ -267,9 +253,7 @@ pub struct ImageGuard {
 
 impl Drop for ImageGuard {
     fn drop(&mut self) {
-        let _ = Command::new("docker")
-            .args(["rmi", "-f", &self.reference])
-            .output();
+        let _ = cli::run(&["rmi", "-f", &self.reference]);
     }
 }
 
@@ -281,9 +265,7 @@ pub struct NamedContainerGuard {
 
 impl Drop for NamedContainerGuard {
     fn drop(&mut self) {
-        let _ = Command::new("docker")
-            .args(["rm", "-f", &self.name])
-            .output();
+        let _ = cli::run(&["rm", "-f", &self.name]);
     }
 }
 
@@ -417,6 +399,7 @@ impl PrivateDockerd {
     }
 
     fn try_spawn(&mut self) -> Result<(), String> {
+        cli::forget(Some(&self.host()));
         let p = self.dir.path();
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -465,12 +448,7 @@ impl PrivateDockerd {
 
     /// Run `docker -H <this> args`; its stdout, or its stderr as the error.
     pub fn cli(&self, args: &[&str]) -> Result<String, String> {
-        let out = Command::new("docker")
-            .arg("-H")
-            .arg(self.host())
-            .args(args)
-            .output()
-            .map_err(|e| e.to_string())?;
+        let out = cli::run_at(Some(&self.host()), args, cli::LIMIT).map_err(|e| e.to_string())?;
         if out.status.success() {
             Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
         } else {
@@ -536,6 +514,15 @@ impl PrivateDockerd {
             }
         }
         pids
+    }
+
+    /// Send `sig` (`STOP`, `CONT`) to this dockerd, by its pid.
+    pub fn signal(&self, sig: &str) {
+        if let Some(c) = &self.child {
+            let _ = Command::new("kill")
+                .args([&format!("-{sig}"), &c.id().to_string()])
+                .status();
+        }
     }
 
     /// Start it again on the same socket and data.

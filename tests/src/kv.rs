@@ -142,15 +142,13 @@ impl Swarm {
 
 /// `(id, running, spec label)` of `hyperhive.<hive>.<agent>`, if it exists.
 pub fn container(hive: &str, agent: &str) -> Option<(String, bool, String)> {
-    let out = std::process::Command::new("docker")
-        .args([
-            "inspect",
-            "--format",
-            "{{.Id}} {{.State.Running}} {{index .Config.Labels \"org.hyperhive.spec\"}}",
-            &format!("hyperhive.{hive}.{agent}"),
-        ])
-        .output()
-        .expect("docker inspect");
+    let out = crate::docker_cli::run(&[
+        "inspect",
+        "--format",
+        "{{.Id}} {{.State.Running}} {{index .Config.Labels \"org.hyperhive.spec\"}}",
+        &format!("hyperhive.{hive}.{agent}"),
+    ])
+    .unwrap_or_else(|e| panic!("{e}"));
     if !out.status.success() {
         return None;
     }

@@ -13,7 +13,9 @@
 //!   can be watched; killed by its pid on drop.
 //! - [`docker`]: images built locally, containers
 //!   and images removed by label when the guard drops, and a socket proxy
-//!   to dockerd that lets a test make Docker "come back".
+//!   to dockerd that lets a test make Docker "come back"; [`docker_cli`]:
+//!   every `docker` CLI call of the harness, each within a limit, and none
+//!   more to a daemon once one has hung.
 //! - [`bare`]: the containers a hive makes, made directly through bollard:
 //!   the benchmarks' baseline.
 //! - [`jobs`]: a client of a hive's operator API, on its Unix socket.
@@ -40,6 +42,7 @@
 pub mod bare;
 pub mod browser;
 pub mod docker;
+pub mod docker_cli;
 pub mod foreign;
 pub mod hive;
 pub mod identity;

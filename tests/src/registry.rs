@@ -153,23 +153,15 @@ impl Registry {
     fn docker_logged_in(&self, args: &[&str]) -> String {
         let config = self.dir.path().join("docker-cli");
         let run = |args: &[&str], stdin: Option<&str>| {
-            let mut child = Command::new("docker")
-                .env("DOCKER_CONFIG", &config)
-                .args(args)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("docker CLI");
-            if let Some(text) = stdin {
-                child
-                    .stdin
-                    .take()
-                    .unwrap()
-                    .write_all(text.as_bytes())
-                    .unwrap();
-            }
-            let out = child.wait_with_output().unwrap();
+            let mut cmd = Command::new("docker");
+            cmd.env("DOCKER_CONFIG", &config).args(args);
+            let out = crate::docker_cli::run_command(
+                cmd,
+                None,
+                stdin.map(str::as_bytes),
+                crate::docker_cli::LIMIT,
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
             assert!(
                 out.status.success(),
                 "docker {} failed: {}",
@@ -209,15 +201,12 @@ pub fn write_auth_file(path: &Path, host: &str, user: &str, password: &str) {
 /// Remove every local image whose reference starts with `host/`: whatever
 /// a test pulled through that address.
 pub fn remove_images_from(host: &str) {
-    let Ok(out) = Command::new("docker")
-        .args([
-            "images",
-            "--no-trunc",
-            "--format",
-            "{{.Repository}} {{.ID}}",
-        ])
-        .output()
-    else {
+    let Ok(out) = crate::docker_cli::run(&[
+        "images",
+        "--no-trunc",
+        "--format",
+        "{{.Repository}} {{.ID}}",
+    ]) else {
         return;
     };
     let prefix = format!("{host}/");
@@ -228,7 +217,7 @@ pub fn remove_images_from(host: &str) {
         .filter_map(|l| l.split_once(' '))
         .filter(|(repo, _)| repo.starts_with(&prefix))
     {
-        let _ = Command::new("docker").args(["rmi", "-f", id]).output();
+        let _ = crate::docker_cli::run(&["rmi", "-f", id]);
     }
 }
 

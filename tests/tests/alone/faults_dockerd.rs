@@ -7,10 +7,15 @@
 //! The machine's dockerd is never stopped: the hive runs against a private
 //! dockerd ([`PrivateDockerd`], own socket, data, exec root and bridge) that
 //! the test SIGKILLs by its pid and starts again.
+//!
+//! A dockerd that stops answering (SIGSTOP) holds the harness's own
+//! `docker` calls only up to their limit, once: the cleanup guards then
+//! skip it instead of hanging the run (`docker_cli`).
 
 use std::time::{Duration, Instant};
 
 use hyperhive_tests::docker::{PrivateDockerd, TestImage};
+use hyperhive_tests::docker_cli::{self as cli, CliError};
 use hyperhive_tests::hive::{HiveProc, HiveSpec};
 use hyperhive_tests::kv::Swarm;
 use hyperhive_tests::{unique_name, wait_until, NatsServer};
@@ -131,5 +136,48 @@ async fn dockerd_killed_then_back_is_reported_and_recovered() {
         reported.as_millis(),
         ready_again.as_millis(),
         reconverged.as_millis()
+    );
+}
+
+#[test]
+fn a_dockerd_that_stops_answering_holds_one_call_to_its_limit_and_no_more() {
+    let dockerd = PrivateDockerd::start();
+    let host = dockerd.host();
+    let ps = ["ps", "-aq"];
+    let answered = cli::run_at(Some(&host), &ps, cli::LIMIT).expect("the private dockerd answers");
+    assert!(answered.status.success(), "{answered:?}");
+
+    dockerd.signal("STOP");
+    let limit = Duration::from_secs(3);
+    let hung = cli::run_at(Some(&host), &ps, limit);
+    dockerd.signal("CONT");
+    assert_eq!(
+        hung,
+        Err(CliError::Hung {
+            call: format!("docker -H {host} ps -aq"),
+            limit
+        })
+    );
+    assert!(cli::is_hung(Some(&host)));
+    // Answering again or not, it is not asked again by this binary: a
+    // guard's call returns at once, unrun, and says so.
+    let skipped = cli::run_at(Some(&host), &["rm", "-f", "x"], cli::LIMIT);
+    assert_eq!(
+        skipped,
+        Err(CliError::Skipped {
+            call: format!("docker -H {host} rm -f x")
+        })
+    );
+    assert!(
+        skipped.unwrap_err().to_string().contains("not run"),
+        "the skip names itself"
+    );
+    assert!(
+        !cli::is_hung(None),
+        "the machine's dockerd is another daemon"
+    );
+    assert!(
+        cli::run(&["version", "--format", "{{.Server.Version}}"]).is_ok_and(|o| o.status.success()),
+        "and is still asked"
     );
 }

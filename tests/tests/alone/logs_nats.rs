@@ -369,8 +369,6 @@ struct RemoveOnDrop(String);
 
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("docker")
-            .args(["rm", "-f", &self.0])
-            .output();
+        let _ = hyperhive_tests::docker_cli::run(&["rm", "-f", &self.0]);
     }
 }

@@ -88,15 +88,13 @@ impl OneAgent {
 
     /// `(running, StartedAt, FinishedAt, OOMKilled)` as Docker shows them.
     fn docker_state(&self) -> Option<(bool, String, String, bool)> {
-        let out = std::process::Command::new("docker")
-            .args([
-                "inspect",
-                "--format",
-                "{{.State.Running}} {{.State.StartedAt}} {{.State.FinishedAt}} {{.State.OOMKilled}}",
-                &self.container(),
-            ])
-            .output()
-            .ok()?;
+        let out = hyperhive_tests::docker_cli::run(&[
+            "inspect",
+            "--format",
+            "{{.State.Running}} {{.State.StartedAt}} {{.State.FinishedAt}} {{.State.OOMKilled}}",
+            &self.container(),
+        ])
+        .ok()?;
         let text = String::from_utf8_lossy(&out.stdout);
         let p: Vec<&str> = text.split_whitespace().collect();
         (p.len() == 4).then(|| (p[0] == "true", p[1].into(), p[2].into(), p[3] == "true"))

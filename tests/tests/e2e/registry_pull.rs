@@ -173,9 +173,7 @@ impl Setup {
 }
 
 fn image_present(reference: &str) -> bool {
-    std::process::Command::new("docker")
-        .args(["image", "inspect", reference])
-        .output()
+    hyperhive_tests::docker_cli::run(&["image", "inspect", reference])
         .map(|o| o.status.success())
         .unwrap_or(false)
 }
@@ -363,10 +361,9 @@ fn local_images_of(repo: &str) -> (BTreeSet<String>, u64) {
     // and its inspect is gone, not an error.
     let mut size = 0;
     ids.retain(|id| {
-        let out = std::process::Command::new("docker")
-            .args(["image", "inspect", "--format", "{{.Size}}", id])
-            .output()
-            .expect("run docker CLI");
+        let out =
+            hyperhive_tests::docker_cli::run(&["image", "inspect", "--format", "{{.Size}}", id])
+                .unwrap_or_else(|e| panic!("{e}"));
         let stderr = String::from_utf8_lossy(&out.stderr);
         if !out.status.success() && stderr.to_lowercase().contains("no such image") {
             return false;

@@ -9,7 +9,6 @@
 //! that name that is not the hive's refused and never touched.
 //! (`network = "none"` is tested in `agent_fields.rs`.)
 
-use std::process::Command;
 use std::time::Duration;
 
 use hyperhive_tests::docker::{docker, ObjectGuard};
@@ -21,10 +20,8 @@ use serde_json::{json, Value};
 const T: Duration = Duration::from_secs(90);
 
 fn exec(container: &str, script: &str) -> std::process::Output {
-    Command::new("docker")
-        .args(["exec", container, "/bin/sh", "-c", script])
-        .output()
-        .expect("docker exec")
+    hyperhive_tests::docker_cli::run(&["exec", container, "/bin/sh", "-c", script])
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn exec_ok(container: &str, script: &str) -> String {
@@ -54,9 +51,7 @@ struct Planted(&'static str, String);
 
 impl Drop for Planted {
     fn drop(&mut self) {
-        let _ = Command::new("docker")
-            .args([self.0, "rm", &self.1])
-            .output();
+        let _ = hyperhive_tests::docker_cli::run(&[self.0, "rm", &self.1]);
     }
 }
 

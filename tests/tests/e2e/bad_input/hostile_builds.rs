@@ -107,13 +107,11 @@ impl BuiltImages {
 impl Drop for BuiltImages {
     fn drop(&mut self) {
         let filter = &self.0;
-        let ids = Command::new("docker")
-            .args(["images", "-q", "--filter", filter])
-            .output()
+        let ids = hyperhive_tests::docker_cli::run(&["images", "-q", "--filter", filter])
             .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
             .unwrap_or_default();
         for id in ids.split_whitespace() {
-            let _ = Command::new("docker").args(["rmi", "-f", id]).output();
+            let _ = hyperhive_tests::docker_cli::run(&["rmi", "-f", id]);
         }
     }
 }

@@ -262,7 +262,9 @@ impl<R: ContainerRuntime> Converger<R> {
         // One store hop for both: this is on the path to a queued job.
         let (installed, exits) = self.deps.store.installed_and_exits().await?;
         let installed = specs(installed);
-        let actions = plan::plan_declaration(&wanted.declaration.agents, &installed);
+        let unseen = BTreeMap::new();
+        let seen = observation.as_ref().unwrap_or(&unseen);
+        let actions = plan::plan_declaration(&wanted.declaration.agents, &installed, seen);
         tracing::info!(hive = %self.deps.hive, revision = wanted.revision, actions = actions.len(), "applying declaration");
         // A new revision: every agent may be tried at once.
         self.retries.reset_all();

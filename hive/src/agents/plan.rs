@@ -102,20 +102,24 @@ pub fn unknown_fields(spec: &AgentSpec) -> Option<String> {
     (!names.is_empty()).then(|| names.join(", "))
 }
 
-/// What a new declaration asks for, against the installed record.
+/// What a new declaration asks for, against the installed record and what
+/// Docker shows (`seen`; empty when Docker has not been looked at yet).
 ///
-/// - declared, not installed: first deploy;
+/// - declared, not installed: first deploy, or a rebuild when Docker shows
+///   this hive's container for the agent with another spec (see
+///   [`not_installed`]);
 /// - declared, installed with another spec: rebuild;
 /// - installed, not declared: retire;
 /// - declared with a field this build does not know: nothing.
 pub fn plan_declaration(
     declared: &BTreeMap<AgentName, AgentSpec>,
     installed: &BTreeMap<AgentName, Installed>,
+    seen: &BTreeMap<AgentName, Seen>,
 ) -> Vec<Action> {
     let mut out = Vec::new();
     for (agent, spec) in declared.iter().filter(|(_, s)| understood(s)) {
         match installed.get(agent) {
-            None => out.push(Action::FirstDeploy(agent.clone())),
+            None => out.push(not_installed(agent, spec, seen)),
             Some(i) if i.spec != spec.spec_hash() => out.push(Action::Rebuild {
                 agent: agent.clone(),
                 relock: false,
@@ -129,6 +133,24 @@ pub fn plan_declaration(
         }
     }
     out
+}
+
+/// A declared agent with no installed record: a first deploy, which adopts
+/// a container of this hive's that already runs the declared spec (one a
+/// crash cut off before it was recorded). A container of this hive's for
+/// the agent with another spec (or none) is what a job store lost or moved
+/// aside leaves behind when the declaration changed meanwhile: a first
+/// deploy would refuse to replace it, so it is rebuilt.
+fn not_installed(agent: &AgentName, spec: &AgentSpec, seen: &BTreeMap<AgentName, Seen>) -> Action {
+    match seen.get(agent) {
+        Some(found) if found.spec.as_deref() != Some(spec.spec_hash().as_str()) => {
+            Action::Rebuild {
+                agent: agent.clone(),
+                relock: false,
+            }
+        }
+        _ => Action::FirstDeploy(agent.clone()),
+    }
 }
 
 /// Inputs to one reconciler round. `busy` holds agents with a pending or
@@ -177,7 +199,7 @@ pub fn plan_round(input: &RoundInput<'_>) -> Vec<Action> {
                     continue;
                 }
                 match input.installed.get(agent) {
-                    None => out.push(Action::FirstDeploy(agent.clone())),
+                    None => out.push(not_installed(agent, spec, input.seen)),
                     Some(i) if i.spec != spec.spec_hash() => out.push(rebuild),
                     Some(i) => out
                         .extend(repair(input, agent, i).or_else(|| unhealthy(input, agent, spec))),
@@ -309,6 +331,23 @@ mod tests {
     use super::*;
     use crate::agents::test_names::{agent as a, spec};
 
+    /// A reconciler round with no job in flight, no power intent and no
+    /// orphan past its grace.
+    fn idle_round(
+        declared: &BTreeMap<AgentName, AgentSpec>,
+        installed: &BTreeMap<AgentName, Installed>,
+        seen: &BTreeMap<AgentName, Seen>,
+    ) -> Vec<Action> {
+        plan_round(&RoundInput {
+            declared: Some(declared),
+            installed,
+            power: &BTreeMap::new(),
+            seen,
+            busy: &BTreeSet::new(),
+            orphans_past_grace: &BTreeSet::new(),
+        })
+    }
+
     fn inst(s: &AgentSpec) -> Installed {
         Installed {
             spec: s.spec_hash(),
@@ -375,9 +414,49 @@ mod tests {
         for c in cases {
             let declared = c.declared.into_iter().map(|(n, s)| (a(n), s)).collect();
             let installed = c.installed.into_iter().map(|(n, i)| (a(n), i)).collect();
-            let mut got = plan_declaration(&declared, &installed);
+            let mut got = plan_declaration(&declared, &installed, &BTreeMap::new());
             got.sort();
             assert_eq!(got, c.want, "{}", c.name);
+        }
+    }
+
+    #[test]
+    fn a_container_without_a_record_is_adopted_with_its_spec_and_rebuilt_with_another() {
+        let s1 = spec("img:1");
+        let s2 = spec("img:2");
+        let declared: BTreeMap<_, _> = [(a("web"), s2.clone())].into();
+        let installed = BTreeMap::new();
+        let found = |s: Option<&AgentSpec>| -> BTreeMap<AgentName, Seen> {
+            let seen = Seen {
+                running: true,
+                spec: s.map(AgentSpec::spec_hash),
+                ids: vec!["c1".into()],
+                ..Default::default()
+            };
+            [(a("web"), seen)].into()
+        };
+        let first = vec![Action::FirstDeploy(a("web"))];
+        let rebuild = vec![Action::Rebuild {
+            agent: a("web"),
+            relock: false,
+        }];
+        for (seen, want, why) in [
+            (BTreeMap::new(), &first, "no container: a first deploy"),
+            (
+                found(Some(&s2)),
+                &first,
+                "the declared spec: a first deploy, which adopts it",
+            ),
+            (found(Some(&s1)), &rebuild, "another spec: rebuilt"),
+            (found(None), &rebuild, "no spec label: rebuilt"),
+        ] {
+            assert_eq!(
+                &plan_declaration(&declared, &installed, &seen),
+                want,
+                "{why}"
+            );
+            let round = idle_round(&declared, &installed, &seen);
+            assert_eq!(&round, want, "a reconciler round: {why}");
         }
     }
 
@@ -642,7 +721,10 @@ mod tests {
         let declared: BTreeMap<_, _> = [(a("web"), newer.clone()), (a("new"), fresh)].into();
         let installed: BTreeMap<_, _> = [(a("web"), inst(&old))].into();
         // Neither rebuilt (web runs img:1) nor created (new), nor retired.
-        assert_eq!(plan_declaration(&declared, &installed), vec![]);
+        assert_eq!(
+            plan_declaration(&declared, &installed, &BTreeMap::new()),
+            vec![]
+        );
         let running = |up: bool| Seen {
             running: up,
             spec: Some(old.spec_hash()),
@@ -650,16 +732,7 @@ mod tests {
             health: None,
             failing_streak: None,
         };
-        let round = |seen: BTreeMap<AgentName, Seen>| {
-            plan_round(&RoundInput {
-                declared: Some(&declared),
-                installed: &installed,
-                power: &BTreeMap::new(),
-                seen: &seen,
-                busy: &BTreeSet::new(),
-                orphans_past_grace: &BTreeSet::new(),
-            })
-        };
+        let round = |seen: BTreeMap<AgentName, Seen>| idle_round(&declared, &installed, &seen);
         assert_eq!(round([(a("web"), running(true))].into()), vec![]);
         // What is installed is still kept up: a stopped web is started.
         assert_eq!(

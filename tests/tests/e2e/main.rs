@@ -44,6 +44,7 @@ mod isolation_hive;
 mod isolation_permissions;
 mod isolation_replies;
 mod isolation_secrets;
+mod job_store_recovery;
 mod jobs_crash;
 mod jobs_deploy;
 mod jobs_docker_down;

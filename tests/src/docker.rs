@@ -141,17 +141,40 @@ pub fn remove_image(reference: &str) {
             return;
         }
     }
+    eprintln!("image {reference} ({id}) is still there after {REMOVE_TRIES} rounds of removal");
 }
 
 /// How many rounds [`remove_image`] gives a racing container.
 const REMOVE_TRIES: usize = 20;
 
-/// The id of the local image `reference`, or `None` when there is none.
+/// The id of the local image `reference`, or `None` when Docker says there
+/// is none (or its CLI cannot be asked). An inspect that fails for another
+/// reason is asked again a few times before it is taken as none: taken at
+/// once, it would leave the image behind (one run's leftovers check found
+/// an image whose test had passed).
 fn image_id(reference: &str) -> Option<String> {
-    let out = cli::run(&["image", "inspect", "--format", "{{.Id}}", reference]).ok()?;
-    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    (out.status.success() && !id.is_empty()).then_some(id)
+    for _ in 0..IMAGE_ID_TRIES {
+        let out = cli::run(&["image", "inspect", "--format", "{{.Id}}", reference]).ok()?;
+        let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if out.status.success() && !id.is_empty() {
+            return Some(id);
+        }
+        let err = String::from_utf8_lossy(&out.stderr);
+        if err.to_lowercase().contains("no such image") {
+            return None;
+        }
+        eprintln!(
+            "docker image inspect {reference}: {}; asking again",
+            err.trim()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    None
 }
+
+/// How many times [`image_id`] asks when the inspect fails for another
+/// reason than a missing image.
+const IMAGE_ID_TRIES: usize = 5;
 
 /// Removes every container carrying `org.hyperhive.hive=<hive>` on drop, so a
 /// failed test leaves nothing behind.

@@ -298,6 +298,24 @@ impl NatsServer {
             .unwrap_or_default()
     }
 
+    /// The JetStream meta leader this server knows (`/jsz`), or why there is
+    /// none to show; the server must run with `-m -1`.
+    pub async fn meta_leader(&self) -> String {
+        let Some(base) = self.monitor_url() else {
+            return "no monitoring endpoint".into();
+        };
+        match reqwest::get(format!("{base}/jsz")).await {
+            Ok(answer) => {
+                let body: serde_json::Value = answer.json().await.unwrap_or_default();
+                match body["meta_cluster"]["leader"].as_str() {
+                    Some(leader) => leader.to_string(),
+                    None => format!("none ({})", body["meta_cluster"]),
+                }
+            }
+            Err(e) => format!("not answering: {e}"),
+        }
+    }
+
     /// How many route connections this server holds to each other server of
     /// its cluster, by server name, from its monitoring endpoint
     /// (`/routez`; the server must run with `-m -1`); empty while it does

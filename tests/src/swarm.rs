@@ -105,6 +105,12 @@ pub struct TestSwarm {
     _dir: tempfile::TempDir,
 }
 
+/// How long a swarm's buckets may take to open or be made: a cluster
+/// formed a moment ago elects its JetStream meta leader first (4 to 9 s a
+/// round), and on a loaded machine a round can fail (one full run here
+/// went past 30 s).
+const BUCKET_WITHIN: Duration = Duration::from_secs(90);
+
 /// A free loopback TCP port (bound and released; good enough on loopback).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -295,21 +301,41 @@ impl TestSwarm {
         .await;
         let js = async_nats::jetstream::new(swarm.clone());
         for b in ["hyperhive-status", "hyperhive-wanted"] {
-            wait_until(Duration::from_secs(30), &format!("bucket {b}"), || async {
-                if js.get_key_value(b).await.is_ok() {
-                    return Some(());
+            let last_error = std::sync::Mutex::new(String::new());
+            let made = crate::poll_until(BUCKET_WITHIN, || async {
+                let opened = match js.get_key_value(b).await {
+                    Ok(_) => return Some(()),
+                    Err(e) => e.to_string(),
+                };
+                let made = js
+                    .create_key_value(kv::Config {
+                        bucket: b.into(),
+                        history: 10,
+                        num_replicas: self.replicas,
+                        ..Default::default()
+                    })
+                    .await;
+                match made {
+                    Ok(_) => Some(()),
+                    Err(e) => {
+                        *last_error.lock().expect("not poisoned") =
+                            format!("open: {opened}; make: {e}");
+                        None
+                    }
                 }
-                js.create_key_value(kv::Config {
-                    bucket: b.into(),
-                    history: 10,
-                    num_replicas: self.replicas,
-                    ..Default::default()
-                })
-                .await
-                .ok()
-                .map(|_| ())
             })
             .await;
+            if made.is_none() {
+                let mut meta = Vec::new();
+                for server in &self.nats {
+                    meta.push(server.meta_leader().await);
+                }
+                panic!(
+                    "bucket {b} neither opened nor made within {BUCKET_WITHIN:?}: last {}; \
+                     the meta leader each server knows: {meta:?}",
+                    last_error.into_inner().expect("not poisoned")
+                );
+            }
         }
         Swarm {
             client: swarm.clone(),

@@ -276,18 +276,28 @@ impl NatsServer {
         Some(format!("http://{addr}"))
     }
 
+    /// `path` of the monitoring endpoint (the server must run with `-m -1`),
+    /// as JSON; what went wrong, naming the path, otherwise.
+    pub async fn monitor(&self, path: &str) -> Result<serde_json::Value, String> {
+        let base = self
+            .monitor_url()
+            .ok_or_else(|| format!("GET {path}: the server runs without -m -1 (monitoring)"))?;
+        let answer = reqwest::get(format!("{base}{path}"))
+            .await
+            .map_err(|e| format!("GET {path}: {e}"))?;
+        answer
+            .json()
+            .await
+            .map_err(|e| format!("GET {path}: not JSON: {e}"))
+    }
+
     /// The names of the client connections this server holds now, from its
     /// monitoring endpoint (`/connz`); the server must run with `-m -1`.
     pub async fn client_names(&self) -> Vec<String> {
-        let base = self
-            .monitor_url()
-            .expect("the server was started with -m -1 (monitoring)");
-        let body: serde_json::Value = reqwest::get(format!("{base}/connz?limit=100000"))
+        let body = self
+            .monitor("/connz?limit=100000")
             .await
-            .expect("GET /connz")
-            .json()
-            .await
-            .expect("connz JSON");
+            .unwrap_or_else(|e| panic!("{e}"));
         body["connections"]
             .as_array()
             .map(|cs| {
@@ -301,18 +311,12 @@ impl NatsServer {
     /// The JetStream meta leader this server knows (`/jsz`), or why there is
     /// none to show; the server must run with `-m -1`.
     pub async fn meta_leader(&self) -> String {
-        let Some(base) = self.monitor_url() else {
-            return "no monitoring endpoint".into();
-        };
-        match reqwest::get(format!("{base}/jsz")).await {
-            Ok(answer) => {
-                let body: serde_json::Value = answer.json().await.unwrap_or_default();
-                match body["meta_cluster"]["leader"].as_str() {
-                    Some(leader) => leader.to_string(),
-                    None => format!("none ({})", body["meta_cluster"]),
-                }
-            }
-            Err(e) => format!("not answering: {e}"),
+        match self.monitor("/jsz").await {
+            Ok(body) => match body["meta_cluster"]["leader"].as_str() {
+                Some(leader) => leader.to_string(),
+                None => format!("none ({})", body["meta_cluster"]),
+            },
+            Err(e) => e,
         }
     }
 
@@ -323,13 +327,7 @@ impl NatsServer {
     /// peer, one more pinned to the system account), each made on its own.
     pub async fn routes_by_peer(&self) -> std::collections::BTreeMap<String, usize> {
         let mut by_peer = std::collections::BTreeMap::new();
-        let Some(base) = self.monitor_url() else {
-            return by_peer;
-        };
-        let Ok(answer) = reqwest::get(format!("{base}/routez")).await else {
-            return by_peer;
-        };
-        let body: serde_json::Value = answer.json().await.unwrap_or_default();
+        let body = self.monitor("/routez").await.unwrap_or_default();
         for route in body["routes"].as_array().into_iter().flatten() {
             if let Some(peer) = route["remote_name"].as_str() {
                 *by_peer.entry(peer.to_string()).or_insert(0) += 1;
@@ -344,13 +342,7 @@ impl NatsServer {
     /// (`/connz?auth=true`; the server must run with `-m -1`), if it holds
     /// one.
     pub async fn client_account(&self, name: &str) -> Option<String> {
-        let base = self.monitor_url()?;
-        let body: serde_json::Value = reqwest::get(format!("{base}/connz?auth=true&limit=100000"))
-            .await
-            .ok()?
-            .json()
-            .await
-            .ok()?;
+        let body = self.monitor("/connz?auth=true&limit=100000").await.ok()?;
         body["connections"]
             .as_array()?
             .iter()

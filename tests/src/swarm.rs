@@ -159,13 +159,10 @@ impl LeafSite {
 /// How many leaf-node connections `server` holds now (its monitoring
 /// endpoint's `/leafz`; it must run with `-m -1`).
 pub async fn leaf_links(server: &NatsServer) -> usize {
-    let base = server.monitor_url().expect("the server runs with -m -1");
-    let body: serde_json::Value = reqwest::get(format!("{base}/leafz"))
+    let body = server
+        .monitor("/leafz")
         .await
-        .expect("GET /leafz")
-        .json()
-        .await
-        .expect("leafz JSON");
+        .unwrap_or_else(|e| panic!("{e}"));
     body["leafnodes"].as_u64().unwrap_or(0) as usize
 }
 
